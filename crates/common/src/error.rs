@@ -1,0 +1,120 @@
+use crate::ErrorCode;
+use bson::Document;
+use std::fmt;
+
+/// The error every layer's narrow error type converts into.
+///
+/// It carries what a MongoDB reply shows: the code (with its codeName), the message, the
+/// error labels, and extra fields some codes add to the reply (`keyPattern`/`keyValue` for
+/// DuplicateKey, `errInfo` for DocumentValidationFailure).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Error {
+    pub code: ErrorCode,
+    pub message: String,
+    pub labels: Vec<String>,
+    pub extra: Document,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Error {
+        Error {
+            code,
+            message: message.into(),
+            labels: Vec::new(),
+            extra: Document::new(),
+        }
+    }
+
+    pub fn with_label(mut self, label: &str) -> Error {
+        if !self.labels.iter().any(|l| l == label) {
+            self.labels.push(label.to_string());
+        }
+        self
+    }
+
+    pub fn with_extra(mut self, key: &str, value: impl Into<bson::Bson>) -> Error {
+        self.extra.insert(key, value);
+        self
+    }
+
+    pub fn has_label(&self, label: &str) -> bool {
+        self.labels.iter().any(|l| l == label)
+    }
+
+    pub fn bad_value(message: impl Into<String>) -> Error {
+        Error::new(ErrorCode::BadValue, message)
+    }
+
+    pub fn failed_to_parse(message: impl Into<String>) -> Error {
+        Error::new(ErrorCode::FailedToParse, message)
+    }
+
+    pub fn type_mismatch(message: impl Into<String>) -> Error {
+        Error::new(ErrorCode::TypeMismatch, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Error {
+        Error::new(ErrorCode::InternalError, message)
+    }
+
+    /// `{ok: 0, errmsg, code, codeName, errorLabels?, ...extra}`: the one place an error
+    /// becomes a command reply body.
+    pub fn to_reply(&self) -> Document {
+        let mut doc = Document::new();
+        doc.insert("ok", 0.0);
+        doc.insert("errmsg", self.message.clone());
+        doc.insert("code", self.code.code());
+        doc.insert("codeName", self.code.name().into_owned());
+        for (k, v) in &self.extra {
+            doc.insert(k.clone(), v.clone());
+        }
+        if !self.labels.is_empty() {
+            doc.insert("errorLabels", self.labels.clone());
+        }
+        doc
+    }
+
+    /// The `{index, code, errmsg, ...}` entry of a write command's `writeErrors`.
+    pub fn to_write_error(&self, index: usize) -> Document {
+        let mut doc = Document::new();
+        doc.insert("index", index as i32);
+        doc.insert("code", self.code.code());
+        doc.insert("errmsg", self.message.clone());
+        for (k, v) in &self.extra {
+            doc.insert(k.clone(), v.clone());
+        }
+        doc
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", self.code.name(), self.code.code(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<bson::raw::Error> for Error {
+    fn from(e: bson::raw::Error) -> Error {
+        Error::new(ErrorCode::InvalidBSON, format!("invalid BSON: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reply_has_mongodb_shape() {
+        let e = Error::new(ErrorCode::WriteConflict, "Write conflict during plan execution")
+            .with_label("TransientTransactionError");
+        let r = e.to_reply();
+        assert_eq!(r.get_f64("ok").unwrap(), 0.0);
+        assert_eq!(r.get_i32("code").unwrap(), 112);
+        assert_eq!(r.get_str("codeName").unwrap(), "WriteConflict");
+        assert_eq!(r.get_array("errorLabels").unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,7 @@
+//! Shared vocabulary of every layer: MongoDB's error codes and the one error type.
+
+mod codes;
+mod error;
+
+pub use codes::ErrorCode;
+pub use error::{Error, Result};
