@@ -121,6 +121,7 @@ error_codes! {
     InvalidPipelineOperator = 168,
     CannotIndexParallelArrays = 171,
     QueryPlanKilled = 175,
+    AmbiguousIndexKeyPattern = 181,
     InvalidViewDefinition = 182,
     ClientMetadataMissingField = 183,
     ClientMetadataAppNameTooLarge = 184,

@@ -1,1 +1,243 @@
+//! The engine: catalog, write path and read path over the storage traits.
 
+pub mod catalog;
+mod ddl;
+pub mod durability;
+pub mod exec;
+pub mod find;
+pub mod index;
+pub mod index_spec;
+pub mod namespace;
+pub mod retry;
+pub mod write;
+
+use catalog::{CollectionRef, NEXT_ID_KEY};
+use durability::GroupCommit;
+use namespace::Namespace;
+use nidus_common::{Error, Result};
+use nidus_storage::{keys, KvEngine, Space};
+use parking_lot::{Mutex, RwLock};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use catalog::Collection;
+
+/// Counters `serverStatus` reports.
+#[derive(Default)]
+pub struct Metrics {
+    pub write_conflicts: AtomicU64,
+}
+
+pub struct Engine {
+    kv: Arc<dyn KvEngine>,
+    collections: RwLock<BTreeMap<Namespace, CollectionRef>>,
+    /// Serializes catalog changes; data writes never take it.
+    ddl: Mutex<()>,
+    next_id: AtomicU64,
+    group_commit: GroupCommit,
+    pub metrics: Metrics,
+    stopping: AtomicBool,
+}
+
+impl Engine {
+    /// Opens the engine over a store, loading the catalog and each collection's next RecordId.
+    pub fn open(kv: Arc<dyn KvEngine>) -> Result<Arc<Engine>> {
+        let engine = Engine {
+            kv,
+            collections: RwLock::new(BTreeMap::new()),
+            ddl: Mutex::new(()),
+            next_id: AtomicU64::new(1),
+            group_commit: GroupCommit::default(),
+            metrics: Metrics::default(),
+            stopping: AtomicBool::new(false),
+        };
+        engine.load_catalog()?;
+        Ok(Arc::new(engine))
+    }
+
+    pub fn kv(&self) -> &dyn KvEngine {
+        self.kv.as_ref()
+    }
+
+    pub fn kv_arc(&self) -> Arc<dyn KvEngine> {
+        self.kv.clone()
+    }
+
+    fn load_catalog(&self) -> Result<()> {
+        let snap = self.kv.snapshot();
+        if let Some(v) = snap.get(Space::Catalog, NEXT_ID_KEY)? {
+            self.next_id
+                .store(keys::read_u64(&v).unwrap_or(1), Ordering::SeqCst);
+        }
+        let prefix = catalog::catalog_prefix();
+        let mut upper = prefix.to_vec();
+        if let Some(last) = upper.last_mut() {
+            *last += 1;
+        }
+        let mut entries = Vec::new();
+        {
+            let mut c = snap.cursor(Space::Catalog, prefix, &upper);
+            c.seek_to_first();
+            while c.valid() {
+                let d = bson::Document::from_reader(c.value())
+                    .map_err(|e| Error::internal(format!("corrupt catalog: {e}")))?;
+                entries.push(d);
+                c.next();
+            }
+            c.status()?;
+        }
+        let mut map = self.collections.write();
+        for d in entries {
+            let (id, ns, meta) = catalog::parse_entry(&d)?;
+            let (next_rid, count, size) = self.scan_record_store(snap.as_ref(), id)?;
+            let coll = Collection::new(id, ns.clone(), meta, next_rid);
+            coll.adjust_stats(count, size);
+            map.insert(ns, Arc::new(coll));
+        }
+        Ok(())
+    }
+
+    /// Next RecordId, document count and data size of a record store, read at start-up.
+    fn scan_record_store(
+        &self,
+        snap: &dyn nidus_storage::KvSnapshot,
+        id: u64,
+    ) -> Result<(u64, i64, i64)> {
+        let lower = keys::u64_be(id);
+        let upper = keys::prefix_end(id);
+        let mut c = snap.cursor(Space::Records, &lower, &upper);
+        let (mut count, mut size, mut last) = (0i64, 0i64, 0u64);
+        c.seek_to_first();
+        while c.valid() {
+            count += 1;
+            size += c.value().len() as i64;
+            last = keys::read_u64(&c.key()[8..]).unwrap_or(last);
+            c.next();
+        }
+        c.status()?;
+        Ok((last + 1, count, size))
+    }
+
+    fn allocate_id(&self, txn: &mut dyn nidus_storage::KvTxn) -> Result<u64> {
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        txn.put(Space::Catalog, NEXT_ID_KEY, &keys::u64_be(id + 1))?;
+        Ok(id)
+    }
+
+    pub fn collection(&self, ns: &Namespace) -> Option<CollectionRef> {
+        self.collections.read().get(ns).cloned()
+    }
+
+    pub fn collections_in(&self, db: &str) -> Vec<CollectionRef> {
+        self.collections
+            .read()
+            .values()
+            .filter(|c| c.ns.db == db)
+            .cloned()
+            .collect()
+    }
+
+    /// Databases that hold at least one collection, as `listDatabases` reports them.
+    pub fn database_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .collections
+            .read()
+            .keys()
+            .map(|ns| ns.db.clone())
+            .collect();
+        names.dedup();
+        names
+    }
+
+    /// Makes everything committed so far durable; concurrent callers share one sync.
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.group_commit.sync(self.kv.as_ref())?)
+    }
+
+    pub fn wal_syncs(&self) -> u64 {
+        self.group_commit.syncs()
+    }
+
+    /// Syncs the WAL every 100 ms so unjournaled writes reach disk soon, until `shutdown`.
+    pub fn start_background_sync(self: &Arc<Self>) {
+        let engine = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("wal-sync".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(100));
+                let Some(e) = engine.upgrade() else { return };
+                if e.stopping.load(Ordering::Relaxed) {
+                    return;
+                }
+                let _ = e.sync();
+            })
+            .ok();
+    }
+
+    pub fn shutdown(&self) -> Result<()> {
+        self.stopping.store(true, Ordering::Relaxed);
+        self.sync()
+    }
+}
+
+/// What `validate` found: records, index keys per index, and inconsistencies.
+#[derive(Debug, Default)]
+pub struct ValidateReport {
+    pub records: i64,
+    pub invalid_documents: i64,
+    pub index_keys: Vec<(String, i64)>,
+    pub errors: Vec<String>,
+}
+
+impl Engine {
+    /// Checks every record parses as BSON and every index holds exactly the entries the
+    /// documents generate.
+    pub fn validate(&self, coll: &Collection) -> Result<ValidateReport> {
+        let meta = coll.meta.read();
+        let snap = self.kv.snapshot();
+        let mut report = ValidateReport::default();
+        let mut expected: Vec<std::collections::BTreeSet<Vec<u8>>> = vec![Default::default(); meta.indexes.len()];
+        {
+            let mut c = snap.cursor(Space::Records, &keys::u64_be(coll.id), &keys::prefix_end(coll.id));
+            c.seek_to_first();
+            while c.valid() {
+                report.records += 1;
+                let rid = keys::read_u64(&c.key()[8..]).unwrap_or(0);
+                match bson::RawDocument::from_bytes(c.value()) {
+                    Ok(doc) if doc.iter().all(|e| e.is_ok()) => {
+                        for (i, ix) in meta.indexes.iter().enumerate() {
+                            for ks in index::document_keys(ix, doc)?.keys() {
+                                expected[i].insert(index::entry_key(ix, ks, rid));
+                            }
+                        }
+                    }
+                    _ => report.invalid_documents += 1,
+                }
+                c.next();
+            }
+            c.status()?;
+        }
+        for (i, ix) in meta.indexes.iter().enumerate() {
+            let mut found = std::collections::BTreeSet::new();
+            let mut c = snap.cursor(Space::Indexes, &keys::u64_be(ix.id), &keys::prefix_end(ix.id));
+            c.seek_to_first();
+            while c.valid() {
+                found.insert(c.key().to_vec());
+                c.next();
+            }
+            c.status()?;
+            report.index_keys.push((ix.name.clone(), found.len() as i64));
+            if found != expected[i] {
+                report.errors.push(format!(
+                    "index {} has {} entries, documents generate {}",
+                    ix.name,
+                    found.len(),
+                    expected[i].len()
+                ));
+            }
+        }
+        Ok(report)
+    }
+}

@@ -1,1 +1,117 @@
-fn main() {}
+//! `nidus`: a MongoDB-compatible document database server on RocksDB.
+
+mod commands;
+mod config;
+mod connection;
+mod cursor;
+mod failpoint;
+mod log;
+mod params;
+mod state;
+
+use config::Config;
+use nidus_engine::Engine;
+use nidus_storage_rocks::RocksEngine;
+use serde_json::json;
+use state::ServerState;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+fn main() {
+    let config = match Config::from_args(std::env::args().collect()) {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("{msg}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(msg) = run(config) {
+        log::log("F", "CONTROL", 20574, "main", "Error during startup", json!({ "error": msg }));
+        std::process::exit(1);
+    }
+}
+
+fn run(config: Config) -> Result<(), String> {
+    std::fs::create_dir_all(&config.dbpath)
+        .map_err(|e| format!("cannot create dbpath {}: {e}", config.dbpath.display()))?;
+    let kv = RocksEngine::open(&config.dbpath).map_err(|e| e.to_string())?;
+    let engine = Engine::open(Arc::new(kv)).map_err(|e| e.to_string())?;
+    engine.start_background_sync();
+    let state = Arc::new(ServerState::new(engine.clone(), config.clone())?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(512)
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(serve(state.clone()))?;
+    engine.shutdown().map_err(|e| e.to_string())?;
+    log::info("CONTROL", 20565, "main", "Now exiting", serde_json::Value::Null);
+    Ok(())
+}
+
+async fn serve(state: Arc<ServerState>) -> Result<(), String> {
+    let mut listeners = Vec::new();
+    for ip in &state.config.bind_ip {
+        let addr = format!("{ip}:{}", state.config.port);
+        let l = TcpListener::bind(&addr)
+            .await
+            .map_err(|e| format!("Failed to bind {addr}: {e}"))?;
+        log::info("NETWORK", 23015, "listener", "Listening on", json!({ "address": addr }));
+        listeners.push(l);
+    }
+    log::info("NETWORK", 23016, "listener", "Waiting for connections",
+        json!({ "port": state.config.port, "ssl": "off" }));
+    for l in listeners {
+        let st = state.clone();
+        tokio::spawn(accept_loop(st, l));
+    }
+    tokio::spawn(cursor_reaper(state.clone()));
+    shutdown_signal().await;
+    log::info("CONTROL", 23377, "SignalHandler", "Received signal", json!({ "signal": 15 }));
+    Ok(())
+}
+
+async fn accept_loop(state: Arc<ServerState>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let current = state.connections.current.load(std::sync::atomic::Ordering::Relaxed);
+                if current as usize >= state.config.max_conns {
+                    log::warn("NETWORK", 22942, "listener", "Connection refused because there are too many open connections",
+                        json!({ "remote": peer.to_string(), "connectionCount": current }));
+                    drop(stream);
+                    continue;
+                }
+                tokio::spawn(connection::serve(state.clone(), stream, peer));
+            }
+            Err(e) => {
+                log::warn("NETWORK", 22942, "listener", "Error accepting new connection", json!({ "error": e.to_string() }));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+async fn cursor_reaper(state: Arc<ServerState>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let timeout = state.params.i64("cursorTimeoutMillis").unwrap_or(600_000).max(0) as u64;
+        let reaped = state.cursors.reap(Duration::from_millis(timeout));
+        if reaped > 0 {
+            log::info("QUERY", 20529, "clientcursormon", "Cursors timed out", json!({ "numTimedOut": reaped }));
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

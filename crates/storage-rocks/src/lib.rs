@@ -1,1 +1,270 @@
+//! The RocksDB implementation of the storage traits; the only crate that links RocksDB.
+//!
+//! One `TransactionDB` per data directory with one column family per [`Space`]. Transactions
+//! take a snapshot at begin and a zero lock timeout, so a write to a key locked by another
+//! open transaction fails at once (`TimedOut`) and a write to a key committed after the
+//! snapshot fails at validation (`Busy`); both surface as `StorageError::WriteConflict`.
 
+use nidus_storage::{
+    KvCursor, KvEngine, KvRead, KvSnapshot, KvTxn, Space, StorageError, StorageResult,
+};
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBRawIteratorWithThreadMode,
+    ErrorKind, Options, ReadOptions, SnapshotWithThreadMode, Transaction, TransactionDB,
+    TransactionDBOptions, TransactionOptions, WriteOptions,
+};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+type Db = TransactionDB;
+
+fn map_err(e: rocksdb::Error) -> StorageError {
+    match e.kind() {
+        ErrorKind::TimedOut | ErrorKind::Busy | ErrorKind::TryAgain => StorageError::WriteConflict,
+        _ => StorageError::Io(e.into_string()),
+    }
+}
+
+struct Inner {
+    db: Db,
+    path: PathBuf,
+}
+
+impl Inner {
+    fn cf(&self, space: Space) -> &ColumnFamily {
+        // Every space's column family is created at open, so the handle always exists.
+        self.db
+            .cf_handle(space.name())
+            .expect("column family created at open")
+    }
+}
+
+/// A RocksDB-backed engine; cheap to clone.
+#[derive(Clone)]
+pub struct RocksEngine {
+    inner: Arc<Inner>,
+}
+
+fn cf_options(cache: &Cache, point_lookups: bool) -> Options {
+    let mut block = BlockBasedOptions::default();
+    block.set_block_cache(cache);
+    block.set_bloom_filter(10.0, false);
+    block.set_cache_index_and_filter_blocks(true);
+    block.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    let mut opts = Options::default();
+    opts.set_block_based_table_factory(&block);
+    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    if point_lookups {
+        opts.optimize_for_point_lookup(64);
+        opts.set_block_based_table_factory(&block);
+    }
+    opts
+}
+
+impl RocksEngine {
+    pub fn open(path: &Path) -> StorageResult<RocksEngine> {
+        let cache = Cache::new_lru_cache(256 << 20);
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        db_opts.set_max_background_jobs(2);
+        db_opts.set_keep_log_file_num(4);
+        let cfs = Space::ALL
+            .iter()
+            .map(|s| ColumnFamilyDescriptor::new(s.name(), cf_options(&cache, false)));
+        let mut txn_opts = TransactionDBOptions::default();
+        txn_opts.set_default_lock_timeout(0);
+        txn_opts.set_txn_lock_timeout(0);
+        let db = Db::open_cf_descriptors(&db_opts, &txn_opts, path, cfs).map_err(map_err)?;
+        Ok(RocksEngine {
+            inner: Arc::new(Inner {
+                db,
+                path: path.to_path_buf(),
+            }),
+        })
+    }
+}
+
+impl KvEngine for RocksEngine {
+    fn begin(&self) -> Box<dyn KvTxn> {
+        let mut topts = TransactionOptions::default();
+        topts.set_snapshot(true);
+        topts.set_lock_timeout(0);
+        let txn = self.inner.db.transaction_opt(&WriteOptions::default(), &topts);
+        // SAFETY: the transaction borrows the database, which `RocksTxn::_owner` keeps alive;
+        // field order drops the transaction before the owner.
+        let txn: Transaction<'static, Db> = unsafe { std::mem::transmute(txn) };
+        Box::new(RocksTxn {
+            txn,
+            _owner: self.inner.clone(),
+        })
+    }
+
+    fn snapshot(&self) -> Box<dyn KvSnapshot> {
+        let snap = self.inner.db.snapshot();
+        // SAFETY: as in `begin`: `_owner` outlives the snapshot by field order.
+        let snap: SnapshotWithThreadMode<'static, Db> = unsafe { std::mem::transmute(snap) };
+        Box::new(RocksSnapshot {
+            snap,
+            owner: self.inner.clone(),
+        })
+    }
+
+    fn sync_wal(&self) -> StorageResult<()> {
+        self.inner.db.flush_wal(true).map_err(map_err)
+    }
+
+    fn disk_usage_bytes(&self) -> u64 {
+        dir_size(&self.inner.path)
+    }
+}
+
+fn dir_size(path: &Path) -> u64 {
+    std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn bounded_read_options(lower: &[u8], upper: &[u8]) -> ReadOptions {
+    let mut ro = ReadOptions::default();
+    ro.set_iterate_lower_bound(lower.to_vec());
+    ro.set_iterate_upper_bound(upper.to_vec());
+    ro
+}
+
+struct RocksTxn {
+    txn: Transaction<'static, Db>,
+    _owner: Arc<Inner>,
+}
+
+impl RocksTxn {
+    fn snapshot_read_options(&self) -> ReadOptions {
+        let mut ro = ReadOptions::default();
+        ro.set_snapshot(&self.txn.snapshot());
+        ro
+    }
+}
+
+impl KvRead for RocksTxn {
+    fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
+        let ro = self.snapshot_read_options();
+        self.txn
+            .get_cf_opt(self._owner.cf(space), key, &ro)
+            .map_err(map_err)
+    }
+
+    fn cursor(&self, space: Space, lower: &[u8], upper: &[u8]) -> Box<dyn KvCursor + '_> {
+        let mut ro = bounded_read_options(lower, upper);
+        ro.set_snapshot(&self.txn.snapshot());
+        Box::new(RocksCursor {
+            it: self.txn.raw_iterator_cf_opt(self._owner.cf(space), ro),
+        })
+    }
+}
+
+impl KvTxn for RocksTxn {
+    fn get_for_update(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
+        let ro = self.snapshot_read_options();
+        self.txn
+            .get_for_update_cf_opt(self._owner.cf(space), key, true, &ro)
+            .map_err(map_err)
+    }
+
+    fn put(&mut self, space: Space, key: &[u8], value: &[u8]) -> StorageResult<()> {
+        self.txn
+            .put_cf(self._owner.cf(space), key, value)
+            .map_err(map_err)
+    }
+
+    fn delete(&mut self, space: Space, key: &[u8]) -> StorageResult<()> {
+        self.txn
+            .delete_cf(self._owner.cf(space), key)
+            .map_err(map_err)
+    }
+
+    fn set_savepoint(&mut self) {
+        self.txn.set_savepoint();
+    }
+
+    fn rollback_to_savepoint(&mut self) -> StorageResult<()> {
+        self.txn.rollback_to_savepoint().map_err(map_err)
+    }
+
+    fn commit(self: Box<Self>) -> StorageResult<()> {
+        let RocksTxn { txn, _owner } = *self;
+        txn.commit().map_err(map_err)
+    }
+
+    fn rollback(self: Box<Self>) -> StorageResult<()> {
+        self.txn.rollback().map_err(map_err)
+    }
+}
+
+struct RocksSnapshot {
+    snap: SnapshotWithThreadMode<'static, Db>,
+    owner: Arc<Inner>,
+}
+
+impl KvRead for RocksSnapshot {
+    fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
+        self.snap
+            .get_cf(self.owner.cf(space), key)
+            .map_err(map_err)
+    }
+
+    fn cursor(&self, space: Space, lower: &[u8], upper: &[u8]) -> Box<dyn KvCursor + '_> {
+        let ro = bounded_read_options(lower, upper);
+        Box::new(RocksCursor {
+            it: self.snap.raw_iterator_cf_opt(self.owner.cf(space), ro),
+        })
+    }
+}
+
+impl KvSnapshot for RocksSnapshot {}
+
+struct RocksCursor<'a, D: rocksdb::DBAccess> {
+    it: DBRawIteratorWithThreadMode<'a, D>,
+}
+
+impl<D: rocksdb::DBAccess> KvCursor for RocksCursor<'_, D> {
+    fn seek(&mut self, key: &[u8]) {
+        self.it.seek(key);
+    }
+    fn seek_for_prev(&mut self, key: &[u8]) {
+        self.it.seek_for_prev(key);
+    }
+    fn seek_to_first(&mut self) {
+        self.it.seek_to_first();
+    }
+    fn seek_to_last(&mut self) {
+        self.it.seek_to_last();
+    }
+    fn valid(&self) -> bool {
+        self.it.valid()
+    }
+    fn next(&mut self) {
+        self.it.next();
+    }
+    fn prev(&mut self) {
+        self.it.prev();
+    }
+    fn key(&self) -> &[u8] {
+        self.it.key().unwrap_or(&[])
+    }
+    fn value(&self) -> &[u8] {
+        self.it.value().unwrap_or(&[])
+    }
+    fn status(&self) -> StorageResult<()> {
+        self.it.status().map_err(map_err)
+    }
+}
+
+#[cfg(test)]
+mod tests;

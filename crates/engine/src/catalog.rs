@@ -1,0 +1,195 @@
+//! The catalog: collections, their options and index specs, persisted in the catalog space.
+//!
+//! The in-memory map is the source of truth while running; every change is written to the
+//! catalog space in the same storage transaction as the data it describes (index builds) or in
+//! its own transaction (create/drop), under the engine's DDL lock, so DDL is serialized.
+
+use crate::namespace::Namespace;
+use bson::{doc, Bson, Document};
+use nidus_common::{Error, ErrorCode, Result};
+use parking_lot::RwLock;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub const ID_INDEX_NAME: &str = "_id_";
+const COLL_PREFIX: &[u8] = b"coll\0";
+pub const NEXT_ID_KEY: &[u8] = b"meta\0next_id";
+
+/// A parsed index: its storage id, the spec `listIndexes` prints, and the key pattern.
+#[derive(Debug, Clone)]
+pub struct IndexMeta {
+    pub id: u64,
+    pub name: String,
+    /// Paths with direction: `true` = descending.
+    pub pattern: Vec<(String, bool)>,
+    pub unique: bool,
+    pub sparse: bool,
+    /// The spec as the user gave it, normalized (`v`, `key`, `name`, options).
+    pub spec: Document,
+    pub multikey: bool,
+}
+
+impl IndexMeta {
+    pub fn key_document(&self) -> Document {
+        self.spec.get_document("key").cloned().unwrap_or_default()
+    }
+
+    pub fn is_id(&self) -> bool {
+        self.name == ID_INDEX_NAME
+    }
+
+    pub fn from_persisted(d: &Document) -> Result<IndexMeta> {
+        let spec = d.get_document("spec").map_err(corrupt)?.clone();
+        let mut meta = IndexMeta::from_spec(d.get_i64("id").map_err(corrupt)? as u64, spec)?;
+        meta.multikey = d.get_bool("multikey").unwrap_or(false);
+        Ok(meta)
+    }
+
+    pub fn to_persisted(&self) -> Document {
+        doc! { "id": self.id as i64, "spec": self.spec.clone(), "multikey": self.multikey }
+    }
+
+    /// Parses a normalized spec; key pattern validation happens in `index_spec::normalize`.
+    pub fn from_spec(id: u64, spec: Document) -> Result<IndexMeta> {
+        let key = spec.get_document("key").map_err(corrupt)?;
+        let pattern = key
+            .iter()
+            .map(|(k, v)| (k.clone(), direction_is_descending(v)))
+            .collect();
+        Ok(IndexMeta {
+            id,
+            name: spec.get_str("name").map_err(corrupt)?.to_string(),
+            pattern,
+            unique: spec.get_bool("unique").unwrap_or(false),
+            sparse: spec.get_bool("sparse").unwrap_or(false),
+            spec,
+            multikey: false,
+        })
+    }
+}
+
+pub fn direction_is_descending(v: &Bson) -> bool {
+    match v {
+        Bson::Int32(n) => *n < 0,
+        Bson::Int64(n) => *n < 0,
+        Bson::Double(n) => *n < 0.0,
+        _ => false,
+    }
+}
+
+fn corrupt<E: std::fmt::Display>(e: E) -> Error {
+    Error::internal(format!("corrupt catalog entry: {e}"))
+}
+
+/// Mutable description of a collection. Writers hold a read guard on it for the whole
+/// write so that DDL (index builds, drops) sees no write in flight.
+#[derive(Debug, Clone)]
+pub struct CollectionMeta {
+    pub uuid: bson::Uuid,
+    pub options: Document,
+    pub indexes: Vec<IndexMeta>,
+    pub dropped: bool,
+}
+
+/// One collection: immutable identity plus its guarded metadata and in-memory counters.
+#[derive(Debug)]
+pub struct Collection {
+    pub id: u64,
+    pub ns: Namespace,
+    pub meta: RwLock<CollectionMeta>,
+    next_record_id: AtomicU64,
+    /// Document count and data size, kept in memory (no hot counter key in the write path).
+    pub count: AtomicI64,
+    pub data_size: AtomicI64,
+}
+
+impl Collection {
+    pub fn new(id: u64, ns: Namespace, meta: CollectionMeta, next_record_id: u64) -> Collection {
+        Collection {
+            id,
+            ns,
+            meta: RwLock::new(meta),
+            next_record_id: AtomicU64::new(next_record_id),
+            count: AtomicI64::new(0),
+            data_size: AtomicI64::new(0),
+        }
+    }
+
+    /// RecordIds grow with insertion, so natural order is insertion order.
+    pub fn allocate_record_id(&self) -> u64 {
+        self.next_record_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn catalog_key(&self) -> Vec<u8> {
+        catalog_key(&self.ns)
+    }
+
+    pub fn adjust_stats(&self, docs: i64, bytes: i64) {
+        self.count.fetch_add(docs, Ordering::Relaxed);
+        self.data_size.fetch_add(bytes, Ordering::Relaxed);
+    }
+}
+
+pub fn catalog_key(ns: &Namespace) -> Vec<u8> {
+    let mut k = COLL_PREFIX.to_vec();
+    k.extend_from_slice(ns.db.as_bytes());
+    k.push(0);
+    k.extend_from_slice(ns.coll.as_bytes());
+    k
+}
+
+pub fn catalog_prefix() -> &'static [u8] {
+    COLL_PREFIX
+}
+
+/// Serialized form of a collection's catalog entry.
+pub fn entry_document(id: u64, ns: &Namespace, meta: &CollectionMeta) -> Document {
+    doc! {
+        "ns": ns.full(),
+        "id": id as i64,
+        "uuid": meta.uuid,
+        "options": meta.options.clone(),
+        "indexes": meta.indexes.iter().map(|i| Bson::Document(i.to_persisted())).collect::<Vec<_>>(),
+    }
+}
+
+pub fn parse_entry(d: &Document) -> Result<(u64, Namespace, CollectionMeta)> {
+    let ns = Namespace::parse(d.get_str("ns").map_err(corrupt)?)?;
+    let id = d.get_i64("id").map_err(corrupt)? as u64;
+    let uuid = match d.get("uuid") {
+        Some(Bson::Binary(b)) => bson::Uuid::from_bytes(
+            b.bytes.as_slice().try_into().map_err(corrupt)?,
+        ),
+        _ => return Err(corrupt("missing uuid")),
+    };
+    let indexes = d
+        .get_array("indexes")
+        .map_err(corrupt)?
+        .iter()
+        .map(|b| match b {
+            Bson::Document(d) => IndexMeta::from_persisted(d),
+            _ => Err(corrupt("index entry")),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((
+        id,
+        ns,
+        CollectionMeta {
+            uuid,
+            options: d.get_document("options").cloned().unwrap_or_default(),
+            indexes,
+            dropped: false,
+        },
+    ))
+}
+
+/// The `_id` index every collection has.
+pub fn id_index_spec() -> Document {
+    doc! { "v": 2, "key": { "_id": 1 }, "name": ID_INDEX_NAME }
+}
+
+pub fn namespace_not_found(ns: &Namespace) -> Error {
+    Error::new(ErrorCode::NamespaceNotFound, format!("ns not found: {ns}"))
+}
+
+pub type CollectionRef = Arc<Collection>;

@@ -1,0 +1,351 @@
+//! Catalog changes: create, drop, rename collections and databases; create and drop indexes.
+//! Each runs under the DDL lock and commits its catalog entry and data in one transaction.
+
+use crate::catalog::{self, CollectionMeta, CollectionRef, IndexMeta};
+use crate::index::{self, IndexKeySet};
+use crate::index_spec;
+use crate::namespace::{self, Namespace};
+use crate::{Collection, Engine};
+use bson::{Bson, Document, RawDocument};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_storage::{keys, KvTxn, Space};
+use std::sync::Arc;
+
+/// Result of `createIndexes` as the reply reports it.
+pub struct CreateIndexesOutcome {
+    pub num_indexes_before: usize,
+    pub num_indexes_after: usize,
+    pub created_collection_automatically: bool,
+    pub note: Option<&'static str>,
+}
+
+/// Deletes at most this many keys per transaction when dropping data.
+const DELETE_CHUNK: usize = 10_000;
+
+impl Engine {
+    fn write_entry(&self, txn: &mut dyn KvTxn, coll: &Collection, meta: &CollectionMeta) -> Result<()> {
+        let entry = catalog::entry_document(coll.id, &coll.ns, meta);
+        let bytes = bson::to_vec(&entry).map_err(|e| Error::internal(e.to_string()))?;
+        txn.put(Space::Catalog, &coll.catalog_key(), &bytes)?;
+        Ok(())
+    }
+
+    /// Creates a collection; `NamespaceExists` if it exists (explicit `create`).
+    pub fn create_collection(&self, ns: &Namespace, options: Document) -> Result<CollectionRef> {
+        namespace::validate_coll_name(&ns.db, &ns.coll)?;
+        let _ddl = self.ddl.lock();
+        if self.collection(ns).is_some() {
+            return Err(Error::new(
+                ErrorCode::NamespaceExists,
+                format!("Collection {ns} already exists."),
+            ));
+        }
+        self.create_locked(ns, options)
+    }
+
+    /// Returns the collection, creating it first if needed (implicit creation on write).
+    pub fn ensure_collection(&self, ns: &Namespace) -> Result<CollectionRef> {
+        if let Some(c) = self.collection(ns) {
+            return Ok(c);
+        }
+        namespace::validate_coll_name(&ns.db, &ns.coll)?;
+        let _ddl = self.ddl.lock();
+        if let Some(c) = self.collection(ns) {
+            return Ok(c);
+        }
+        self.create_locked(ns, Document::new())
+    }
+
+    fn create_locked(&self, ns: &Namespace, options: Document) -> Result<CollectionRef> {
+        let mut txn = self.kv.begin();
+        let id = self.allocate_id(txn.as_mut())?;
+        let id_index = IndexMeta::from_spec(self.allocate_id(txn.as_mut())?, catalog::id_index_spec())?;
+        let meta = CollectionMeta {
+            uuid: bson::Uuid::new(),
+            options,
+            indexes: vec![id_index],
+            dropped: false,
+        };
+        let coll = Collection::new(id, ns.clone(), meta.clone(), 1);
+        self.write_entry(txn.as_mut(), &coll, &meta)?;
+        txn.commit()?;
+        let coll = Arc::new(coll);
+        self.collections.write().insert(ns.clone(), coll.clone());
+        Ok(coll)
+    }
+
+    /// Drops a collection and its data. Returns the number of indexes it had, or None if absent.
+    pub fn drop_collection(&self, ns: &Namespace) -> Result<Option<usize>> {
+        let _ddl = self.ddl.lock();
+        let Some(coll) = self.collection(ns) else {
+            return Ok(None);
+        };
+        let mut meta = coll.meta.write();
+        let n = meta.indexes.len();
+        let mut txn = self.kv.begin();
+        txn.delete(Space::Catalog, &coll.catalog_key())?;
+        txn.commit()?;
+        meta.dropped = true;
+        self.collections.write().remove(ns);
+        self.delete_prefix(Space::Records, coll.id)?;
+        for ix in &meta.indexes {
+            self.delete_prefix(Space::Indexes, ix.id)?;
+        }
+        Ok(Some(n))
+    }
+
+    pub fn drop_database(&self, db: &str) -> Result<()> {
+        for coll in self.collections_in(db) {
+            self.drop_collection(&coll.ns)?;
+        }
+        Ok(())
+    }
+
+    /// Removes every key of one collection or index, in bounded transactions.
+    fn delete_prefix(&self, space: Space, id: u64) -> Result<()> {
+        let lower = keys::u64_be(id);
+        let upper = keys::prefix_end(id);
+        loop {
+            let mut txn = self.kv.begin();
+            let batch: Vec<Vec<u8>> = {
+                let mut c = txn.cursor(space, &lower, &upper);
+                c.seek_to_first();
+                let mut out = Vec::new();
+                while c.valid() && out.len() < DELETE_CHUNK {
+                    out.push(c.key().to_vec());
+                    c.next();
+                }
+                c.status()?;
+                out
+            };
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for k in &batch {
+                txn.delete(space, k)?;
+            }
+            txn.commit()?;
+        }
+    }
+
+    /// `renameCollection`: the data keeps its ids; only the catalog entry moves.
+    pub fn rename_collection(&self, from: &Namespace, to: &Namespace, drop_target: bool) -> Result<()> {
+        namespace::validate_coll_name(&to.db, &to.coll)?;
+        if self.collection(to).is_some() {
+            if !drop_target {
+                return Err(Error::new(ErrorCode::NamespaceExists, "target namespace exists"));
+            }
+            self.drop_collection(to)?;
+        }
+        let _ddl = self.ddl.lock();
+        let Some(old) = self.collection(from) else {
+            return Err(Error::new(ErrorCode::NamespaceNotFound, "source namespace does not exist"));
+        };
+        let mut meta = old.meta.write();
+        let renamed = Collection::new(old.id, to.clone(), meta.clone(), old.allocate_record_id());
+        renamed.adjust_stats(
+            old.count.load(std::sync::atomic::Ordering::Relaxed),
+            old.data_size.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        let mut txn = self.kv.begin();
+        txn.delete(Space::Catalog, &old.catalog_key())?;
+        self.write_entry(txn.as_mut(), &renamed, &meta)?;
+        txn.commit()?;
+        meta.dropped = true;
+        let mut map = self.collections.write();
+        map.remove(from);
+        map.insert(to.clone(), Arc::new(renamed));
+        Ok(())
+    }
+
+    /// `createIndexes`: validates every spec, skips identical existing ones, builds the rest
+    /// over existing documents in the same transaction as the catalog change.
+    pub fn create_indexes(&self, ns: &Namespace, specs: &[Document]) -> Result<CreateIndexesOutcome> {
+        let normalized = specs.iter().map(index_spec::normalize).collect::<Result<Vec<_>>>()?;
+        let existed = self.collection(ns).is_some();
+        let coll = self.ensure_collection(ns)?;
+        let _ddl = self.ddl.lock();
+        let mut meta = coll.meta.write();
+        if meta.dropped {
+            return Err(catalog::namespace_not_found(ns));
+        }
+        let before = meta.indexes.len();
+        let mut to_build = Vec::new();
+        for spec in normalized {
+            if !is_new_index(&meta.indexes, &to_build, &spec)? {
+                continue;
+            }
+            to_build.push(spec);
+        }
+        if to_build.is_empty() {
+            return Ok(CreateIndexesOutcome {
+                num_indexes_before: before,
+                num_indexes_after: before,
+                created_collection_automatically: !existed,
+                note: Some("all indexes already exist"),
+            });
+        }
+        let mut txn = self.kv.begin();
+        let mut new_meta = meta.clone();
+        for spec in to_build {
+            let ix = IndexMeta::from_spec(self.allocate_id(txn.as_mut())?, spec)?;
+            let ix = self.build_index(txn.as_mut(), &coll, ix)?;
+            new_meta.indexes.push(ix);
+        }
+        self.write_entry(txn.as_mut(), &coll, &new_meta)?;
+        txn.commit()?;
+        let after = new_meta.indexes.len();
+        *meta = new_meta;
+        Ok(CreateIndexesOutcome {
+            num_indexes_before: before,
+            num_indexes_after: after,
+            created_collection_automatically: !existed,
+            note: None,
+        })
+    }
+
+    /// Adds one index's entries for every document (writers are blocked by the meta lock).
+    fn build_index(&self, txn: &mut dyn KvTxn, coll: &Collection, mut ix: IndexMeta) -> Result<IndexMeta> {
+        let lower = keys::u64_be(coll.id);
+        let upper = keys::prefix_end(coll.id);
+        let docs: Vec<(u64, Vec<u8>)> = {
+            let mut c = txn.cursor(Space::Records, &lower, &upper);
+            c.seek_to_first();
+            let mut out = Vec::new();
+            while c.valid() {
+                let rid = keys::read_u64(&c.key()[8..]).unwrap_or(0);
+                out.push((rid, c.value().to_vec()));
+                c.next();
+            }
+            c.status()?;
+            out
+        };
+        for (rid, bytes) in docs {
+            let doc = RawDocument::from_bytes(&bytes)?;
+            let ks: IndexKeySet = index::document_keys(&ix, doc)?;
+            if ks.len() > 1 {
+                ix.multikey = true;
+            }
+            index::insert_keys(txn, coll, &ix, &ks, rid)?;
+        }
+        Ok(ix)
+    }
+
+    /// `dropIndexes` by name, by key pattern, a list of names, or `"*"`.
+    /// Returns the number of indexes before the drop.
+    pub fn drop_indexes(&self, ns: &Namespace, which: &Bson) -> Result<usize> {
+        let _ddl = self.ddl.lock();
+        let coll = self.collection(ns).ok_or_else(|| catalog::namespace_not_found(ns))?;
+        let mut meta = coll.meta.write();
+        let before = meta.indexes.len();
+        let targets = select_indexes(&meta.indexes, which)?;
+        let mut new_meta = meta.clone();
+        new_meta.indexes.retain(|ix| !targets.contains(&ix.name));
+        let mut txn = self.kv.begin();
+        self.write_entry(txn.as_mut(), &coll, &new_meta)?;
+        txn.commit()?;
+        let dropped: Vec<u64> = meta
+            .indexes
+            .iter()
+            .filter(|ix| targets.contains(&ix.name))
+            .map(|ix| ix.id)
+            .collect();
+        *meta = new_meta;
+        drop(meta);
+        for id in dropped {
+            self.delete_prefix(Space::Indexes, id)?;
+        }
+        Ok(before)
+    }
+}
+
+/// False when an identical index exists; errors when one conflicts by name or options.
+fn is_new_index(existing: &[IndexMeta], pending: &[Document], spec: &Document) -> Result<bool> {
+    let name = spec.get_str("name").unwrap_or_default();
+    let key = spec.get_document("key").cloned().unwrap_or_default();
+    let opts = index_spec::comparable_options(spec);
+    let all = existing.iter().map(|ix| &ix.spec).chain(pending.iter());
+    for other in all {
+        let other_name = other.get_str("name").unwrap_or_default();
+        let other_key = other.get_document("key").cloned().unwrap_or_default();
+        let same_key = other_key == key;
+        let same_opts = index_spec::comparable_options(other) == opts;
+        if other_name == name {
+            if same_key && same_opts {
+                return Ok(false);
+            }
+            if same_key {
+                return Err(Error::new(
+                    ErrorCode::IndexOptionsConflict,
+                    format!("An existing index has the same name as the requested index. When index names are not specified, they are auto generated and can cause conflicts. Please refer to our documentation. Requested index: {}, existing index: {}", show(spec), show(other)),
+                ));
+            }
+            return Err(Error::new(
+                ErrorCode::IndexKeySpecsConflict,
+                format!("An existing index has the same name as the requested index. When index names are not specified, they are auto generated and can cause conflicts. Please refer to our documentation. Requested index: {}, existing index: {}", show(spec), show(other)),
+            ));
+        }
+        if same_key && !same_opts {
+            return Err(Error::new(
+                ErrorCode::IndexOptionsConflict,
+                format!("An equivalent index already exists with a different name and options. Requested index: {}, existing index: {}", show(spec), show(other)),
+            ));
+        }
+        if same_key {
+            return Err(Error::new(
+                ErrorCode::IndexOptionsConflict,
+                format!("Index already exists with a different name: {other_name}"),
+            ));
+        }
+    }
+    Ok(true)
+}
+
+fn show(d: &Document) -> String {
+    nidus_common::shell::format(&Bson::Document(d.clone()))
+}
+
+fn select_indexes(indexes: &[IndexMeta], which: &Bson) -> Result<Vec<String>> {
+    let not_found = |what: String| Error::new(ErrorCode::IndexNotFound, what);
+    match which {
+        Bson::String(s) if s == "*" => Ok(indexes
+            .iter()
+            .filter(|ix| !ix.is_id())
+            .map(|ix| ix.name.clone())
+            .collect()),
+        Bson::String(name) => {
+            if name == catalog::ID_INDEX_NAME {
+                return Err(Error::new(ErrorCode::InvalidOptions, "cannot drop _id index"));
+            }
+            indexes
+                .iter()
+                .find(|ix| &ix.name == name)
+                .map(|ix| vec![ix.name.clone()])
+                .ok_or_else(|| not_found(format!("index not found with name [{name}]")))
+        }
+        Bson::Document(key) => {
+            let found: Vec<&IndexMeta> = indexes.iter().filter(|ix| &ix.key_document() == key).collect();
+            match found.as_slice() {
+                [] => Err(not_found(format!("can't find index with key: {}", show(key)))),
+                [ix] if ix.is_id() => Err(Error::new(ErrorCode::InvalidOptions, "cannot drop _id index")),
+                [ix] => Ok(vec![ix.name.clone()]),
+                _ => Err(Error::new(
+                    ErrorCode::AmbiguousIndexKeyPattern,
+                    "ambiguous key pattern",
+                )),
+            }
+        }
+        Bson::Array(names) => names
+            .iter()
+            .map(|n| match n {
+                Bson::String(s) => select_indexes(indexes, n).map(|mut v| v.remove(0)).or_else(|e| {
+                    if s == "*" { Err(Error::bad_value("'*' is not allowed in an index list")) } else { Err(e) }
+                }),
+                _ => Err(Error::type_mismatch("dropIndexes index names must be strings")),
+            })
+            .collect(),
+        _ => Err(Error::type_mismatch(
+            "The field 'index' must be a string, an object or an array of strings",
+        )),
+    }
+}

@@ -1,0 +1,126 @@
+use super::{Member, StageImpl, StageState};
+use bson::{Document, RawDocumentBuf};
+use nidus_common::Result;
+use nidus_query::matcher::Matcher;
+use nidus_storage::{keys, KvEngine, Space};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Records read per storage snapshot; between batches the scan "yields" and resumes after
+/// the last RecordId it returned, as MongoDB's collection scan does after a yield.
+const BATCH: usize = 256;
+
+/// `COLLSCAN`: the record store in RecordId order (natural order), forward or backward.
+pub struct CollScan {
+    kv: Arc<dyn KvEngine>,
+    coll_id: u64,
+    forward: bool,
+    filter: Option<Arc<Matcher>>,
+    filter_doc: Option<Document>,
+    /// RecordId to resume after (forward) or before (backward).
+    resume: Option<u64>,
+    buffer: VecDeque<(u64, Vec<u8>)>,
+    exhausted: bool,
+    docs_examined: i64,
+}
+
+impl CollScan {
+    pub fn new(
+        kv: Arc<dyn KvEngine>,
+        coll_id: u64,
+        forward: bool,
+        filter: Option<(Arc<Matcher>, Document)>,
+    ) -> CollScan {
+        let (filter, filter_doc) = match filter {
+            Some((m, d)) => (Some(m), Some(d)),
+            None => (None, None),
+        };
+        CollScan {
+            kv,
+            coll_id,
+            forward,
+            filter,
+            filter_doc,
+            resume: None,
+            buffer: VecDeque::new(),
+            exhausted: false,
+            docs_examined: 0,
+        }
+    }
+
+    fn refill(&mut self) -> Result<()> {
+        let snap = self.kv.snapshot();
+        let lower = keys::u64_be(self.coll_id);
+        let upper = keys::prefix_end(self.coll_id);
+        let mut c = snap.cursor(Space::Records, &lower, &upper);
+        match (self.resume, self.forward) {
+            (None, true) => c.seek_to_first(),
+            (None, false) => c.seek_to_last(),
+            (Some(rid), true) => c.seek(&keys::with_id(self.coll_id, rid.saturating_add(1))),
+            (Some(0), false) => {
+                self.exhausted = true;
+                return Ok(());
+            }
+            (Some(rid), false) => c.seek_for_prev(&keys::with_id(self.coll_id, rid - 1)),
+        }
+        while c.valid() && self.buffer.len() < BATCH {
+            let rid = keys::read_u64(&c.key()[8..]).unwrap_or(0);
+            self.buffer.push_back((rid, c.value().to_vec()));
+            if self.forward {
+                c.next();
+            } else {
+                c.prev();
+            }
+        }
+        c.status()?;
+        if self.buffer.len() < BATCH {
+            self.exhausted = true;
+        }
+        if let Some((rid, _)) = self.buffer.back() {
+            self.resume = Some(*rid);
+        }
+        Ok(())
+    }
+}
+
+impl StageImpl for CollScan {
+    fn name(&self) -> &'static str {
+        "COLLSCAN"
+    }
+
+    fn work(&mut self) -> Result<StageState> {
+        if self.buffer.is_empty() {
+            if self.exhausted {
+                return Ok(StageState::IsEof);
+            }
+            self.refill()?;
+            if self.buffer.is_empty() {
+                return Ok(StageState::IsEof);
+            }
+        }
+        let Some((rid, bytes)) = self.buffer.pop_front() else {
+            return Ok(StageState::IsEof);
+        };
+        self.docs_examined += 1;
+        let doc = RawDocumentBuf::from_bytes(bytes)?;
+        let matched = match &self.filter {
+            Some(m) => m.matches(&doc),
+            None => true,
+        };
+        if matched {
+            Ok(StageState::Advanced(Member { rid: Some(rid), doc }))
+        } else {
+            Ok(StageState::NeedTime)
+        }
+    }
+
+    fn specific_stats(&self) -> Document {
+        let mut d = Document::new();
+        if let Some(f) = &self.filter_doc {
+            d.insert("filter", f.clone());
+        }
+        d.insert("direction", if self.forward { "forward" } else { "backward" });
+        d.insert("docsExamined", self.docs_examined);
+        d
+    }
+}

@@ -1,0 +1,57 @@
+use super::{Member, Stage, StageImpl, StageState};
+use bson::{Document, RawDocumentBuf};
+use nidus_common::{Error, Result};
+use nidus_query::projection::Projection;
+use std::sync::Arc;
+
+/// `PROJECTION_SIMPLE` / `PROJECTION_DEFAULT`: reshapes each result of its child.
+pub struct ProjectionStage {
+    child: Box<Stage>,
+    projection: Arc<Projection>,
+    spec: Document,
+    simple: bool,
+}
+
+impl ProjectionStage {
+    pub fn new(child: Stage, projection: Arc<Projection>, spec: Document) -> ProjectionStage {
+        let simple = projection.is_simple();
+        ProjectionStage {
+            child: Box::new(child),
+            projection,
+            spec,
+            simple,
+        }
+    }
+}
+
+impl StageImpl for ProjectionStage {
+    fn name(&self) -> &'static str {
+        if self.simple {
+            "PROJECTION_SIMPLE"
+        } else {
+            "PROJECTION_DEFAULT"
+        }
+    }
+
+    fn work(&mut self) -> Result<StageState> {
+        match self.child.work()? {
+            StageState::Advanced(m) => {
+                let projected = self.projection.apply(&m.doc)?;
+                let doc = RawDocumentBuf::from_document(&projected)
+                    .map_err(|e| Error::internal(e.to_string()))?;
+                Ok(StageState::Advanced(Member { rid: m.rid, doc }))
+            }
+            other => Ok(other),
+        }
+    }
+
+    fn specific_stats(&self) -> Document {
+        let mut d = Document::new();
+        d.insert("transformBy", self.spec.clone());
+        d
+    }
+
+    fn children(&self) -> Vec<&Stage> {
+        vec![&self.child]
+    }
+}

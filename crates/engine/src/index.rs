@@ -1,0 +1,120 @@
+//! Index entries: the key layout of the index space and their maintenance on writes.
+//!
+//! Unique index: key = `index id ++ keystring`, value = `record id ++ type bits`, so a second
+//! document with the same key finds the entry with one point read.
+//! Non-unique index: key = `index id ++ keystring ++ record id`, value = `type bits`.
+//! Keystrings are self-delimiting, so the record id suffix never changes key order.
+
+use crate::catalog::{Collection, IndexMeta};
+use bson::{Bson, Document, RawBsonRef, RawDocument};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_storage::{keys, KvTxn, Space};
+use std::collections::BTreeMap;
+
+/// One index entry of one document: keystring → type bits.
+pub type IndexKeySet = BTreeMap<Vec<u8>, (Vec<Bson>, Vec<u8>)>;
+
+/// The keystrings a document contributes to an index (deduplicated), with the key values
+/// (for duplicate-key messages) and the type bits stored in the entry's value.
+pub fn document_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<IndexKeySet> {
+    let generated = nidus_doc::keys::index_keys(doc, &ix.pattern, ix.sparse)?;
+    let mut out = IndexKeySet::new();
+    for values in generated.keys {
+        let raw: Vec<bson::RawBson> = values
+            .iter()
+            .map(|v| bson::RawBson::try_from(v.clone()))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| Error::internal(format!("index key conversion: {e}")))?;
+        let parts: Vec<(RawBsonRef, bool)> = raw
+            .iter()
+            .zip(ix.pattern.iter())
+            .map(|(v, (_, desc))| (v.as_raw_bson_ref(), *desc))
+            .collect();
+        let (ks, type_bits) = nidus_doc::keystring::encode_key(&parts);
+        out.insert(ks, (values, type_bits));
+    }
+    Ok(out)
+}
+
+pub fn entry_key(ix: &IndexMeta, ks: &[u8], rid: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(16 + ks.len());
+    k.extend_from_slice(&keys::u64_be(ix.id));
+    k.extend_from_slice(ks);
+    if !ix.unique {
+        k.extend_from_slice(&keys::u64_be(rid));
+    }
+    k
+}
+
+fn entry_value(ix: &IndexMeta, type_bits: &[u8], rid: u64) -> Vec<u8> {
+    if ix.unique {
+        let mut v = keys::u64_be(rid).to_vec();
+        v.extend_from_slice(type_bits);
+        v
+    } else {
+        type_bits.to_vec()
+    }
+}
+
+/// Record id an entry points at.
+pub fn entry_record_id(ix: &IndexMeta, key: &[u8], value: &[u8]) -> Option<u64> {
+    if ix.unique {
+        keys::read_u64(value)
+    } else {
+        key.len().checked_sub(8).and_then(|at| keys::read_u64(&key[at..]))
+    }
+}
+
+/// Adds entries, checking uniqueness with a locking read so concurrent inserters of the same
+/// key conflict instead of both succeeding.
+pub fn insert_keys(
+    txn: &mut dyn KvTxn,
+    coll: &Collection,
+    ix: &IndexMeta,
+    keys_to_add: &IndexKeySet,
+    rid: u64,
+) -> Result<()> {
+    for (ks, (values, type_bits)) in keys_to_add {
+        let key = entry_key(ix, ks, rid);
+        if ix.unique {
+            if let Some(existing) = txn.get_for_update(Space::Indexes, &key)? {
+                if keys::read_u64(&existing) != Some(rid) {
+                    return Err(duplicate_key_error(coll, ix, values));
+                }
+            }
+        }
+        txn.put(Space::Indexes, &key, &entry_value(ix, type_bits, rid))?;
+    }
+    Ok(())
+}
+
+pub fn remove_keys(
+    txn: &mut dyn KvTxn,
+    ix: &IndexMeta,
+    keys_to_remove: &IndexKeySet,
+    rid: u64,
+) -> Result<()> {
+    for ks in keys_to_remove.keys() {
+        txn.delete(Space::Indexes, &entry_key(ix, ks, rid))?;
+    }
+    Ok(())
+}
+
+/// `E11000 duplicate key error collection: db.c index: a_1 dup key: { a: 1 }` with
+/// `keyPattern` and `keyValue`, as MongoDB reports it.
+pub fn duplicate_key_error(coll: &Collection, ix: &IndexMeta, values: &[Bson]) -> Error {
+    let mut key_value = Document::new();
+    for ((path, _), v) in ix.pattern.iter().zip(values) {
+        key_value.insert(path.clone(), v.clone());
+    }
+    let shown = nidus_common::shell::format(&Bson::Document(key_value.clone()));
+    Error::new(
+        ErrorCode::DuplicateKey,
+        format!(
+            "E11000 duplicate key error collection: {} index: {} dup key: {}",
+            coll.ns, ix.name, shown
+        ),
+    )
+    .with_extra("keyPattern", ix.key_document())
+    .with_extra("keyValue", key_value)
+}

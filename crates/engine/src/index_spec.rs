@@ -1,0 +1,253 @@
+//! `createIndexes` spec validation and normalization, with MongoDB's errors.
+
+use crate::catalog::ID_INDEX_NAME;
+use bson::{Bson, Document};
+use nidus_common::{Error, ErrorCode, Result};
+
+/// Options a spec may carry, and whether they take part in "same index" comparisons.
+const KNOWN_OPTIONS: &[&str] = &[
+    "v",
+    "key",
+    "name",
+    "unique",
+    "sparse",
+    "background",
+    "partialFilterExpression",
+    "expireAfterSeconds",
+    "hidden",
+    "collation",
+    "ns",
+    "weights",
+    "default_language",
+    "language_override",
+    "textIndexVersion",
+    "2dsphereIndexVersion",
+    "bits",
+    "min",
+    "max",
+    "wildcardProjection",
+    "storageEngine",
+    "prepareUnique",
+];
+
+/// The default name: `a_1_b_-1`.
+pub fn default_name(key: &Document) -> String {
+    key.iter()
+        .map(|(k, v)| format!("{k}_{}", direction_text(v)))
+        .collect::<Vec<_>>()
+        .join("_")
+}
+
+fn direction_text(v: &Bson) -> String {
+    match v {
+        Bson::Int32(n) => n.to_string(),
+        Bson::Int64(n) => n.to_string(),
+        Bson::Double(f) if f.fract() == 0.0 => format!("{}", *f as i64),
+        Bson::Double(f) => f.to_string(),
+        Bson::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn validate_key(key: &Document) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::new(
+            ErrorCode::CannotCreateIndex,
+            "Index keys cannot be an empty object.",
+        ));
+    }
+    for (field, v) in key {
+        if field.is_empty() {
+            return Err(Error::new(
+                ErrorCode::CannotCreateIndex,
+                "Index keys cannot contain an empty field.",
+            ));
+        }
+        match v {
+            Bson::Int32(0) | Bson::Int64(0) => {
+                return Err(Error::new(
+                    ErrorCode::CannotCreateIndex,
+                    format!("Values in the index key pattern can't be all zero; found {field}: 0"),
+                ))
+            }
+            Bson::Double(f) if *f == 0.0 || f.is_nan() => {
+                return Err(Error::new(
+                    ErrorCode::CannotCreateIndex,
+                    format!("Values in v:2 index key pattern cannot be of type {f}. Only numbers > 0, numbers < 0, and strings are allowed."),
+                ))
+            }
+            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) => {}
+            Bson::String(kind) => {
+                return Err(Error::new(
+                    ErrorCode::CannotCreateIndex,
+                    format!("Index type '{kind}' is not supported yet by this server"),
+                ))
+            }
+            other => {
+                return Err(Error::new(
+                    ErrorCode::CannotCreateIndex,
+                    format!(
+                        "Values in v:2 index key pattern cannot be of type {}. Only numbers > 0, numbers < 0, and strings are allowed.",
+                        type_name(other)
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn type_name(v: &Bson) -> &'static str {
+    match v {
+        Bson::Document(_) => "object",
+        Bson::Array(_) => "array",
+        Bson::Boolean(_) => "bool",
+        Bson::Null => "null",
+        _ => "unknown",
+    }
+}
+
+/// Validates one spec from `createIndexes.indexes` and returns it normalized
+/// (`v: 2`, `key`, `name`, then the options in the order given).
+pub fn normalize(spec: &Document) -> Result<Document> {
+    let key = match spec.get("key") {
+        Some(Bson::Document(k)) => k.clone(),
+        Some(_) => {
+            return Err(Error::type_mismatch(
+                "The field 'key' must be an object",
+            ))
+        }
+        None => {
+            return Err(Error::new(
+                ErrorCode::FailedToParse,
+                "The 'key' field is a required property of an index specification",
+            ))
+        }
+    };
+    validate_key(&key)?;
+    let name = match spec.get("name") {
+        Some(Bson::String(n)) if n.is_empty() => {
+            return Err(Error::new(ErrorCode::CannotCreateIndex, "The index name cannot be empty"))
+        }
+        Some(Bson::String(n)) => n.clone(),
+        Some(_) => return Err(Error::type_mismatch("The field 'name' must be a string")),
+        None => {
+            return Err(Error::new(
+                ErrorCode::FailedToParse,
+                "The 'name' field is a required property of an index specification",
+            ))
+        }
+    };
+    let mut out = Document::new();
+    out.insert("v", 2);
+    out.insert("key", key.clone());
+    out.insert("name", name.clone());
+    for (k, v) in spec {
+        match k.as_str() {
+            "v" | "key" | "name" | "ns" | "background" => {}
+            "unique" | "sparse" | "hidden" => {
+                let b = as_bool(v).ok_or_else(|| {
+                    Error::type_mismatch(format!("The field '{k}' must be a boolean"))
+                })?;
+                if b || k != "hidden" {
+                    out.insert(k.clone(), b);
+                }
+            }
+            "expireAfterSeconds" => {
+                if !matches!(v, Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_)) {
+                    return Err(Error::type_mismatch(
+                        "TTL index 'expireAfterSeconds' option must be numeric",
+                    ));
+                }
+                out.insert(k.clone(), v.clone());
+            }
+            "partialFilterExpression" => {
+                if !matches!(v, Bson::Document(_)) {
+                    return Err(Error::type_mismatch(
+                        "The field 'partialFilterExpression' must be an object",
+                    ));
+                }
+                out.insert(k.clone(), v.clone());
+            }
+            other if KNOWN_OPTIONS.contains(&other) => {
+                out.insert(k.clone(), v.clone());
+            }
+            other => {
+                return Err(Error::new(
+                    ErrorCode::InvalidIndexSpecificationOption,
+                    format!("The field '{other}' is not valid for an index specification. Specification: {}", nidus_common::shell::format(&Bson::Document(spec.clone()))),
+                ))
+            }
+        }
+    }
+    if name == ID_INDEX_NAME && !is_id_key(&key) {
+        return Err(Error::new(
+            ErrorCode::BadValue,
+            "The index name '_id_' is reserved for the _id index, which must have key pattern {_id: 1}",
+        ));
+    }
+    if is_id_key(&key) && (out.contains_key("unique") || out.contains_key("sparse")) {
+        let opt = if out.contains_key("unique") { "unique" } else { "sparse" };
+        return Err(Error::new(
+            ErrorCode::InvalidIndexSpecificationOption,
+            format!("The field '{opt}' is not valid for an _id index specification."),
+        ));
+    }
+    Ok(out)
+}
+
+fn as_bool(v: &Bson) -> Option<bool> {
+    match v {
+        Bson::Boolean(b) => Some(*b),
+        Bson::Int32(n) => Some(*n != 0),
+        Bson::Int64(n) => Some(*n != 0),
+        Bson::Double(f) => Some(*f != 0.0),
+        _ => None,
+    }
+}
+
+pub fn is_id_key(key: &Document) -> bool {
+    key.len() == 1
+        && key.get("_id").is_some_and(|v| {
+            matches!(v, Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))
+                && !crate::catalog::direction_is_descending(v)
+        })
+}
+
+/// Options compared to decide "same index" vs IndexOptionsConflict.
+pub fn comparable_options(spec: &Document) -> Document {
+    let mut d = Document::new();
+    for k in ["unique", "sparse", "partialFilterExpression", "expireAfterSeconds", "collation", "hidden"] {
+        if let Some(v) = spec.get(k) {
+            d.insert(k, v.clone());
+        }
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    #[test]
+    fn default_names_follow_mongodb() {
+        assert_eq!(default_name(&doc! {"contact.email": 1}), "contact.email_1");
+        assert_eq!(
+            default_name(&doc! {"country_id": 1, "order_details.product_id": 1, "created_at": -1}),
+            "country_id_1_order_details.product_id_1_created_at_-1"
+        );
+    }
+
+    #[test]
+    fn rejects_bad_specs() {
+        assert_eq!(normalize(&doc! {"key": {}, "name": "x"}).unwrap_err().code, ErrorCode::CannotCreateIndex);
+        assert_eq!(normalize(&doc! {"key": {"a": 1}}).unwrap_err().code, ErrorCode::FailedToParse);
+        assert_eq!(
+            normalize(&doc! {"key": {"a": 1}, "name": "a_1", "bogus": 1}).unwrap_err().code,
+            ErrorCode::InvalidIndexSpecificationOption
+        );
+        let ok = normalize(&doc! {"key": {"a": 1}, "name": "a_1", "unique": true}).unwrap();
+        assert_eq!(ok, doc! {"v": 2, "key": {"a": 1}, "name": "a_1", "unique": true});
+    }
+}

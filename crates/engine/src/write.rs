@@ -1,0 +1,339 @@
+//! The write path: single-document inserts, updates and deletes, each in its own storage
+//! transaction, retried internally on write conflicts with MongoDB's backoff.
+
+use crate::catalog::{CollectionMeta, CollectionRef};
+use crate::find::FindSpec;
+use crate::index::{self, IndexKeySet};
+use crate::retry::with_write_conflict_retry;
+use crate::Engine;
+use bson::{oid::ObjectId, Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_query::matcher::Matcher;
+use nidus_query::update::{Update, UpdateContext};
+use nidus_storage::{keys, KvTxn, Space};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+pub const MAX_USER_DOC_SIZE: usize = 16 * 1024 * 1024;
+
+/// Per-operation options shared by every write.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOpts {
+    pub deadline: Option<Instant>,
+}
+
+/// What `update` reports per statement.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpdateOutcome {
+    pub n_matched: u64,
+    pub n_modified: u64,
+    pub upserted_id: Option<Bson>,
+}
+
+/// One update statement.
+pub struct UpdateSpec {
+    pub filter: Document,
+    pub update: Update,
+    pub multi: bool,
+    pub upsert: bool,
+    pub sort: Option<Document>,
+    pub hint: Option<Bson>,
+}
+
+fn check_id(v: RawBsonRef) -> Result<()> {
+    let kind = match v {
+        RawBsonRef::Array(_) => "an array",
+        RawBsonRef::RegularExpression(_) => "a regex",
+        RawBsonRef::Undefined => "a undefined",
+        _ => return Ok(()),
+    };
+    Err(Error::bad_value(format!("can't use {kind} for _id")))
+}
+
+fn check_size(len: usize) -> Result<()> {
+    if len > MAX_USER_DOC_SIZE {
+        return Err(Error::new(
+            ErrorCode::BadValue,
+            format!("object to insert too large. size in bytes: {len}, max size: {MAX_USER_DOC_SIZE}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The document as stored: `_id` first (an ObjectId is generated when absent), other fields
+/// in the order given. A document that already starts with a valid `_id` is stored as is.
+pub fn prepare_insert(doc: &RawDocument) -> Result<RawDocumentBuf> {
+    check_size(doc.as_bytes().len())?;
+    let mut id = None;
+    for (i, el) in doc.iter().enumerate() {
+        let (k, v) = el?;
+        if k == "_id" {
+            check_id(v)?;
+            if i == 0 {
+                return Ok(doc.to_raw_document_buf());
+            }
+            id = Some(v.to_raw_bson());
+            break;
+        }
+    }
+    let mut out = RawDocumentBuf::new();
+    match id {
+        Some(v) => out.append("_id", v),
+        None => out.append("_id", ObjectId::new()),
+    }
+    for el in doc.iter() {
+        let (k, v) = el?;
+        if k != "_id" {
+            out.append(k, v.to_raw_bson());
+        }
+    }
+    check_size(out.as_bytes().len())?;
+    Ok(out)
+}
+
+fn to_raw(doc: &Document) -> Result<RawDocumentBuf> {
+    RawDocumentBuf::from_document(doc).map_err(|e| Error::internal(e.to_string()))
+}
+
+fn index_keys_all(meta: &CollectionMeta, doc: &RawDocument) -> Result<Vec<IndexKeySet>> {
+    meta.indexes
+        .iter()
+        .map(|ix| index::document_keys(ix, doc))
+        .collect()
+}
+
+impl Engine {
+    fn retry<T>(&self, opts: &WriteOpts, op: impl FnMut() -> Result<T>) -> Result<T> {
+        with_write_conflict_retry(
+            opts.deadline,
+            || {
+                self.metrics.write_conflicts.fetch_add(1, Ordering::Relaxed);
+            },
+            op,
+        )
+    }
+
+    /// Inserts one prepared document (see [`prepare_insert`]).
+    pub fn insert_one(&self, coll: &CollectionRef, doc: &RawDocument, opts: &WriteOpts) -> Result<()> {
+        let meta = coll.meta.read();
+        if meta.dropped {
+            return Err(Error::new(ErrorCode::NamespaceNotFound, "collection dropped"));
+        }
+        let keys = index_keys_all(&meta, doc)?;
+        self.retry(opts, || {
+            let mut txn = self.kv.begin();
+            let rid = coll.allocate_record_id();
+            for (ix, ks) in meta.indexes.iter().zip(&keys) {
+                index::insert_keys(txn.as_mut(), coll, ix, ks, rid)?;
+            }
+            txn.put(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
+            txn.commit()?;
+            Ok(())
+        })?;
+        coll.adjust_stats(1, doc.as_bytes().len() as i64);
+        Ok(())
+    }
+
+    /// Record ids of the documents a write statement targets, read from a snapshot.
+    fn target_ids(&self, coll: &CollectionRef, spec: FindSpec) -> Result<Vec<u64>> {
+        let mut exec = self.plan_find(Some(coll), &spec)?;
+        let mut out = Vec::new();
+        while let Some(m) = exec.next()? {
+            if let Some(rid) = m.rid {
+                out.push(rid);
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn update(&self, coll: &CollectionRef, spec: &UpdateSpec, opts: &WriteOpts) -> Result<UpdateOutcome> {
+        let matcher = Matcher::parse(&spec.filter)?;
+        let find = FindSpec {
+            filter: spec.filter.clone(),
+            sort: spec.sort.clone(),
+            limit: if spec.multi { 0 } else { 1 },
+            hint: spec.hint.clone(),
+            deadline: opts.deadline,
+            ..FindSpec::default()
+        };
+        let mut outcome = UpdateOutcome::default();
+        for rid in self.target_ids(coll, find)? {
+            if let Some(modified) = self.update_record(coll, rid, &matcher, &spec.update, opts)? {
+                outcome.n_matched += 1;
+                outcome.n_modified += modified as u64;
+            }
+        }
+        if outcome.n_matched == 0 && spec.upsert {
+            let doc = self.upsert_document(&spec.filter, &spec.update)?;
+            let raw = prepare_insert(&to_raw(&doc)?)?;
+            let id = raw.get("_id")?.map(|v| v.to_raw_bson());
+            self.insert_one(coll, &raw, opts)?;
+            outcome.upserted_id = id.and_then(|v| Bson::try_from(v).ok());
+        }
+        Ok(outcome)
+    }
+
+    /// The document an upsert inserts: the query's equality fields, then the update applied.
+    pub fn upsert_document(&self, filter: &Document, update: &Update) -> Result<Document> {
+        let mut doc = nidus_query::update::upsert_seed(filter)?;
+        let ctx = UpdateContext {
+            matched_array_index: None,
+            is_upsert_insert: true,
+            now: bson::DateTime::now(),
+            timestamp: bson::Timestamp { time: now_secs(), increment: 1 },
+        };
+        update.apply(&mut doc, &ctx)?;
+        Ok(doc)
+    }
+
+    /// Applies an update to one record if it still matches. Returns None when it no longer
+    /// matches (or is gone), Some(modified) otherwise.
+    pub fn update_record(
+        &self,
+        coll: &CollectionRef,
+        rid: u64,
+        matcher: &Matcher,
+        update: &Update,
+        opts: &WriteOpts,
+    ) -> Result<Option<bool>> {
+        self.update_record_returning(coll, rid, matcher, update, opts)
+            .map(|r| r.map(|(modified, _, _)| modified))
+    }
+
+    /// As [`Engine::update_record`], also returning the documents before and after.
+    pub fn update_record_returning(
+        &self,
+        coll: &CollectionRef,
+        rid: u64,
+        matcher: &Matcher,
+        update: &Update,
+        opts: &WriteOpts,
+    ) -> Result<Option<(bool, Document, Document)>> {
+        let meta = coll.meta.read();
+        let rkey = keys::with_id(coll.id, rid);
+        let result = self.retry(opts, || {
+            let mut txn = self.kv.begin();
+            let Some(bytes) = txn.get_for_update(Space::Records, &rkey)? else {
+                return Ok(None);
+            };
+            let old_raw = RawDocument::from_bytes(&bytes)?;
+            let Some(position) = matcher.matches_with_position(old_raw) else {
+                return Ok(None);
+            };
+            let old_doc = old_raw.to_document()?;
+            let mut new_doc = old_doc.clone();
+            let ctx = UpdateContext {
+                matched_array_index: position,
+                is_upsert_insert: false,
+                now: bson::DateTime::now(),
+                timestamp: bson::Timestamp { time: now_secs(), increment: 1 },
+            };
+            let modified = update.apply(&mut new_doc, &ctx)?;
+            if !modified {
+                return Ok(Some((false, old_doc, new_doc, 0i64)));
+            }
+            if new_doc.get("_id") != old_doc.get("_id") {
+                return Err(Error::new(
+                    ErrorCode::ImmutableField,
+                    "Performing an update on the path '_id' would modify the immutable field '_id'",
+                ));
+            }
+            let new_raw = to_raw(&new_doc)?;
+            if new_raw.as_bytes().len() > MAX_USER_DOC_SIZE {
+                return Err(Error::new(
+                    ErrorCode::BSONObjectTooLarge,
+                    format!("BSONObj size: {} (0x{:X}) is invalid. Size must be between 0 and 16793600(16MB) First element: _id: {}", new_raw.as_bytes().len(), new_raw.as_bytes().len(), nidus_common::shell::format(new_doc.get("_id").unwrap_or(&Bson::Null))),
+                ));
+            }
+            self.rewrite_index_entries(txn.as_mut(), coll, &meta, old_raw, &new_raw, rid)?;
+            txn.put(Space::Records, &rkey, new_raw.as_bytes())?;
+            txn.commit()?;
+            let delta = new_raw.as_bytes().len() as i64 - bytes.len() as i64;
+            Ok(Some((true, old_doc, new_doc, delta)))
+        })?;
+        Ok(result.map(|(modified, old, new, delta)| {
+            coll.adjust_stats(0, delta);
+            (modified, old, new)
+        }))
+    }
+
+    /// Rewrites only the index entries whose keys changed.
+    fn rewrite_index_entries(
+        &self,
+        txn: &mut dyn KvTxn,
+        coll: &CollectionRef,
+        meta: &CollectionMeta,
+        old: &RawDocument,
+        new: &RawDocument,
+        rid: u64,
+    ) -> Result<()> {
+        for ix in &meta.indexes {
+            let before = index::document_keys(ix, old)?;
+            let after = index::document_keys(ix, new)?;
+            let removed: IndexKeySet = before
+                .iter()
+                .filter(|(k, _)| !after.contains_key(*k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let added: IndexKeySet = after
+                .into_iter()
+                .filter(|(k, _)| !before.contains_key(k))
+                .collect();
+            index::remove_keys(txn, ix, &removed, rid)?;
+            index::insert_keys(txn, coll, ix, &added, rid)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the matching documents (at most one unless `multi`). Returns the count.
+    pub fn delete(&self, coll: &CollectionRef, filter: &Document, multi: bool, hint: Option<Bson>, opts: &WriteOpts) -> Result<u64> {
+        let matcher = Matcher::parse(filter)?;
+        let find = FindSpec {
+            filter: filter.clone(),
+            limit: if multi { 0 } else { 1 },
+            hint,
+            deadline: opts.deadline,
+            ..FindSpec::default()
+        };
+        let mut n = 0;
+        for rid in self.target_ids(coll, find)? {
+            if self.delete_record(coll, rid, &matcher, opts)?.is_some() {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Deletes one record if it still matches; returns the deleted document.
+    pub fn delete_record(&self, coll: &CollectionRef, rid: u64, matcher: &Matcher, opts: &WriteOpts) -> Result<Option<Document>> {
+        let meta = coll.meta.read();
+        let rkey = keys::with_id(coll.id, rid);
+        let deleted = self.retry(opts, || {
+            let mut txn = self.kv.begin();
+            let Some(bytes) = txn.get_for_update(Space::Records, &rkey)? else {
+                return Ok(None);
+            };
+            let raw = RawDocument::from_bytes(&bytes)?;
+            if !matcher.matches(raw) {
+                return Ok(None);
+            }
+            for ix in &meta.indexes {
+                index::remove_keys(txn.as_mut(), ix, &index::document_keys(ix, raw)?, rid)?;
+            }
+            txn.delete(Space::Records, &rkey)?;
+            txn.commit()?;
+            Ok(Some((raw.to_document()?, bytes.len() as i64)))
+        })?;
+        Ok(deleted.map(|(doc, len)| {
+            coll.adjust_stats(-1, -len);
+            doc
+        }))
+    }
+}
+
+fn now_secs() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(0)
+}

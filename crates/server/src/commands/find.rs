@@ -1,0 +1,250 @@
+//! `find`, `getMore`, `killCursors`, `count`, `distinct`.
+
+use super::{wrong_type, Ctx};
+use crate::cursor::{Cursor, DEFAULT_FIRST_BATCH};
+use bson::{doc, Bson, Document, RawDocumentBuf};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_engine::find::FindSpec;
+use nidus_engine::namespace::Namespace;
+use std::time::Instant;
+
+const FIND_FIELDS: &[&str] = &[
+    "find", "filter", "sort", "projection", "hint", "skip", "limit", "batchSize", "singleBatch",
+    "max", "min", "returnKey", "showRecordId", "tailable", "oplogReplay", "noCursorTimeout",
+    "awaitData", "allowPartialResults", "collation", "allowDiskUse", "let", "readOnce",
+];
+
+pub fn check_fields(ctx: &Ctx, allowed: &[&str]) -> Result<()> {
+    let name = ctx.command_name();
+    for k in ctx.body.keys() {
+        if !allowed.contains(&k.as_str()) && !super::is_generic_arg(k) {
+            return Err(Error::new(
+                ErrorCode::Location(40415),
+                format!("BSON field '{name}.{k}' is an unknown field."),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A non-negative integer option (`skip`, `limit`, `batchSize`).
+fn non_negative(ctx: &Ctx, field: &str) -> Result<Option<u64>> {
+    match ctx.opt_i64(field)? {
+        None => Ok(None),
+        Some(n) if n < 0 => Err(Error::new(
+            ErrorCode::Location(51024),
+            format!("BSON field '{field}' value must be >= 0, actual value '{n}'"),
+        )),
+        Some(n) => Ok(Some(n as u64)),
+    }
+}
+
+fn hint(ctx: &Ctx) -> Result<Option<Bson>> {
+    match ctx.body.get("hint") {
+        None | Some(Bson::Null) => Ok(None),
+        Some(h @ (Bson::String(_) | Bson::Document(_))) => Ok(Some(h.clone())),
+        Some(other) => Err(wrong_type(&ctx.command_name(), "hint", other, "object")),
+    }
+}
+
+fn filter(ctx: &Ctx, field: &str) -> Result<Document> {
+    Ok(ctx.opt_document(field)?.unwrap_or_default())
+}
+
+pub fn find(ctx: &mut Ctx) -> Result<Document> {
+    check_fields(ctx, FIND_FIELDS)?;
+    let ns = ctx.namespace("find")?;
+    if ctx.opt_bool("tailable")?.unwrap_or(false) {
+        return Err(Error::bad_value("error processing query: tailable cursor requested on non capped collection"));
+    }
+    let limit = non_negative(ctx, "limit")?.filter(|n| *n > 0);
+    let batch_size = non_negative(ctx, "batchSize")?;
+    let spec = FindSpec {
+        filter: filter(ctx, "filter")?,
+        sort: ctx.opt_document("sort")?,
+        projection: ctx.opt_document("projection")?,
+        skip: non_negative(ctx, "skip")?.unwrap_or(0),
+        limit: limit.unwrap_or(0),
+        hint: hint(ctx)?,
+        deadline: ctx.deadline,
+    };
+    let coll = ctx.state.engine.collection(&ns);
+    let exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
+    let single_batch = ctx.opt_bool("singleBatch")?.unwrap_or(false);
+    let mut cursor = Cursor {
+        ns: ns.clone(),
+        exec,
+        limit,
+        returned: 0,
+        last_used: Instant::now(),
+        no_timeout: ctx.opt_bool("noCursorTimeout")?.unwrap_or(false),
+    };
+    let (batch, done) = cursor.next_batch(Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
+    let id = if done || single_batch { 0 } else { register(ctx, cursor) };
+    Ok(batch_reply(&ns, id, "firstBatch", batch))
+}
+
+fn register(ctx: &Ctx, mut cursor: Cursor) -> i64 {
+    // The deadline of the command that created the cursor does not bind later getMores.
+    cursor.exec.set_deadline(None);
+    ctx.state.cursors.register(cursor)
+}
+
+pub fn batch_reply(ns: &Namespace, id: i64, field: &str, batch: Vec<RawDocumentBuf>) -> Document {
+    let docs: Vec<Bson> = batch
+        .into_iter()
+        .map(|d| {
+            bson::RawBson::Document(d)
+                .try_into()
+                .unwrap_or(Bson::Null)
+        })
+        .collect();
+    doc! { "cursor": { field: docs, "id": id, "ns": ns.full() } }
+}
+
+pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
+    check_fields(ctx, &["getMore", "collection", "batchSize", "maxTimeMS", "term", "lastKnownCommittedOpTime"])?;
+    let id = match ctx.body.get("getMore") {
+        Some(Bson::Int64(id)) => *id,
+        Some(other) => return Err(wrong_type("getMore", "getMore", other, "long")),
+        None => return Err(Error::bad_value("getMore requires a cursor id")),
+    };
+    let coll = match ctx.body.get("collection") {
+        Some(Bson::String(c)) => c.clone(),
+        Some(other) => return Err(wrong_type("getMore", "collection", other, "string")),
+        None => {
+            return Err(Error::new(
+                ErrorCode::Location(40414),
+                "BSON field 'getMore.collection' is missing but a required field",
+            ))
+        }
+    };
+    let ns = Namespace::new(&ctx.db, &coll);
+    let batch_size = non_negative(ctx, "batchSize")?.filter(|n| *n > 0);
+    let handle = ctx.state.cursors.get(id)?;
+    let Some(mut cursor) = handle.try_lock() else {
+        return Err(Error::new(ErrorCode::CursorInUse, format!("Cursor already in use (namespace: '{ns}', id: {id}).")));
+    };
+    if cursor.ns != ns {
+        return Err(Error::new(
+            ErrorCode::Unauthorized,
+            format!("Requested getMore on namespace '{ns}', but cursor belongs to a different namespace {}", cursor.ns),
+        ));
+    }
+    cursor.exec.set_deadline(ctx.deadline);
+    let result = cursor.next_batch(batch_size);
+    cursor.exec.set_deadline(None);
+    cursor.last_used = Instant::now();
+    let (batch, done) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            drop(cursor);
+            ctx.state.cursors.remove(id);
+            return Err(e);
+        }
+    };
+    drop(cursor);
+    let id = if done {
+        ctx.state.cursors.remove(id);
+        0
+    } else {
+        id
+    };
+    Ok(batch_reply(&ns, id, "nextBatch", batch))
+}
+
+pub fn kill_cursors(ctx: &mut Ctx) -> Result<Document> {
+    let ns = ctx.namespace("killCursors")?;
+    let ids = match ctx.body.get("cursors") {
+        Some(Bson::Array(a)) => a.clone(),
+        Some(other) => return Err(wrong_type("killCursors", "cursors", other, "array")),
+        None => {
+            return Err(Error::new(
+                ErrorCode::Location(40414),
+                "BSON field 'killCursors.cursors' is missing but a required field",
+            ))
+        }
+    };
+    let (mut killed, mut not_found) = (Vec::new(), Vec::new());
+    for id in ids {
+        let Bson::Int64(n) = id else {
+            return Err(wrong_type("killCursors", "cursors", &id, "long"));
+        };
+        let belongs = ctx
+            .state
+            .cursors
+            .get(n)
+            .ok()
+            .map(|c| c.lock().ns == ns)
+            .unwrap_or(false);
+        if belongs && ctx.state.cursors.remove(n) {
+            killed.push(Bson::Int64(n));
+        } else {
+            not_found.push(Bson::Int64(n));
+        }
+    }
+    Ok(doc! {
+        "cursorsKilled": killed,
+        "cursorsNotFound": not_found,
+        "cursorsAlive": [],
+        "cursorsUnknown": [],
+    })
+}
+
+pub fn count(ctx: &mut Ctx) -> Result<Document> {
+    check_fields(ctx, &["count", "query", "limit", "skip", "hint", "collation", "readConcern", "fields"])?;
+    let ns = ctx.namespace("count")?;
+    let limit = ctx.opt_i64("limit")?.map(|n| n.unsigned_abs()).unwrap_or(0);
+    let skip = match ctx.opt_i64("skip")? {
+        Some(n) if n < 0 => return Err(Error::bad_value("skip value is negative in count query")),
+        Some(n) => n as u64,
+        None => 0,
+    };
+    let spec = FindSpec {
+        filter: filter(ctx, "query")?,
+        skip,
+        limit,
+        hint: hint(ctx)?,
+        deadline: ctx.deadline,
+        ..FindSpec::default()
+    };
+    let coll = ctx.state.engine.collection(&ns);
+    let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
+    let mut n = 0i64;
+    while exec.next()?.is_some() {
+        n += 1;
+    }
+    Ok(doc! { "n": n })
+}
+
+pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
+    check_fields(ctx, &["distinct", "key", "query", "collation", "hint", "readConcern"])?;
+    let ns = ctx.namespace("distinct")?;
+    let key = match ctx.body.get("key") {
+        Some(Bson::String(k)) => k.clone(),
+        Some(other) => return Err(wrong_type("distinct", "key", other, "string")),
+        None => {
+            return Err(Error::new(
+                ErrorCode::Location(40414),
+                "BSON field 'distinct.key' is missing but a required field",
+            ))
+        }
+    };
+    let spec = FindSpec {
+        filter: filter(ctx, "query")?,
+        hint: hint(ctx)?,
+        deadline: ctx.deadline,
+        ..FindSpec::default()
+    };
+    let coll = ctx.state.engine.collection(&ns);
+    let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
+    let mut values: Vec<Bson> = Vec::new();
+    while let Some(m) = exec.next()? {
+        for v in nidus_doc::path::distinct_values(&m.doc, &key) {
+            values.push(v);
+        }
+    }
+    values.sort_by(nidus_doc::compare::cmp_bson);
+    values.dedup_by(|a, b| nidus_doc::compare::cmp_bson(a, b).is_eq());
+    Ok(doc! { "values": values })
+}

@@ -1,0 +1,150 @@
+//! `findAndModify`: find one document (with sort), update or remove it, return it.
+
+use super::find::check_fields;
+use super::{wrong_type, Ctx};
+use bson::{doc, Bson, Document, RawDocumentBuf};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_engine::find::FindSpec;
+use nidus_engine::write::{prepare_insert, WriteOpts};
+use nidus_query::matcher::Matcher;
+use nidus_query::projection::Projection;
+use nidus_query::update::Update;
+
+const FIELDS: &[&str] = &[
+    "findAndModify", "findandmodify", "query", "sort", "remove", "update", "new", "fields",
+    "upsert", "bypassDocumentValidation", "collation", "arrayFilters", "hint", "let",
+];
+
+/// How many times the find-then-modify step restarts when the chosen document changed
+/// between the read and the write (another writer won); MongoDB retries likewise.
+const MAX_RESTARTS: usize = 100;
+
+struct Request {
+    filter: Document,
+    sort: Option<Document>,
+    remove: bool,
+    update: Option<Update>,
+    return_new: bool,
+    upsert: bool,
+    fields: Option<Projection>,
+    hint: Option<Bson>,
+}
+
+fn parse(ctx: &Ctx) -> Result<Request> {
+    check_fields(ctx, FIELDS)?;
+    let remove = ctx.opt_bool("remove")?.unwrap_or(false);
+    let return_new = ctx.opt_bool("new")?.unwrap_or(false);
+    let upsert = ctx.opt_bool("upsert")?.unwrap_or(false);
+    let array_filters = match ctx.body.get("arrayFilters") {
+        None | Some(Bson::Null) => None,
+        Some(Bson::Array(a)) => Some(
+            a.iter()
+                .map(|f| match f {
+                    Bson::Document(d) => Ok(d.clone()),
+                    other => Err(wrong_type("findAndModify", "arrayFilters", other, "object")),
+                })
+                .collect::<Result<Vec<_>>>()?,
+        ),
+        Some(other) => return Err(wrong_type("findAndModify", "arrayFilters", other, "array")),
+    };
+    let update = match ctx.body.get("update") {
+        None | Some(Bson::Null) => None,
+        Some(u) => Some(Update::parse(u, array_filters.as_deref())?),
+    };
+    let fail = |m: &str| Err(Error::new(ErrorCode::FailedToParse, m.to_string()));
+    match (remove, &update) {
+        (true, Some(_)) => return fail("Cannot specify both an update and remove=true"),
+        (false, None) => return fail("Either an update or remove=true must be specified"),
+        _ => {}
+    }
+    if remove && upsert {
+        return fail("Cannot specify both upsert=true and remove=true ");
+    }
+    if remove && return_new {
+        return fail("Cannot specify both new=true and remove=true; 'remove' always returns the deleted document");
+    }
+    Ok(Request {
+        filter: ctx.opt_document("query")?.unwrap_or_default(),
+        sort: ctx.opt_document("sort")?,
+        remove,
+        update,
+        return_new,
+        upsert,
+        fields: ctx.opt_document("fields")?.filter(|f| !f.is_empty()).map(|f| Projection::parse(&f)).transpose()?,
+        hint: match ctx.body.get("hint") {
+            Some(h @ (Bson::String(_) | Bson::Document(_))) => Some(h.clone()),
+            _ => None,
+        },
+    })
+}
+
+fn project(fields: &Option<Projection>, doc: Document) -> Result<Bson> {
+    match fields {
+        None => Ok(Bson::Document(doc)),
+        Some(p) => {
+            let raw = RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?;
+            Ok(Bson::Document(p.apply(&raw)?))
+        }
+    }
+}
+
+pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
+    let ns = ctx.namespace(&ctx.command_name())?;
+    let req = parse(ctx)?;
+    let engine = &ctx.state.engine;
+    let opts = WriteOpts { deadline: ctx.deadline };
+    let matcher = Matcher::parse(&req.filter)?;
+    let coll = match engine.collection(&ns) {
+        Some(c) => Some(c),
+        None if req.upsert => Some(engine.ensure_collection(&ns)?),
+        None => None,
+    };
+    if let Some(coll) = &coll {
+        let spec = FindSpec {
+            filter: req.filter.clone(),
+            sort: req.sort.clone(),
+            limit: 1,
+            hint: req.hint.clone(),
+            deadline: ctx.deadline,
+            ..FindSpec::default()
+        };
+        for _ in 0..MAX_RESTARTS {
+            let mut exec = engine.plan_find(Some(coll), &spec)?;
+            let Some(rid) = exec.next()?.and_then(|m| m.rid) else {
+                break;
+            };
+            if req.remove {
+                if let Some(old) = engine.delete_record(coll, rid, &matcher, &opts)? {
+                    ctx.state.opcounters.delete.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(doc! { "lastErrorObject": { "n": 1 }, "value": project(&req.fields, old)? });
+                }
+            } else if let Some(update) = &req.update {
+                if let Some((_, old, new)) = engine.update_record_returning(coll, rid, &matcher, update, &opts)? {
+                    ctx.state.opcounters.update.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let shown = if req.return_new { new } else { old };
+                    return Ok(doc! {
+                        "lastErrorObject": { "n": 1, "updatedExisting": true },
+                        "value": project(&req.fields, shown)?,
+                    });
+                }
+            }
+        }
+        if let (true, Some(update)) = (req.upsert, &req.update) {
+            let doc = engine.upsert_document(&req.filter, update)?;
+            let raw = prepare_insert(&RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?)?;
+            engine.insert_one(coll, &raw, &opts)?;
+            let inserted = raw.to_document().map_err(|e| Error::internal(e.to_string()))?;
+            let id = inserted.get("_id").cloned().unwrap_or(Bson::Null);
+            let value = if req.return_new { project(&req.fields, inserted)? } else { Bson::Null };
+            return Ok(doc! {
+                "lastErrorObject": { "n": 1, "updatedExisting": false, "upserted": id },
+                "value": value,
+            });
+        }
+    }
+    let mut leo = doc! { "n": 0 };
+    if !req.remove {
+        leo.insert("updatedExisting", false);
+    }
+    Ok(doc! { "lastErrorObject": leo, "value": Bson::Null })
+}

@@ -1,0 +1,90 @@
+//! `hello` / `isMaster`: the handshake drivers use to discover the server.
+
+use super::Ctx;
+use bson::{doc, Bson, Document};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_wire::Compressor;
+
+/// Wire version of MongoDB 8.0.
+pub const MAX_WIRE_VERSION: i32 = 25;
+
+pub fn hello(ctx: &mut Ctx) -> Result<Document> {
+    handshake(ctx, "isWritablePrimary")
+}
+
+pub fn is_master(ctx: &mut Ctx) -> Result<Document> {
+    handshake(ctx, "ismaster")
+}
+
+fn handshake(ctx: &mut Ctx, primary_field: &str) -> Result<Document> {
+    record_client_metadata(ctx)?;
+    let mut reply = Document::new();
+    if ctx.opt_bool("helloOk")?.unwrap_or(false) {
+        reply.insert("helloOk", true);
+    }
+    reply.insert(primary_field, true);
+    reply.insert(
+        "topologyVersion",
+        doc! { "processId": ctx.state.process_id, "counter": 0i64 },
+    );
+    reply.insert("maxBsonObjectSize", nidus_wire::MAX_BSON_OBJECT_SIZE as i32);
+    reply.insert("maxMessageSizeBytes", nidus_wire::MAX_MESSAGE_SIZE_BYTES as i32);
+    reply.insert("maxWriteBatchSize", nidus_wire::MAX_WRITE_BATCH_SIZE as i32);
+    reply.insert("localTime", bson::DateTime::now());
+    reply.insert("logicalSessionTimeoutMinutes", 30);
+    reply.insert("connectionId", ctx.conn.id);
+    reply.insert("minWireVersion", 0);
+    reply.insert("maxWireVersion", MAX_WIRE_VERSION);
+    reply.insert("readOnly", false);
+    if let Some(list) = negotiate_compression(ctx)? {
+        reply.insert("compression", list);
+    }
+    Ok(reply)
+}
+
+/// The first handshake may carry `client` metadata; later ones may not change it.
+fn record_client_metadata(ctx: &mut Ctx) -> Result<()> {
+    let Some(client) = ctx.body.get("client") else {
+        return Ok(());
+    };
+    let Bson::Document(client) = client else {
+        return Err(Error::type_mismatch(
+            "BSON field 'hello.client' is the wrong type, expected type 'object'",
+        ));
+    };
+    if ctx.conn.client_metadata.is_some() {
+        return Err(Error::new(
+            ErrorCode::ClientMetadataCannotBeMutated,
+            "The client metadata document may only be sent in the first hello",
+        ));
+    }
+    if let Ok(app) = client.get_document("application") {
+        match app.get("name") {
+            Some(Bson::String(name)) if name.len() > 128 => {
+                return Err(Error::new(
+                    ErrorCode::ClientMetadataAppNameTooLarge,
+                    "The 'application.name' field must be less than or equal to 128 bytes in the client metadata document",
+                ))
+            }
+            Some(Bson::String(name)) => ctx.conn.app_name = Some(name.clone()),
+            _ => {}
+        }
+    }
+    ctx.conn.client_metadata = Some(client.clone());
+    Ok(())
+}
+
+/// Agrees on the compressors both sides support, in the client's order.
+fn negotiate_compression(ctx: &mut Ctx) -> Result<Option<Vec<String>>> {
+    let Some(Bson::Array(requested)) = ctx.body.get("compression") else {
+        return Ok(None);
+    };
+    let agreed: Vec<Compressor> = requested
+        .iter()
+        .filter_map(|c| c.as_str())
+        .filter_map(Compressor::from_name)
+        .filter(|c| *c != Compressor::Noop)
+        .collect();
+    ctx.conn.compressors = agreed.clone();
+    Ok(Some(agreed.iter().map(|c| c.name().to_string()).collect()))
+}

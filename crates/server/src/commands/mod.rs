@@ -1,0 +1,454 @@
+//! The command registry and dispatcher: one module per command family.
+//!
+//! A handler returns the reply body without `ok`; the dispatcher appends `ok: 1`, turns
+//! errors into `{ok: 0, errmsg, code, codeName, errorLabels}`, applies write concern and
+//! fail points, and counts opcounters.
+
+mod aggregate;
+mod ddl;
+mod find;
+mod find_and_modify;
+mod hello;
+mod info;
+mod stats;
+mod write;
+
+use crate::connection::ConnState;
+use crate::state::ServerState;
+use bson::{Bson, Document, RawDocumentBuf};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_engine::namespace::Namespace;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// A parsed command: body plus OP_MSG document sequences.
+pub struct Request {
+    pub body: Document,
+    pub sequences: Vec<(String, Vec<RawDocumentBuf>)>,
+}
+
+pub struct Ctx<'a> {
+    pub state: &'a ServerState,
+    pub conn: &'a mut ConnState,
+    pub db: String,
+    pub body: Document,
+    pub sequences: Vec<(String, Vec<RawDocumentBuf>)>,
+    pub deadline: Option<Instant>,
+}
+
+type Handler = fn(&mut Ctx) -> Result<Document>;
+
+/// Which opcounter a command counts toward.
+#[derive(Clone, Copy)]
+enum Counter {
+    Command,
+    Query,
+    GetMore,
+    /// insert/update/delete count per statement inside the handler.
+    None,
+}
+
+struct Command {
+    name: &'static str,
+    handler: Handler,
+    counter: Counter,
+    test_only: bool,
+}
+
+const fn cmd(name: &'static str, handler: Handler) -> Command {
+    Command { name, handler, counter: Counter::Command, test_only: false }
+}
+
+static COMMANDS: &[Command] = &[
+    cmd("hello", hello::hello),
+    cmd("isMaster", hello::is_master),
+    cmd("ismaster", hello::is_master),
+    cmd("ping", info::ping),
+    cmd("buildInfo", info::build_info),
+    cmd("buildinfo", info::build_info),
+    cmd("getParameter", info::get_parameter),
+    cmd("setParameter", info::set_parameter),
+    cmd("getCmdLineOpts", info::get_cmd_line_opts),
+    cmd("hostInfo", info::host_info),
+    cmd("whatsmyuri", info::whatsmyuri),
+    cmd("connectionStatus", info::connection_status),
+    cmd("serverStatus", stats::server_status),
+    cmd("listCommands", info::list_commands),
+    cmd("endSessions", info::end_sessions),
+    cmd("killSessions", info::end_sessions),
+    cmd("refreshSessions", info::end_sessions),
+    cmd("startSession", info::start_session),
+    cmd("getLog", info::get_log),
+    cmd("logout", info::ping),
+    cmd("getFreeMonitoringStatus", info::free_monitoring),
+    cmd("features", info::features),
+    cmd("listDatabases", ddl::list_databases),
+    cmd("listCollections", ddl::list_collections),
+    cmd("create", ddl::create),
+    cmd("drop", ddl::drop),
+    cmd("dropDatabase", ddl::drop_database),
+    cmd("renameCollection", ddl::rename_collection),
+    cmd("createIndexes", ddl::create_indexes),
+    cmd("listIndexes", ddl::list_indexes),
+    cmd("dropIndexes", ddl::drop_indexes),
+    cmd("deleteIndexes", ddl::drop_indexes),
+    cmd("dbStats", stats::db_stats),
+    cmd("collStats", stats::coll_stats),
+    cmd("validate", stats::validate),
+    Command { name: "find", handler: find::find, counter: Counter::Query, test_only: false },
+    Command { name: "getMore", handler: find::get_more, counter: Counter::GetMore, test_only: false },
+    cmd("killCursors", find::kill_cursors),
+    cmd("count", find::count),
+    cmd("distinct", find::distinct),
+    cmd("aggregate", aggregate::aggregate),
+    Command { name: "insert", handler: write::insert, counter: Counter::None, test_only: false },
+    Command { name: "update", handler: write::update, counter: Counter::None, test_only: false },
+    Command { name: "delete", handler: write::delete, counter: Counter::None, test_only: false },
+    cmd("findAndModify", find_and_modify::find_and_modify),
+    cmd("findandmodify", find_and_modify::find_and_modify),
+    Command { name: "configureFailPoint", handler: info::configure_fail_point, counter: Counter::Command, test_only: true },
+];
+
+fn lookup(name: &str) -> Option<&'static Command> {
+    COMMANDS.iter().find(|c| c.name == name)
+}
+
+pub fn command_names() -> impl Iterator<Item = &'static str> {
+    COMMANDS.iter().filter(|c| !c.test_only).map(|c| c.name)
+}
+
+/// Runs one command and returns the reply body (never panics; errors become error replies).
+pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
+    let name = match req.body.keys().next() {
+        Some(n) => n.clone(),
+        None => {
+            return Reply::error(Error::new(
+                ErrorCode::Location(40415),
+                "Command document must not be empty",
+            ))
+        }
+    };
+    let command = match lookup(&name) {
+        Some(c) if !c.test_only || state.test_commands_enabled() => c,
+        _ => {
+            state.opcounters.command.fetch_add(1, Ordering::Relaxed);
+            return Reply::error(Error::new(
+                ErrorCode::CommandNotFound,
+                format!("no such command: '{name}'"),
+            ));
+        }
+    };
+    count(state, command.counter);
+    let injection = state.fail_points.check(&name, conn.app_name.as_deref());
+    if let Some(inj) = &injection {
+        if let Some(pause) = inj.block {
+            std::thread::sleep(pause);
+        }
+        if inj.close_connection {
+            return Reply::close();
+        }
+        if let Some(e) = &inj.error {
+            return Reply::error(e.clone());
+        }
+    }
+    let started = Instant::now();
+    let result = run_handler(state, conn, command, &name, req);
+    let mut reply = match result {
+        Ok(body) => Reply::ok(body),
+        Err(e) => Reply::error(e),
+    };
+    if let Some(wce) = injection.and_then(|i| i.write_concern_error) {
+        reply.body.insert("writeConcernError", wce);
+    }
+    slow_op_log(state, &name, started.elapsed());
+    reply
+}
+
+fn count(state: &ServerState, counter: Counter) {
+    let c = &state.opcounters;
+    let target = match counter {
+        Counter::Command => &c.command,
+        Counter::Query => &c.query,
+        Counter::GetMore => &c.getmore,
+        Counter::None => return,
+    };
+    target.fetch_add(1, Ordering::Relaxed);
+}
+
+fn run_handler(
+    state: &ServerState,
+    conn: &mut ConnState,
+    command: &Command,
+    name: &str,
+    req: Request,
+) -> Result<Document> {
+    let db = match req.body.get("$db") {
+        Some(Bson::String(db)) => db.clone(),
+        Some(_) => return Err(Error::type_mismatch("BSON field '$db' is the wrong type, expected type 'string'")),
+        None => {
+            return Err(Error::new(
+                ErrorCode::Location(40571),
+                "OP_MSG requests require a $db argument",
+            ))
+        }
+    };
+    let deadline = parse_max_time(&req.body)?;
+    let write_concern = WriteConcern::parse(&req.body)?;
+    let mut ctx = Ctx {
+        state,
+        conn,
+        db,
+        body: req.body,
+        sequences: req.sequences,
+        deadline,
+    };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (command.handler)(&mut ctx)));
+    let body = match outcome {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Error::internal(format!("internal error while running command '{name}'")))
+        }
+    };
+    if write_concern.journal {
+        state.engine.sync()?;
+    }
+    Ok(body)
+}
+
+fn slow_op_log(state: &ServerState, name: &str, elapsed: Duration) {
+    let slow_ms = 100;
+    if elapsed.as_millis() >= slow_ms && name != "hello" && name != "isMaster" {
+        crate::log::info(
+            "COMMAND",
+            51803,
+            "conn",
+            "Slow query",
+            serde_json::json!({ "command": name, "durationMillis": elapsed.as_millis() as u64 }),
+        );
+    }
+    let _ = state;
+}
+
+/// `maxTimeMS`: a non-negative 32-bit integer; 0 means no limit.
+fn parse_max_time(body: &Document) -> Result<Option<Instant>> {
+    let ms = match body.get("maxTimeMS") {
+        None | Some(Bson::Null) => return Ok(None),
+        Some(Bson::Int32(n)) => *n as i64,
+        Some(Bson::Int64(n)) => *n,
+        Some(Bson::Double(f)) if f.fract() == 0.0 => *f as i64,
+        Some(_) => {
+            return Err(Error::bad_value("maxTimeMS must be a number"))
+        }
+    };
+    if ms < 0 || ms > i32::MAX as i64 {
+        return Err(Error::bad_value(format!("{ms} value for maxTimeMS is out of range [0, 2147483647]")));
+    }
+    Ok((ms > 0).then(|| Instant::now() + Duration::from_millis(ms as u64)))
+}
+
+/// The parts of `writeConcern` a single node honours: `j` and `w: "majority"` sync the WAL.
+pub struct WriteConcern {
+    pub journal: bool,
+    pub unacknowledged: bool,
+}
+
+impl WriteConcern {
+    pub fn parse(body: &Document) -> Result<WriteConcern> {
+        let Some(wc) = body.get("writeConcern") else {
+            return Ok(WriteConcern { journal: false, unacknowledged: false });
+        };
+        let Bson::Document(wc) = wc else {
+            return Err(Error::type_mismatch(
+                "BSON field 'writeConcern' is the wrong type, expected type 'object'",
+            ));
+        };
+        let j = match wc.get("j") {
+            None | Some(Bson::Null) => false,
+            Some(Bson::Boolean(b)) => *b,
+            Some(Bson::Int32(n)) => *n != 0,
+            Some(Bson::Int64(n)) => *n != 0,
+            Some(Bson::Double(f)) => *f != 0.0,
+            Some(_) => return Err(Error::new(ErrorCode::FailedToParse, "j must be numeric or a boolean value")),
+        };
+        let (majority, w0) = match wc.get("w") {
+            None => (false, false),
+            Some(Bson::String(s)) if s == "majority" => (true, false),
+            Some(Bson::String(s)) => {
+                return Err(Error::new(
+                    ErrorCode::UnknownReplWriteConcern,
+                    format!("No write concern mode named '{s}' found in replica set configuration"),
+                ))
+            }
+            Some(Bson::Int32(n)) if *n < 0 => return Err(Error::new(ErrorCode::FailedToParse, "w cannot be a negative value")),
+            Some(Bson::Int32(n)) => (false, *n == 0),
+            Some(Bson::Int64(n)) => (false, *n == 0),
+            Some(Bson::Double(f)) => (false, *f == 0.0),
+            Some(Bson::Document(_)) => (false, false),
+            Some(_) => return Err(Error::new(ErrorCode::FailedToParse, "w has to be a number, string, or object")),
+        };
+        if w0 && j {
+            return Err(Error::new(
+                ErrorCode::InvalidOptions,
+                "Cannot use w:0 with j:true",
+            ));
+        }
+        Ok(WriteConcern { journal: j || majority, unacknowledged: w0 })
+    }
+}
+
+/// What the connection does with a command's outcome.
+pub struct Reply {
+    pub body: Document,
+    pub close_connection: bool,
+}
+
+impl Reply {
+    pub fn ok(mut body: Document) -> Reply {
+        body.insert("ok", 1.0);
+        Reply { body, close_connection: false }
+    }
+
+    pub fn error(e: Error) -> Reply {
+        Reply { body: e.to_reply(), close_connection: false }
+    }
+
+    pub fn close() -> Reply {
+        Reply { body: Document::new(), close_connection: true }
+    }
+}
+
+impl Ctx<'_> {
+    /// The collection a command names in its first field (`{find: "c"}` → `db.c`).
+    pub fn namespace(&self, field: &str) -> Result<Namespace> {
+        match self.body.get(field) {
+            Some(Bson::String(c)) if !c.is_empty() => Ok(Namespace::new(&self.db, c)),
+            Some(Bson::String(_)) => Err(Error::new(
+                ErrorCode::InvalidNamespace,
+                format!("Invalid namespace specified '{}.'", self.db),
+            )),
+            _ => Err(Error::new(
+                ErrorCode::InvalidNamespace,
+                format!(
+                    "collection name has invalid type {}",
+                    type_name(self.body.get(field).unwrap_or(&Bson::Null))
+                ),
+            )),
+        }
+    }
+
+    /// A list of documents that may arrive as an OP_MSG sequence or as a body array.
+    pub fn documents(&mut self, field: &str) -> Result<Vec<RawDocumentBuf>> {
+        if let Some(pos) = self.sequences.iter().position(|(id, _)| id == field) {
+            return Ok(self.sequences.swap_remove(pos).1);
+        }
+        match self.body.get(field) {
+            Some(Bson::Array(items)) => items
+                .iter()
+                .map(|b| match b {
+                    Bson::Document(d) => RawDocumentBuf::from_document(d)
+                        .map_err(|e| Error::new(ErrorCode::InvalidBSON, e.to_string())),
+                    other => Err(Error::type_mismatch(format!(
+                        "BSON field '{}.{field}' is the wrong type '{}', expected type 'object'",
+                        self.command_name(),
+                        type_name(other)
+                    ))),
+                })
+                .collect(),
+            Some(other) => Err(Error::type_mismatch(format!(
+                "BSON field '{}.{field}' is the wrong type '{}', expected type 'array'",
+                self.command_name(),
+                type_name(other)
+            ))),
+            None => Err(Error::new(
+                ErrorCode::Location(40414),
+                format!("BSON field '{}.{field}' is missing but a required field", self.command_name()),
+            )),
+        }
+    }
+
+    pub fn command_name(&self) -> String {
+        self.body.keys().next().cloned().unwrap_or_default()
+    }
+
+    pub fn opt_document(&self, field: &str) -> Result<Option<Document>> {
+        match self.body.get(field) {
+            None | Some(Bson::Null) => Ok(None),
+            Some(Bson::Document(d)) => Ok(Some(d.clone())),
+            Some(other) => Err(wrong_type(&self.command_name(), field, other, "object")),
+        }
+    }
+
+    pub fn opt_bool(&self, field: &str) -> Result<Option<bool>> {
+        match self.body.get(field) {
+            None | Some(Bson::Null) => Ok(None),
+            Some(Bson::Boolean(b)) => Ok(Some(*b)),
+            Some(Bson::Int32(n)) => Ok(Some(*n != 0)),
+            Some(Bson::Int64(n)) => Ok(Some(*n != 0)),
+            Some(Bson::Double(f)) => Ok(Some(*f != 0.0)),
+            Some(other) => Err(wrong_type(&self.command_name(), field, other, "bool")),
+        }
+    }
+
+    pub fn opt_i64(&self, field: &str) -> Result<Option<i64>> {
+        opt_i64(&self.command_name(), &self.body, field)
+    }
+
+    pub fn write_concern(&self) -> Result<WriteConcern> {
+        WriteConcern::parse(&self.body)
+    }
+}
+
+/// Arguments any command may carry (session, read/write concern, API version, ...).
+pub fn is_generic_arg(field: &str) -> bool {
+    matches!(
+        field,
+        "$db" | "lsid" | "$readPreference" | "writeConcern" | "readConcern" | "comment"
+            | "maxTimeMS" | "$clusterTime" | "txnNumber" | "autocommit" | "startTransaction"
+            | "apiVersion" | "apiStrict" | "apiDeprecationErrors" | "$audit"
+            | "mayBypassWriteBlocking" | "$client"
+    )
+}
+
+pub fn opt_i64(command: &str, body: &Document, field: &str) -> Result<Option<i64>> {
+    match body.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Int32(n)) => Ok(Some(*n as i64)),
+        Some(Bson::Int64(n)) => Ok(Some(*n)),
+        Some(Bson::Double(f)) if f.fract() == 0.0 => Ok(Some(*f as i64)),
+        Some(other) => Err(wrong_type(command, field, other, "long")),
+    }
+}
+
+pub fn wrong_type(command: &str, field: &str, v: &Bson, expected: &str) -> Error {
+    Error::type_mismatch(format!(
+        "BSON field '{command}.{field}' is the wrong type '{}', expected type '{expected}'",
+        type_name(v)
+    ))
+}
+
+/// MongoDB's type alias of a value, as error messages print it.
+pub fn type_name(v: &Bson) -> &'static str {
+    match v {
+        Bson::Double(_) => "double",
+        Bson::String(_) => "string",
+        Bson::Document(_) => "object",
+        Bson::Array(_) => "array",
+        Bson::Binary(_) => "binData",
+        Bson::Undefined => "undefined",
+        Bson::ObjectId(_) => "objectId",
+        Bson::Boolean(_) => "bool",
+        Bson::DateTime(_) => "date",
+        Bson::Null => "null",
+        Bson::RegularExpression(_) => "regex",
+        Bson::DbPointer(_) => "dbPointer",
+        Bson::JavaScriptCode(_) => "javascript",
+        Bson::Symbol(_) => "symbol",
+        Bson::JavaScriptCodeWithScope(_) => "javascriptWithScope",
+        Bson::Int32(_) => "int",
+        Bson::Timestamp(_) => "timestamp",
+        Bson::Int64(_) => "long",
+        Bson::Decimal128(_) => "decimal",
+        Bson::MinKey => "minKey",
+        Bson::MaxKey => "maxKey",
+    }
+}

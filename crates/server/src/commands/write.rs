@@ -1,0 +1,249 @@
+//! `insert`, `update`, `delete`: batches of statements, ordered or not, with per-statement
+//! `writeErrors`. Each document is its own atomic write (MongoDB's per-document atomicity).
+
+use super::find::check_fields;
+use super::{wrong_type, Ctx};
+use bson::{doc, Bson, Document, RawDocumentBuf};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_engine::write::{prepare_insert, UpdateSpec, WriteOpts};
+use nidus_query::update::Update;
+use std::sync::atomic::Ordering;
+
+fn check_batch_size(n: usize) -> Result<()> {
+    if n == 0 || n > nidus_wire::MAX_WRITE_BATCH_SIZE {
+        return Err(Error::new(
+            ErrorCode::InvalidLength,
+            format!("Write batch sizes must be between 1 and {}. Got {n} operations.", nidus_wire::MAX_WRITE_BATCH_SIZE),
+        ));
+    }
+    Ok(())
+}
+
+/// Collects per-statement results: stop at the first error when ordered.
+struct BatchErrors {
+    ordered: bool,
+    errors: Vec<Bson>,
+}
+
+impl BatchErrors {
+    fn new(ctx: &Ctx) -> Result<BatchErrors> {
+        Ok(BatchErrors { ordered: ctx.opt_bool("ordered")?.unwrap_or(true), errors: Vec::new() })
+    }
+
+    /// Records an error; returns true when the batch must stop.
+    fn push(&mut self, index: usize, e: &Error) -> bool {
+        self.errors.push(Bson::Document(e.to_write_error(index)));
+        self.ordered
+    }
+
+    fn finish(self, mut reply: Document) -> Document {
+        if !self.errors.is_empty() {
+            reply.insert("writeErrors", self.errors);
+        }
+        reply
+    }
+}
+
+fn opts(ctx: &Ctx) -> WriteOpts {
+    WriteOpts { deadline: ctx.deadline }
+}
+
+pub fn insert(ctx: &mut Ctx) -> Result<Document> {
+    check_fields(ctx, &["insert", "documents", "ordered", "bypassDocumentValidation"])?;
+    let ns = ctx.namespace("insert")?;
+    let docs = ctx.documents("documents")?;
+    check_batch_size(docs.len())?;
+    let mut errors = BatchErrors::new(ctx)?;
+    let coll = ctx.state.engine.ensure_collection(&ns)?;
+    let opts = opts(ctx);
+    let mut n = 0i32;
+    for (i, raw) in docs.iter().enumerate() {
+        ctx.state.opcounters.insert.fetch_add(1, Ordering::Relaxed);
+        let result = prepare_insert(raw).and_then(|doc| ctx.state.engine.insert_one(&coll, &doc, &opts));
+        match result {
+            Ok(()) => n += 1,
+            Err(e) => {
+                if errors.push(i, &e) {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(errors.finish(doc! { "n": n }))
+}
+
+fn statement_field<'a>(cmd: &str, stmt: &'a Document, field: &str) -> Result<&'a Bson> {
+    stmt.get(field).ok_or_else(|| {
+        Error::new(
+            ErrorCode::Location(40414),
+            format!("BSON field '{cmd}.{field}' is missing but a required field"),
+        )
+    })
+}
+
+fn stmt_bool(cmd: &str, stmt: &Document, field: &str) -> Result<bool> {
+    match stmt.get(field) {
+        None | Some(Bson::Null) => Ok(false),
+        Some(Bson::Boolean(b)) => Ok(*b),
+        Some(Bson::Int32(n)) => Ok(*n != 0),
+        Some(Bson::Int64(n)) => Ok(*n != 0),
+        Some(Bson::Double(f)) => Ok(*f != 0.0),
+        Some(other) => Err(wrong_type(cmd, field, other, "bool")),
+    }
+}
+
+fn stmt_doc(cmd: &str, stmt: &Document, field: &str) -> Result<Document> {
+    match statement_field(cmd, stmt, field)? {
+        Bson::Document(d) => Ok(d.clone()),
+        other => Err(wrong_type(cmd, field, other, "object")),
+    }
+}
+
+fn to_document(raw: &RawDocumentBuf) -> Result<Document> {
+    raw.to_document().map_err(|e| Error::new(ErrorCode::InvalidBSON, e.to_string()))
+}
+
+fn parse_update_statement(stmt: &Document) -> Result<UpdateSpec> {
+    const CMD: &str = "update.updates";
+    for k in stmt.keys() {
+        if !matches!(k.as_str(), "q" | "u" | "multi" | "upsert" | "arrayFilters" | "hint" | "collation" | "c" | "sort" | "upsertSupplied") {
+            return Err(Error::new(ErrorCode::Location(40415), format!("BSON field '{CMD}.{k}' is an unknown field.")));
+        }
+    }
+    let filter = stmt_doc(CMD, stmt, "q")?;
+    let u = statement_field(CMD, stmt, "u")?;
+    let array_filters = match stmt.get("arrayFilters") {
+        None | Some(Bson::Null) => None,
+        Some(Bson::Array(a)) => Some(
+            a.iter()
+                .map(|f| match f {
+                    Bson::Document(d) => Ok(d.clone()),
+                    other => Err(wrong_type(CMD, "arrayFilters", other, "object")),
+                })
+                .collect::<Result<Vec<_>>>()?,
+        ),
+        Some(other) => return Err(wrong_type(CMD, "arrayFilters", other, "array")),
+    };
+    let update = Update::parse(u, array_filters.as_deref())?;
+    let multi = stmt_bool(CMD, stmt, "multi")?;
+    if multi && update.is_replacement() {
+        return Err(Error::new(
+            ErrorCode::FailedToParse,
+            "multi update is not supported for replacement-style update",
+        ));
+    }
+    Ok(UpdateSpec {
+        filter,
+        update,
+        multi,
+        upsert: stmt_bool(CMD, stmt, "upsert")?,
+        sort: match stmt.get("sort") {
+            Some(Bson::Document(d)) => Some(d.clone()),
+            _ => None,
+        },
+        hint: match stmt.get("hint") {
+            Some(h @ (Bson::String(_) | Bson::Document(_))) => Some(h.clone()),
+            _ => None,
+        },
+    })
+}
+
+pub fn update(ctx: &mut Ctx) -> Result<Document> {
+    check_fields(ctx, &["update", "updates", "ordered", "bypassDocumentValidation", "let"])?;
+    let ns = ctx.namespace("update")?;
+    let stmts = ctx.documents("updates")?;
+    check_batch_size(stmts.len())?;
+    let mut errors = BatchErrors::new(ctx)?;
+    let opts = opts(ctx);
+    let (mut n, mut modified) = (0i64, 0i64);
+    let mut upserted = Vec::new();
+    for (i, raw) in stmts.iter().enumerate() {
+        ctx.state.opcounters.update.fetch_add(1, Ordering::Relaxed);
+        let result = to_document(raw).and_then(|stmt| {
+            let spec = parse_update_statement(&stmt)?;
+            let engine = &ctx.state.engine;
+            let coll = match engine.collection(&ns) {
+                Some(c) => c,
+                None if spec.upsert => engine.ensure_collection(&ns)?,
+                None => return Ok(Default::default()),
+            };
+            engine.update(&coll, &spec, &opts)
+        });
+        match result {
+            Ok(out) => {
+                n += out.n_matched as i64;
+                modified += out.n_modified as i64;
+                if let Some(id) = out.upserted_id {
+                    n += 1;
+                    upserted.push(Bson::Document(doc! { "index": i as i32, "_id": id }));
+                }
+            }
+            Err(e) => {
+                if errors.push(i, &e) {
+                    break;
+                }
+            }
+        }
+    }
+    let mut reply = doc! { "n": n as i32, "nModified": modified as i32 };
+    if !upserted.is_empty() {
+        reply.insert("upserted", upserted);
+    }
+    Ok(errors.finish(reply))
+}
+
+fn parse_delete_statement(stmt: &Document) -> Result<(Document, bool, Option<Bson>)> {
+    const CMD: &str = "delete.deletes";
+    for k in stmt.keys() {
+        if !matches!(k.as_str(), "q" | "limit" | "hint" | "collation") {
+            return Err(Error::new(ErrorCode::Location(40415), format!("BSON field '{CMD}.{k}' is an unknown field.")));
+        }
+    }
+    let filter = stmt_doc(CMD, stmt, "q")?;
+    let limit = match statement_field(CMD, stmt, "limit")? {
+        Bson::Int32(n) => *n as i64,
+        Bson::Int64(n) => *n,
+        Bson::Double(f) => *f as i64,
+        other => return Err(wrong_type(CMD, "limit", other, "long")),
+    };
+    if limit != 0 && limit != 1 {
+        return Err(Error::new(
+            ErrorCode::FailedToParse,
+            format!("The limit field in delete objects must be 0 or 1. Got {limit}"),
+        ));
+    }
+    let hint = match stmt.get("hint") {
+        Some(h @ (Bson::String(_) | Bson::Document(_))) => Some(h.clone()),
+        _ => None,
+    };
+    Ok((filter, limit == 0, hint))
+}
+
+pub fn delete(ctx: &mut Ctx) -> Result<Document> {
+    check_fields(ctx, &["delete", "deletes", "ordered", "let"])?;
+    let ns = ctx.namespace("delete")?;
+    let stmts = ctx.documents("deletes")?;
+    check_batch_size(stmts.len())?;
+    let mut errors = BatchErrors::new(ctx)?;
+    let opts = opts(ctx);
+    let mut n = 0i64;
+    for (i, raw) in stmts.iter().enumerate() {
+        ctx.state.opcounters.delete.fetch_add(1, Ordering::Relaxed);
+        let result = to_document(raw).and_then(|stmt| {
+            let (filter, multi, hint) = parse_delete_statement(&stmt)?;
+            match ctx.state.engine.collection(&ns) {
+                Some(coll) => ctx.state.engine.delete(&coll, &filter, multi, hint, &opts),
+                None => Ok(0),
+            }
+        });
+        match result {
+            Ok(k) => n += k as i64,
+            Err(e) => {
+                if errors.push(i, &e) {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(errors.finish(doc! { "n": n as i32 }))
+}

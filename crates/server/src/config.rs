@@ -1,0 +1,141 @@
+//! Command-line options, named as `mongod`'s where they overlap.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub port: u16,
+    pub bind_ip: Vec<String>,
+    pub dbpath: PathBuf,
+    pub max_conns: usize,
+    /// `--setParameter name=value`, as given.
+    pub set_parameters: BTreeMap<String, String>,
+    /// The arguments as given, for `getCmdLineOpts`.
+    pub argv: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            port: 27017,
+            bind_ip: vec!["127.0.0.1".to_string()],
+            dbpath: PathBuf::from("./data"),
+            max_conns: 1_000_000,
+            set_parameters: BTreeMap::new(),
+            argv: Vec::new(),
+        }
+    }
+}
+
+const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--setParameter name=value]...";
+
+impl Config {
+    pub fn from_args(args: Vec<String>) -> Result<Config, String> {
+        let mut cfg = Config {
+            argv: args.clone(),
+            ..Config::default()
+        };
+        let mut it = args.into_iter().skip(1);
+        while let Some(arg) = it.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+                _ => (arg.clone(), None),
+            };
+            let mut value = |name: &str| -> Result<String, String> {
+                inline
+                    .clone()
+                    .or_else(|| it.next())
+                    .ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
+            };
+            match flag.as_str() {
+                "--port" => cfg.port = value("--port")?.parse().map_err(|e| format!("--port: {e}"))?,
+                "--bind_ip" => {
+                    cfg.bind_ip = value("--bind_ip")?.split(',').map(|s| s.trim().to_string()).collect()
+                }
+                "--bind_ip_all" => cfg.bind_ip = vec!["0.0.0.0".to_string()],
+                "--dbpath" => cfg.dbpath = PathBuf::from(value("--dbpath")?),
+                "--maxConns" => {
+                    cfg.max_conns = value("--maxConns")?.parse().map_err(|e| format!("--maxConns: {e}"))?
+                }
+                "--setParameter" => {
+                    let v = value("--setParameter")?;
+                    let (k, val) = v
+                        .split_once('=')
+                        .ok_or_else(|| format!("--setParameter expects name=value, got {v}"))?;
+                    cfg.set_parameters.insert(k.to_string(), val.to_string());
+                }
+                "--config" | "-f" => cfg.apply_config_file(&value("--config")?)?,
+                "--help" | "-h" => return Err(USAGE.to_string()),
+                other => return Err(format!("unrecognised option '{other}'\n{USAGE}")),
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Reads the subset of mongod's YAML config this server understands:
+    /// `net.port`, `net.bindIp`, `storage.dbPath`, `setParameter.<name>`.
+    fn apply_config_file(&mut self, path: &str) -> Result<(), String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("--config {path}: {e}"))?;
+        let mut section = String::new();
+        for raw in text.lines() {
+            let line = raw.split('#').next().unwrap_or("").trim_end();
+            if line.trim().is_empty() {
+                continue;
+            }
+            let indented = line.starts_with(' ') || line.starts_with('\t');
+            let Some((k, v)) = line.trim().split_once(':') else {
+                return Err(format!("--config {path}: cannot parse line '{raw}'"));
+            };
+            let (k, v) = (k.trim(), v.trim().trim_matches('"').trim_matches('\''));
+            if !indented {
+                section = k.to_string();
+                if v.is_empty() {
+                    continue;
+                }
+            }
+            match (section.as_str(), k) {
+                ("net", "port") => self.port = v.parse().map_err(|e| format!("net.port: {e}"))?,
+                ("net", "bindIp") => self.bind_ip = v.split(',').map(|s| s.trim().to_string()).collect(),
+                ("net", "maxIncomingConnections") => {
+                    self.max_conns = v.parse().map_err(|e| format!("net.maxIncomingConnections: {e}"))?
+                }
+                ("storage", "dbPath") => self.dbpath = PathBuf::from(v),
+                ("setParameter", name) if indented => {
+                    self.set_parameters.insert(name.to_string(), v.to_string());
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        std::iter::once("nidus").chain(a.iter().copied()).map(String::from).collect()
+    }
+
+    #[test]
+    fn parses_mongod_flags() {
+        let c = Config::from_args(args(&["--port", "28000", "--dbpath=/tmp/x", "--setParameter", "enableTestCommands=1"])).unwrap();
+        assert_eq!(c.port, 28000);
+        assert_eq!(c.dbpath, PathBuf::from("/tmp/x"));
+        assert_eq!(c.set_parameters.get("enableTestCommands").map(String::as_str), Some("1"));
+        assert!(Config::from_args(args(&["--bogus"])).is_err());
+    }
+
+    #[test]
+    fn reads_yaml_config() {
+        let dir = std::env::temp_dir().join(format!("nidus-cfg-{}", std::process::id()));
+        std::fs::write(&dir, "net:\n  port: 29000\n  bindIp: 127.0.0.1\nstorage:\n  dbPath: /tmp/d # comment\nsetParameter:\n  enableTestCommands: 1\n").unwrap();
+        let c = Config::from_args(args(&["--config", dir.to_str().unwrap()])).unwrap();
+        std::fs::remove_file(&dir).ok();
+        assert_eq!(c.port, 29000);
+        assert_eq!(c.dbpath, PathBuf::from("/tmp/d"));
+        assert_eq!(c.set_parameters.get("enableTestCommands").map(String::as_str), Some("1"));
+    }
+}

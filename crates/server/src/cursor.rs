@@ -1,0 +1,122 @@
+//! Open cursors: their plans, positions and idle timeouts.
+
+use bson::RawDocumentBuf;
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_engine::exec::Executor;
+use nidus_engine::namespace::Namespace;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A reply batch may hold up to 16 MiB of documents (MongoDB's `BSONObjMaxUserSize`).
+pub const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
+/// The first batch of `find`/`aggregate` holds 101 documents unless `batchSize` says otherwise.
+pub const DEFAULT_FIRST_BATCH: u64 = 101;
+
+pub struct Cursor {
+    pub ns: Namespace,
+    pub exec: Executor,
+    /// The `limit` of the query, if any, and how many results went out so far.
+    pub limit: Option<u64>,
+    pub returned: u64,
+    pub last_used: Instant,
+    pub no_timeout: bool,
+}
+
+impl Cursor {
+    /// Fills a batch: at most `batch_size` documents (None = no count bound), at most 16 MiB
+    /// but always at least one document. Returns the batch and whether the cursor is done.
+    pub fn next_batch(&mut self, batch_size: Option<u64>) -> Result<(Vec<RawDocumentBuf>, bool)> {
+        let mut batch = Vec::new();
+        let mut bytes = 0usize;
+        loop {
+            if let Some(limit) = self.limit {
+                if self.returned >= limit {
+                    return Ok((batch, true));
+                }
+            }
+            if batch_size.is_some_and(|n| batch.len() as u64 >= n) {
+                return Ok((batch, false));
+            }
+            let Some(m) = self.exec.next()? else {
+                return Ok((batch, true));
+            };
+            let len = m.doc.as_bytes().len();
+            bytes += len;
+            batch.push(m.doc);
+            self.returned += 1;
+            if bytes >= MAX_BATCH_BYTES {
+                // MongoDB stops the batch once the size limit is reached.
+                return Ok((batch, false));
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct CursorManager {
+    cursors: Mutex<HashMap<i64, Arc<Mutex<Cursor>>>>,
+}
+
+fn new_cursor_id() -> i64 {
+    // Positive, non-zero, unpredictable: derived from a fresh ObjectId's random bytes and time.
+    let oid = bson::oid::ObjectId::new().bytes();
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&oid[4..12]);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as i64)
+        .unwrap_or(0);
+    let id = (i64::from_le_bytes(b) ^ (nanos << 17)) & i64::MAX;
+    if id == 0 {
+        1
+    } else {
+        id
+    }
+}
+
+impl CursorManager {
+    pub fn register(&self, cursor: Cursor) -> i64 {
+        let mut map = self.cursors.lock();
+        loop {
+            let id = new_cursor_id();
+            if let std::collections::hash_map::Entry::Vacant(e) = map.entry(id) {
+                e.insert(Arc::new(Mutex::new(cursor)));
+                return id;
+            }
+        }
+    }
+
+    pub fn get(&self, id: i64) -> Result<Arc<Mutex<Cursor>>> {
+        self.cursors
+            .lock()
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| Error::new(ErrorCode::CursorNotFound, format!("cursor id {id} not found")))
+    }
+
+    pub fn remove(&self, id: i64) -> bool {
+        self.cursors.lock().remove(&id).is_some()
+    }
+
+    pub fn contains(&self, id: i64) -> bool {
+        self.cursors.lock().contains_key(&id)
+    }
+
+    pub fn open_count(&self) -> usize {
+        self.cursors.lock().len()
+    }
+
+    /// Closes cursors idle for longer than `timeout` (not `noCursorTimeout` ones, not in use).
+    pub fn reap(&self, timeout: Duration) -> usize {
+        let now = Instant::now();
+        let mut map = self.cursors.lock();
+        let before = map.len();
+        map.retain(|_, c| match c.try_lock() {
+            Some(c) => c.no_timeout || now.duration_since(c.last_used) < timeout,
+            None => true,
+        });
+        before - map.len()
+    }
+}

@@ -1,0 +1,90 @@
+//! Server parameters (`getParameter` / `setParameter` / `--setParameter`).
+
+use bson::{Bson, Document};
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
+
+/// Parameters with their defaults; `--setParameter` may set the settable ones at start-up.
+pub struct Parameters {
+    values: RwLock<Document>,
+}
+
+fn defaults() -> Document {
+    bson::doc! {
+        "enableTestCommands": false,
+        "featureCompatibilityVersion": { "version": "8.0" },
+        "transactionLifetimeLimitSeconds": 60,
+        "maxTransactionLockRequestTimeoutMillis": 5,
+        "cursorTimeoutMillis": 600_000i64,
+        "logicalSessionRefreshMillis": 300_000,
+        "localLogicalSessionTimeoutMinutes": 30,
+        "internalQueryMaxBlockingSortMemoryUsageBytes": 104_857_600i64,
+        "internalQueryPlanEvaluationWorks": 10_000,
+        "internalQueryPlannerMaxIndexedSolutions": 64,
+        "internalDocumentSourceGroupMaxMemoryBytes": 104_857_600i64,
+        "notablescan": false,
+        "quiet": false,
+        "requireApiVersion": false,
+        "authenticationMechanisms": ["SCRAM-SHA-1", "SCRAM-SHA-256"],
+        "maxBSONDepth": 200,
+        "ttlMonitorEnabled": true,
+        "ttlMonitorSleepSecs": 60,
+        "logLevel": 0,
+    }
+}
+
+fn parse_like(existing: &Bson, raw: &str) -> Option<Bson> {
+    Some(match existing {
+        Bson::Boolean(_) => Bson::Boolean(matches!(raw, "1" | "true")),
+        Bson::Int32(_) => Bson::Int32(raw.parse().ok()?),
+        Bson::Int64(_) => Bson::Int64(raw.parse().ok()?),
+        Bson::Double(_) => Bson::Double(raw.parse().ok()?),
+        _ => Bson::String(raw.to_string()),
+    })
+}
+
+impl Parameters {
+    pub fn from_config(set: &BTreeMap<String, String>) -> Result<Parameters, String> {
+        let mut values = defaults();
+        for (k, raw) in set {
+            let Some(existing) = values.get(k) else {
+                return Err(format!("Unknown --setParameter '{k}'"));
+            };
+            let v = parse_like(existing, raw)
+                .ok_or_else(|| format!("Bad value for parameter \"{k}\": {raw}"))?;
+            values.insert(k.clone(), v);
+        }
+        Ok(Parameters {
+            values: RwLock::new(values),
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Option<Bson> {
+        self.values.read().get(name).cloned()
+    }
+
+    pub fn all(&self) -> Document {
+        self.values.read().clone()
+    }
+
+    /// Sets a parameter at run time, keeping its type. Returns the previous value.
+    pub fn set(&self, name: &str, value: Bson) -> Option<Bson> {
+        let mut values = self.values.write();
+        let was = values.get(name).cloned()?;
+        values.insert(name, value);
+        Some(was)
+    }
+
+    pub fn test_commands_enabled(&self) -> bool {
+        matches!(self.get("enableTestCommands"), Some(Bson::Boolean(true)))
+    }
+
+    pub fn i64(&self, name: &str) -> Option<i64> {
+        match self.get(name)? {
+            Bson::Int32(n) => Some(n as i64),
+            Bson::Int64(n) => Some(n),
+            Bson::Double(f) => Some(f as i64),
+            _ => None,
+        }
+    }
+}

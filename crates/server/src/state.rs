@@ -1,0 +1,67 @@
+//! Server-wide state shared by every connection.
+
+use crate::config::Config;
+use crate::cursor::CursorManager;
+use crate::failpoint::FailPoints;
+use crate::params::Parameters;
+use nidus_engine::Engine;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// `serverStatus().opcounters`.
+#[derive(Default)]
+pub struct OpCounters {
+    pub insert: AtomicI64,
+    pub query: AtomicI64,
+    pub update: AtomicI64,
+    pub delete: AtomicI64,
+    pub getmore: AtomicI64,
+    pub command: AtomicI64,
+}
+
+#[derive(Default)]
+pub struct Connections {
+    pub current: AtomicI64,
+    pub total_created: AtomicI64,
+    pub active: AtomicI64,
+}
+
+pub struct ServerState {
+    pub engine: Arc<Engine>,
+    pub config: Config,
+    pub params: Parameters,
+    pub cursors: CursorManager,
+    pub fail_points: FailPoints,
+    pub opcounters: OpCounters,
+    pub connections: Connections,
+    pub started: Instant,
+    pub process_id: bson::oid::ObjectId,
+    next_connection_id: AtomicU64,
+}
+
+impl ServerState {
+    pub fn new(engine: Arc<Engine>, config: Config) -> Result<ServerState, String> {
+        let params = Parameters::from_config(&config.set_parameters)?;
+        Ok(ServerState {
+            engine,
+            config,
+            params,
+            cursors: CursorManager::default(),
+            fail_points: FailPoints::default(),
+            opcounters: OpCounters::default(),
+            connections: Connections::default(),
+            started: Instant::now(),
+            process_id: bson::oid::ObjectId::new(),
+            next_connection_id: AtomicU64::new(1),
+        })
+    }
+
+    pub fn next_connection_id(&self) -> i64 {
+        self.next_connection_id.fetch_add(1, Ordering::Relaxed) as i64
+    }
+
+    pub fn test_commands_enabled(&self) -> bool {
+        self.params.test_commands_enabled()
+    }
+}
