@@ -173,7 +173,11 @@ mod tests {
 
     #[test]
     fn numbers_and_names_round_trip() {
-        for code in [ErrorCode::WriteConflict, ErrorCode::DuplicateKey, ErrorCode::CommandNotFound] {
+        for code in [
+            ErrorCode::WriteConflict,
+            ErrorCode::DuplicateKey,
+            ErrorCode::CommandNotFound,
+        ] {
             assert_eq!(ErrorCode::from_code(code.code()), code);
             assert_eq!(ErrorCode::from_name(&code.name()), Some(code));
         }

@@ -91,7 +91,13 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({}): {}", self.code.name(), self.code.code(), self.message)
+        write!(
+            f,
+            "{} ({}): {}",
+            self.code.name(),
+            self.code.code(),
+            self.message
+        )
     }
 }
 
@@ -109,8 +115,11 @@ mod tests {
 
     #[test]
     fn reply_has_mongodb_shape() {
-        let e = Error::new(ErrorCode::WriteConflict, "Write conflict during plan execution")
-            .with_label("TransientTransactionError");
+        let e = Error::new(
+            ErrorCode::WriteConflict,
+            "Write conflict during plan execution",
+        )
+        .with_label("TransientTransactionError");
         let r = e.to_reply();
         assert_eq!(r.get_f64("ok").unwrap(), 0.0);
         assert_eq!(r.get_i32("code").unwrap(), 112);

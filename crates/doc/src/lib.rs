@@ -1,1 +1,11 @@
+//! Pure BSON layers: MongoDB's value order, dotted paths over arrays, index key generation
+//! and the order-preserving keystring encoding.
 
+// `nidus_common::Error` carries MongoDB reply fields; it is returned by value everywhere.
+#![allow(clippy::result_large_err)]
+
+pub mod compare;
+pub mod keys;
+pub mod keystring;
+pub mod number;
+pub mod path;

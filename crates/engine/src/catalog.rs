@@ -157,9 +157,9 @@ pub fn parse_entry(d: &Document) -> Result<(u64, Namespace, CollectionMeta)> {
     let ns = Namespace::parse(d.get_str("ns").map_err(corrupt)?)?;
     let id = d.get_i64("id").map_err(corrupt)? as u64;
     let uuid = match d.get("uuid") {
-        Some(Bson::Binary(b)) => bson::Uuid::from_bytes(
-            b.bytes.as_slice().try_into().map_err(corrupt)?,
-        ),
+        Some(Bson::Binary(b)) => {
+            bson::Uuid::from_bytes(b.bytes.as_slice().try_into().map_err(corrupt)?)
+        }
         _ => return Err(corrupt("missing uuid")),
     };
     let indexes = d

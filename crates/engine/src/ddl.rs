@@ -23,7 +23,12 @@ pub struct CreateIndexesOutcome {
 const DELETE_CHUNK: usize = 10_000;
 
 impl Engine {
-    fn write_entry(&self, txn: &mut dyn KvTxn, coll: &Collection, meta: &CollectionMeta) -> Result<()> {
+    fn write_entry(
+        &self,
+        txn: &mut dyn KvTxn,
+        coll: &Collection,
+        meta: &CollectionMeta,
+    ) -> Result<()> {
         let entry = catalog::entry_document(coll.id, &coll.ns, meta);
         let bytes = bson::to_vec(&entry).map_err(|e| Error::internal(e.to_string()))?;
         txn.put(Space::Catalog, &coll.catalog_key(), &bytes)?;
@@ -59,7 +64,8 @@ impl Engine {
     fn create_locked(&self, ns: &Namespace, options: Document) -> Result<CollectionRef> {
         let mut txn = self.kv.begin();
         let id = self.allocate_id(txn.as_mut())?;
-        let id_index = IndexMeta::from_spec(self.allocate_id(txn.as_mut())?, catalog::id_index_spec())?;
+        let id_index =
+            IndexMeta::from_spec(self.allocate_id(txn.as_mut())?, catalog::id_index_spec())?;
         let meta = CollectionMeta {
             uuid: bson::Uuid::new(),
             options,
@@ -129,17 +135,28 @@ impl Engine {
     }
 
     /// `renameCollection`: the data keeps its ids; only the catalog entry moves.
-    pub fn rename_collection(&self, from: &Namespace, to: &Namespace, drop_target: bool) -> Result<()> {
+    pub fn rename_collection(
+        &self,
+        from: &Namespace,
+        to: &Namespace,
+        drop_target: bool,
+    ) -> Result<()> {
         namespace::validate_coll_name(&to.db, &to.coll)?;
         if self.collection(to).is_some() {
             if !drop_target {
-                return Err(Error::new(ErrorCode::NamespaceExists, "target namespace exists"));
+                return Err(Error::new(
+                    ErrorCode::NamespaceExists,
+                    "target namespace exists",
+                ));
             }
             self.drop_collection(to)?;
         }
         let _ddl = self.ddl.lock();
         let Some(old) = self.collection(from) else {
-            return Err(Error::new(ErrorCode::NamespaceNotFound, "source namespace does not exist"));
+            return Err(Error::new(
+                ErrorCode::NamespaceNotFound,
+                "source namespace does not exist",
+            ));
         };
         let mut meta = old.meta.write();
         let renamed = Collection::new(old.id, to.clone(), meta.clone(), old.allocate_record_id());
@@ -160,8 +177,15 @@ impl Engine {
 
     /// `createIndexes`: validates every spec, skips identical existing ones, builds the rest
     /// over existing documents in the same transaction as the catalog change.
-    pub fn create_indexes(&self, ns: &Namespace, specs: &[Document]) -> Result<CreateIndexesOutcome> {
-        let normalized = specs.iter().map(index_spec::normalize).collect::<Result<Vec<_>>>()?;
+    pub fn create_indexes(
+        &self,
+        ns: &Namespace,
+        specs: &[Document],
+    ) -> Result<CreateIndexesOutcome> {
+        let normalized = specs
+            .iter()
+            .map(index_spec::normalize)
+            .collect::<Result<Vec<_>>>()?;
         let existed = self.collection(ns).is_some();
         let coll = self.ensure_collection(ns)?;
         let _ddl = self.ddl.lock();
@@ -205,7 +229,12 @@ impl Engine {
     }
 
     /// Adds one index's entries for every document (writers are blocked by the meta lock).
-    fn build_index(&self, txn: &mut dyn KvTxn, coll: &Collection, mut ix: IndexMeta) -> Result<IndexMeta> {
+    fn build_index(
+        &self,
+        txn: &mut dyn KvTxn,
+        coll: &Collection,
+        mut ix: IndexMeta,
+    ) -> Result<IndexMeta> {
         let lower = keys::u64_be(coll.id);
         let upper = keys::prefix_end(coll.id);
         let docs: Vec<(u64, Vec<u8>)> = {
@@ -235,7 +264,9 @@ impl Engine {
     /// Returns the number of indexes before the drop.
     pub fn drop_indexes(&self, ns: &Namespace, which: &Bson) -> Result<usize> {
         let _ddl = self.ddl.lock();
-        let coll = self.collection(ns).ok_or_else(|| catalog::namespace_not_found(ns))?;
+        let coll = self
+            .collection(ns)
+            .ok_or_else(|| catalog::namespace_not_found(ns))?;
         let mut meta = coll.meta.write();
         let before = meta.indexes.len();
         let targets = select_indexes(&meta.indexes, which)?;
@@ -315,7 +346,10 @@ fn select_indexes(indexes: &[IndexMeta], which: &Bson) -> Result<Vec<String>> {
             .collect()),
         Bson::String(name) => {
             if name == catalog::ID_INDEX_NAME {
-                return Err(Error::new(ErrorCode::InvalidOptions, "cannot drop _id index"));
+                return Err(Error::new(
+                    ErrorCode::InvalidOptions,
+                    "cannot drop _id index",
+                ));
             }
             indexes
                 .iter()
@@ -324,10 +358,19 @@ fn select_indexes(indexes: &[IndexMeta], which: &Bson) -> Result<Vec<String>> {
                 .ok_or_else(|| not_found(format!("index not found with name [{name}]")))
         }
         Bson::Document(key) => {
-            let found: Vec<&IndexMeta> = indexes.iter().filter(|ix| &ix.key_document() == key).collect();
+            let found: Vec<&IndexMeta> = indexes
+                .iter()
+                .filter(|ix| &ix.key_document() == key)
+                .collect();
             match found.as_slice() {
-                [] => Err(not_found(format!("can't find index with key: {}", show(key)))),
-                [ix] if ix.is_id() => Err(Error::new(ErrorCode::InvalidOptions, "cannot drop _id index")),
+                [] => Err(not_found(format!(
+                    "can't find index with key: {}",
+                    show(key)
+                ))),
+                [ix] if ix.is_id() => Err(Error::new(
+                    ErrorCode::InvalidOptions,
+                    "cannot drop _id index",
+                )),
                 [ix] => Ok(vec![ix.name.clone()]),
                 _ => Err(Error::new(
                     ErrorCode::AmbiguousIndexKeyPattern,
@@ -338,10 +381,20 @@ fn select_indexes(indexes: &[IndexMeta], which: &Bson) -> Result<Vec<String>> {
         Bson::Array(names) => names
             .iter()
             .map(|n| match n {
-                Bson::String(s) => select_indexes(indexes, n).map(|mut v| v.remove(0)).or_else(|e| {
-                    if s == "*" { Err(Error::bad_value("'*' is not allowed in an index list")) } else { Err(e) }
-                }),
-                _ => Err(Error::type_mismatch("dropIndexes index names must be strings")),
+                Bson::String(s) => {
+                    select_indexes(indexes, n)
+                        .map(|mut v| v.remove(0))
+                        .or_else(|e| {
+                            if s == "*" {
+                                Err(Error::bad_value("'*' is not allowed in an index list"))
+                            } else {
+                                Err(e)
+                            }
+                        })
+                }
+                _ => Err(Error::type_mismatch(
+                    "dropIndexes index names must be strings",
+                )),
             })
             .collect(),
         _ => Err(Error::type_mismatch(

@@ -56,7 +56,11 @@ impl Engine {
         };
         let mut stage = self.access_stage(coll, spec, &matcher, natural_sort, pattern.is_some())?;
         if let (Some(p), Some(doc)) = (pattern, sort_spec) {
-            let top_k = if spec.limit > 0 { spec.limit.saturating_add(spec.skip) } else { 0 };
+            let top_k = if spec.limit > 0 {
+                spec.limit.saturating_add(spec.skip)
+            } else {
+                0
+            };
             stage = Stage::new(Sort::new(stage, p, doc.clone(), top_k));
         }
         if spec.skip > 0 {
@@ -102,7 +106,12 @@ impl Engine {
         }
         let forward = hinted_natural.or(natural_sort).unwrap_or(true);
         let filter = (!spec.filter.is_empty()).then(|| (matcher.clone(), spec.filter.clone()));
-        Ok(Stage::new(CollScan::new(self.kv_arc(), coll.id, forward, filter)))
+        Ok(Stage::new(CollScan::new(
+            self.kv_arc(),
+            coll.id,
+            forward,
+            filter,
+        )))
     }
 
     /// A hint must name an existing index (by name or key pattern).

@@ -61,7 +61,9 @@ pub fn entry_record_id(ix: &IndexMeta, key: &[u8], value: &[u8]) -> Option<u64> 
     if ix.unique {
         keys::read_u64(value)
     } else {
-        key.len().checked_sub(8).and_then(|at| keys::read_u64(&key[at..]))
+        key.len()
+            .checked_sub(8)
+            .and_then(|at| keys::read_u64(&key[at..]))
     }
 }
 

@@ -112,11 +112,7 @@ fn type_name(v: &Bson) -> &'static str {
 pub fn normalize(spec: &Document) -> Result<Document> {
     let key = match spec.get("key") {
         Some(Bson::Document(k)) => k.clone(),
-        Some(_) => {
-            return Err(Error::type_mismatch(
-                "The field 'key' must be an object",
-            ))
-        }
+        Some(_) => return Err(Error::type_mismatch("The field 'key' must be an object")),
         None => {
             return Err(Error::new(
                 ErrorCode::FailedToParse,
@@ -127,7 +123,10 @@ pub fn normalize(spec: &Document) -> Result<Document> {
     validate_key(&key)?;
     let name = match spec.get("name") {
         Some(Bson::String(n)) if n.is_empty() => {
-            return Err(Error::new(ErrorCode::CannotCreateIndex, "The index name cannot be empty"))
+            return Err(Error::new(
+                ErrorCode::CannotCreateIndex,
+                "The index name cannot be empty",
+            ))
         }
         Some(Bson::String(n)) => n.clone(),
         Some(_) => return Err(Error::type_mismatch("The field 'name' must be a string")),
@@ -187,7 +186,11 @@ pub fn normalize(spec: &Document) -> Result<Document> {
         ));
     }
     if is_id_key(&key) && (out.contains_key("unique") || out.contains_key("sparse")) {
-        let opt = if out.contains_key("unique") { "unique" } else { "sparse" };
+        let opt = if out.contains_key("unique") {
+            "unique"
+        } else {
+            "sparse"
+        };
         return Err(Error::new(
             ErrorCode::InvalidIndexSpecificationOption,
             format!("The field '{opt}' is not valid for an _id index specification."),
@@ -217,7 +220,14 @@ pub fn is_id_key(key: &Document) -> bool {
 /// Options compared to decide "same index" vs IndexOptionsConflict.
 pub fn comparable_options(spec: &Document) -> Document {
     let mut d = Document::new();
-    for k in ["unique", "sparse", "partialFilterExpression", "expireAfterSeconds", "collation", "hidden"] {
+    for k in [
+        "unique",
+        "sparse",
+        "partialFilterExpression",
+        "expireAfterSeconds",
+        "collation",
+        "hidden",
+    ] {
         if let Some(v) = spec.get(k) {
             d.insert(k, v.clone());
         }
@@ -241,13 +251,24 @@ mod tests {
 
     #[test]
     fn rejects_bad_specs() {
-        assert_eq!(normalize(&doc! {"key": {}, "name": "x"}).unwrap_err().code, ErrorCode::CannotCreateIndex);
-        assert_eq!(normalize(&doc! {"key": {"a": 1}}).unwrap_err().code, ErrorCode::FailedToParse);
         assert_eq!(
-            normalize(&doc! {"key": {"a": 1}, "name": "a_1", "bogus": 1}).unwrap_err().code,
+            normalize(&doc! {"key": {}, "name": "x"}).unwrap_err().code,
+            ErrorCode::CannotCreateIndex
+        );
+        assert_eq!(
+            normalize(&doc! {"key": {"a": 1}}).unwrap_err().code,
+            ErrorCode::FailedToParse
+        );
+        assert_eq!(
+            normalize(&doc! {"key": {"a": 1}, "name": "a_1", "bogus": 1})
+                .unwrap_err()
+                .code,
             ErrorCode::InvalidIndexSpecificationOption
         );
         let ok = normalize(&doc! {"key": {"a": 1}, "name": "a_1", "unique": true}).unwrap();
-        assert_eq!(ok, doc! {"v": 2, "key": {"a": 1}, "name": "a_1", "unique": true});
+        assert_eq!(
+            ok,
+            doc! {"v": 2, "key": {"a": 1}, "name": "a_1", "unique": true}
+        );
     }
 }

@@ -198,9 +198,14 @@ impl Engine {
         let meta = coll.meta.read();
         let snap = self.kv.snapshot();
         let mut report = ValidateReport::default();
-        let mut expected: Vec<std::collections::BTreeSet<Vec<u8>>> = vec![Default::default(); meta.indexes.len()];
+        let mut expected: Vec<std::collections::BTreeSet<Vec<u8>>> =
+            vec![Default::default(); meta.indexes.len()];
         {
-            let mut c = snap.cursor(Space::Records, &keys::u64_be(coll.id), &keys::prefix_end(coll.id));
+            let mut c = snap.cursor(
+                Space::Records,
+                &keys::u64_be(coll.id),
+                &keys::prefix_end(coll.id),
+            );
             c.seek_to_first();
             while c.valid() {
                 report.records += 1;
@@ -221,14 +226,20 @@ impl Engine {
         }
         for (i, ix) in meta.indexes.iter().enumerate() {
             let mut found = std::collections::BTreeSet::new();
-            let mut c = snap.cursor(Space::Indexes, &keys::u64_be(ix.id), &keys::prefix_end(ix.id));
+            let mut c = snap.cursor(
+                Space::Indexes,
+                &keys::u64_be(ix.id),
+                &keys::prefix_end(ix.id),
+            );
             c.seek_to_first();
             while c.valid() {
                 found.insert(c.key().to_vec());
                 c.next();
             }
             c.status()?;
-            report.index_keys.push((ix.name.clone(), found.len() as i64));
+            report
+                .index_keys
+                .push((ix.name.clone(), found.len() as i64));
             if found != expected[i] {
                 report.errors.push(format!(
                     "index {} has {} entries, documents generate {}",

@@ -69,7 +69,10 @@ pub fn validate_coll_name(db: &str, coll: &str) -> Result<()> {
             format!("Invalid namespace specified '{db}.'"),
         ));
     }
-    if coll.contains('\0') || coll.starts_with('.') || (coll.contains('$') && !coll.starts_with("$cmd")) {
+    if coll.contains('\0')
+        || coll.starts_with('.')
+        || (coll.contains('$') && !coll.starts_with("$cmd"))
+    {
         return Err(Error::new(
             ErrorCode::InvalidNamespace,
             format!("Invalid collection name: {coll}"),
@@ -92,10 +95,22 @@ mod tests {
     fn names() {
         assert!(validate_coll_name("test", "c").is_ok());
         assert!(validate_coll_name("test", "a.b").is_ok());
-        assert_eq!(validate_coll_name("test", "").unwrap_err().code, ErrorCode::InvalidNamespace);
-        assert_eq!(validate_coll_name("test", "a$b").unwrap_err().code, ErrorCode::InvalidNamespace);
-        assert_eq!(validate_db_name("a.b").unwrap_err().code, ErrorCode::InvalidNamespace);
-        assert_eq!(Namespace::parse("db.c.d").unwrap(), Namespace::new("db", "c.d"));
+        assert_eq!(
+            validate_coll_name("test", "").unwrap_err().code,
+            ErrorCode::InvalidNamespace
+        );
+        assert_eq!(
+            validate_coll_name("test", "a$b").unwrap_err().code,
+            ErrorCode::InvalidNamespace
+        );
+        assert_eq!(
+            validate_db_name("a.b").unwrap_err().code,
+            ErrorCode::InvalidNamespace
+        );
+        assert_eq!(
+            Namespace::parse("db.c.d").unwrap(),
+            Namespace::new("db", "c.d")
+        );
         assert!(Namespace::parse("nodot").is_err());
     }
 }

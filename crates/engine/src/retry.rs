@@ -65,14 +65,18 @@ mod tests {
     fn retries_until_success_and_counts_conflicts() {
         let mut calls = 0;
         let mut conflicts = 0;
-        let r = with_write_conflict_retry(None, || conflicts += 1, || {
-            calls += 1;
-            if calls < 5 {
-                Err(Error::new(ErrorCode::WriteConflict, "wc"))
-            } else {
-                Ok(calls)
-            }
-        });
+        let r = with_write_conflict_retry(
+            None,
+            || conflicts += 1,
+            || {
+                calls += 1;
+                if calls < 5 {
+                    Err(Error::new(ErrorCode::WriteConflict, "wc"))
+                } else {
+                    Ok(calls)
+                }
+            },
+        );
         assert_eq!(r.unwrap(), 5);
         assert_eq!(conflicts, 4);
     }
@@ -80,9 +84,11 @@ mod tests {
     #[test]
     fn gives_up_at_deadline() {
         let deadline = Some(Instant::now() + Duration::from_millis(20));
-        let r: Result<()> = with_write_conflict_retry(deadline, || {}, || {
-            Err(Error::new(ErrorCode::WriteConflict, "wc"))
-        });
+        let r: Result<()> = with_write_conflict_retry(
+            deadline,
+            || {},
+            || Err(Error::new(ErrorCode::WriteConflict, "wc")),
+        );
         assert_eq!(r.unwrap_err().code, ErrorCode::MaxTimeMSExpired);
     }
 }

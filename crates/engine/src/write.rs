@@ -54,7 +54,9 @@ fn check_size(len: usize) -> Result<()> {
     if len > MAX_USER_DOC_SIZE {
         return Err(Error::new(
             ErrorCode::BadValue,
-            format!("object to insert too large. size in bytes: {len}, max size: {MAX_USER_DOC_SIZE}"),
+            format!(
+                "object to insert too large. size in bytes: {len}, max size: {MAX_USER_DOC_SIZE}"
+            ),
         ));
     }
     Ok(())
@@ -114,10 +116,18 @@ impl Engine {
     }
 
     /// Inserts one prepared document (see [`prepare_insert`]).
-    pub fn insert_one(&self, coll: &CollectionRef, doc: &RawDocument, opts: &WriteOpts) -> Result<()> {
+    pub fn insert_one(
+        &self,
+        coll: &CollectionRef,
+        doc: &RawDocument,
+        opts: &WriteOpts,
+    ) -> Result<()> {
         let meta = coll.meta.read();
         if meta.dropped {
-            return Err(Error::new(ErrorCode::NamespaceNotFound, "collection dropped"));
+            return Err(Error::new(
+                ErrorCode::NamespaceNotFound,
+                "collection dropped",
+            ));
         }
         let keys = index_keys_all(&meta, doc)?;
         self.retry(opts, || {
@@ -146,7 +156,12 @@ impl Engine {
         Ok(out)
     }
 
-    pub fn update(&self, coll: &CollectionRef, spec: &UpdateSpec, opts: &WriteOpts) -> Result<UpdateOutcome> {
+    pub fn update(
+        &self,
+        coll: &CollectionRef,
+        spec: &UpdateSpec,
+        opts: &WriteOpts,
+    ) -> Result<UpdateOutcome> {
         let matcher = Matcher::parse(&spec.filter)?;
         let find = FindSpec {
             filter: spec.filter.clone(),
@@ -180,7 +195,10 @@ impl Engine {
             matched_array_index: None,
             is_upsert_insert: true,
             now: bson::DateTime::now(),
-            timestamp: bson::Timestamp { time: now_secs(), increment: 1 },
+            timestamp: bson::Timestamp {
+                time: now_secs(),
+                increment: 1,
+            },
         };
         update.apply(&mut doc, &ctx)?;
         Ok(doc)
@@ -220,7 +238,7 @@ impl Engine {
             let Some(position) = matcher.matches_with_position(old_raw) else {
                 return Ok(None);
             };
-            let old_doc = old_raw.to_document()?;
+            let old_doc = Document::try_from(old_raw)?;
             let mut new_doc = old_doc.clone();
             let ctx = UpdateContext {
                 matched_array_index: position,
@@ -286,7 +304,14 @@ impl Engine {
     }
 
     /// Deletes the matching documents (at most one unless `multi`). Returns the count.
-    pub fn delete(&self, coll: &CollectionRef, filter: &Document, multi: bool, hint: Option<Bson>, opts: &WriteOpts) -> Result<u64> {
+    pub fn delete(
+        &self,
+        coll: &CollectionRef,
+        filter: &Document,
+        multi: bool,
+        hint: Option<Bson>,
+        opts: &WriteOpts,
+    ) -> Result<u64> {
         let matcher = Matcher::parse(filter)?;
         let find = FindSpec {
             filter: filter.clone(),
@@ -305,7 +330,13 @@ impl Engine {
     }
 
     /// Deletes one record if it still matches; returns the deleted document.
-    pub fn delete_record(&self, coll: &CollectionRef, rid: u64, matcher: &Matcher, opts: &WriteOpts) -> Result<Option<Document>> {
+    pub fn delete_record(
+        &self,
+        coll: &CollectionRef,
+        rid: u64,
+        matcher: &Matcher,
+        opts: &WriteOpts,
+    ) -> Result<Option<Document>> {
         let meta = coll.meta.read();
         let rkey = keys::with_id(coll.id, rid);
         let deleted = self.retry(opts, || {
@@ -322,7 +353,7 @@ impl Engine {
             }
             txn.delete(Space::Records, &rkey)?;
             txn.commit()?;
-            Ok(Some((raw.to_document()?, bytes.len() as i64)))
+            Ok(Some((Document::try_from(raw)?, bytes.len() as i64)))
         })?;
         Ok(deleted.map(|(doc, len)| {
             coll.adjust_stats(-1, -len);

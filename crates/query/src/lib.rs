@@ -1,1 +1,12 @@
+//! Match expressions, projection, sort patterns and update operators: pure functions of BSON.
 
+// `nidus_common::Error` carries MongoDB reply fields; it is returned by value everywhere.
+#![allow(clippy::result_large_err)]
+
+pub mod matcher;
+pub mod projection;
+pub mod sort;
+pub mod update;
+
+pub use matcher::Matcher;
+pub use sort::SortPattern;

@@ -49,14 +49,23 @@ impl Config {
                     .ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
             };
             match flag.as_str() {
-                "--port" => cfg.port = value("--port")?.parse().map_err(|e| format!("--port: {e}"))?,
+                "--port" => {
+                    cfg.port = value("--port")?
+                        .parse()
+                        .map_err(|e| format!("--port: {e}"))?
+                }
                 "--bind_ip" => {
-                    cfg.bind_ip = value("--bind_ip")?.split(',').map(|s| s.trim().to_string()).collect()
+                    cfg.bind_ip = value("--bind_ip")?
+                        .split(',')
+                        .map(|s| s.trim().to_string())
+                        .collect()
                 }
                 "--bind_ip_all" => cfg.bind_ip = vec!["0.0.0.0".to_string()],
                 "--dbpath" => cfg.dbpath = PathBuf::from(value("--dbpath")?),
                 "--maxConns" => {
-                    cfg.max_conns = value("--maxConns")?.parse().map_err(|e| format!("--maxConns: {e}"))?
+                    cfg.max_conns = value("--maxConns")?
+                        .parse()
+                        .map_err(|e| format!("--maxConns: {e}"))?
                 }
                 "--setParameter" => {
                     let v = value("--setParameter")?;
@@ -96,9 +105,13 @@ impl Config {
             }
             match (section.as_str(), k) {
                 ("net", "port") => self.port = v.parse().map_err(|e| format!("net.port: {e}"))?,
-                ("net", "bindIp") => self.bind_ip = v.split(',').map(|s| s.trim().to_string()).collect(),
+                ("net", "bindIp") => {
+                    self.bind_ip = v.split(',').map(|s| s.trim().to_string()).collect()
+                }
                 ("net", "maxIncomingConnections") => {
-                    self.max_conns = v.parse().map_err(|e| format!("net.maxIncomingConnections: {e}"))?
+                    self.max_conns = v
+                        .parse()
+                        .map_err(|e| format!("net.maxIncomingConnections: {e}"))?
                 }
                 ("storage", "dbPath") => self.dbpath = PathBuf::from(v),
                 ("setParameter", name) if indented => {
@@ -116,15 +129,30 @@ mod tests {
     use super::*;
 
     fn args(a: &[&str]) -> Vec<String> {
-        std::iter::once("nidus").chain(a.iter().copied()).map(String::from).collect()
+        std::iter::once("nidus")
+            .chain(a.iter().copied())
+            .map(String::from)
+            .collect()
     }
 
     #[test]
     fn parses_mongod_flags() {
-        let c = Config::from_args(args(&["--port", "28000", "--dbpath=/tmp/x", "--setParameter", "enableTestCommands=1"])).unwrap();
+        let c = Config::from_args(args(&[
+            "--port",
+            "28000",
+            "--dbpath=/tmp/x",
+            "--setParameter",
+            "enableTestCommands=1",
+        ]))
+        .unwrap();
         assert_eq!(c.port, 28000);
         assert_eq!(c.dbpath, PathBuf::from("/tmp/x"));
-        assert_eq!(c.set_parameters.get("enableTestCommands").map(String::as_str), Some("1"));
+        assert_eq!(
+            c.set_parameters
+                .get("enableTestCommands")
+                .map(String::as_str),
+            Some("1")
+        );
         assert!(Config::from_args(args(&["--bogus"])).is_err());
     }
 
@@ -136,6 +164,11 @@ mod tests {
         std::fs::remove_file(&dir).ok();
         assert_eq!(c.port, 29000);
         assert_eq!(c.dbpath, PathBuf::from("/tmp/d"));
-        assert_eq!(c.set_parameters.get("enableTestCommands").map(String::as_str), Some("1"));
+        assert_eq!(
+            c.set_parameters
+                .get("enableTestCommands")
+                .map(String::as_str),
+            Some("1")
+        );
     }
 }

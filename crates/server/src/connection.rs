@@ -27,7 +27,10 @@ pub struct ConnState {
 pub async fn serve(state: Arc<ServerState>, mut stream: TcpStream, peer: SocketAddr) {
     let id = state.next_connection_id();
     state.connections.current.fetch_add(1, Ordering::Relaxed);
-    state.connections.total_created.fetch_add(1, Ordering::Relaxed);
+    state
+        .connections
+        .total_created
+        .fetch_add(1, Ordering::Relaxed);
     let _ = stream.set_nodelay(true);
     let mut conn = ConnState {
         id,
@@ -37,22 +40,37 @@ pub async fn serve(state: Arc<ServerState>, mut stream: TcpStream, peer: SocketA
         app_name: None,
         compressors: Vec::new(),
     };
-    log::info("NETWORK", 22943, &format!("listener"), "Connection accepted",
-        serde_json::json!({ "remote": peer.to_string(), "connectionId": id }));
+    log::info(
+        "NETWORK",
+        22943,
+        &format!("listener"),
+        "Connection accepted",
+        serde_json::json!({ "remote": peer.to_string(), "connectionId": id }),
+    );
     loop {
         match handle_one(&state, &mut stream, conn).await {
             Ok(Some(c)) => conn = c,
             Ok(None) => break,
             Err(e) => {
-                log::info("NETWORK", 22989, &format!("conn{id}"), "Closing connection",
-                    serde_json::json!({ "remote": peer.to_string(), "error": e.to_string() }));
+                log::info(
+                    "NETWORK",
+                    22989,
+                    &format!("conn{id}"),
+                    "Closing connection",
+                    serde_json::json!({ "remote": peer.to_string(), "error": e.to_string() }),
+                );
                 break;
             }
         }
     }
     state.connections.current.fetch_sub(1, Ordering::Relaxed);
-    log::info("NETWORK", 22944, &format!("conn{id}"), "Connection ended",
-        serde_json::json!({ "remote": peer.to_string(), "connectionId": id }));
+    log::info(
+        "NETWORK",
+        22944,
+        &format!("conn{id}"),
+        "Connection ended",
+        serde_json::json!({ "remote": peer.to_string(), "connectionId": id }),
+    );
 }
 
 /// Handles one message. `Ok(None)` = the client closed the connection cleanly or must be
@@ -71,23 +89,35 @@ async fn handle_one(
     let header = MsgHeader::parse(&header_bytes);
     let body_len = match nidus_wire::check_length(&header) {
         Ok(n) => n,
-        Err(e) => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, Error::from(e).message)),
+        Err(e) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                Error::from(e).message,
+            ))
+        }
     };
     let mut body = vec![0u8; body_len];
     stream.read_exact(&mut body).await?;
     let decoded = match nidus_wire::decode(&header, &body) {
         Ok(d) => d,
         Err(e) if e.is_fatal() => {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, Error::from(e).message))
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                Error::from(e).message,
+            ))
         }
         Err(e) => {
             let reply = Error::from(e).to_reply();
-            let bytes = nidus_wire::encode_msg(next_request_id(), header.request_id, 0, &reply, None);
+            let bytes =
+                nidus_wire::encode_msg(next_request_id(), header.request_id, 0, &reply, None);
             stream.write_all(&bytes).await?;
             return Ok(Some(conn));
         }
     };
-    let Decoded { request, compressor } = decoded;
+    let Decoded {
+        request,
+        compressor,
+    } = decoded;
     let state2 = state.clone();
     let task = tokio::task::spawn_blocking(move || {
         let mut conn = conn;
@@ -156,7 +186,11 @@ fn execute(
             if reply.close_connection {
                 Outcome::Close
             } else {
-                Outcome::Reply(nidus_wire::encode_reply(next_request_id(), request_id, &reply.body))
+                Outcome::Reply(nidus_wire::encode_reply(
+                    next_request_id(),
+                    request_id,
+                    &reply.body,
+                ))
             }
         }
     };
@@ -167,7 +201,9 @@ fn execute(
 /// OP_QUERY is accepted only for the handshake commands on `<db>.$cmd`, as in MongoDB 6.0+.
 fn legacy_query(state: &ServerState, conn: &mut ConnState, q: nidus_wire::OpQuery) -> Reply {
     let Some(db) = q.full_collection_name.strip_suffix(".$cmd") else {
-        return legacy_error("OP_QUERY is no longer supported. The client driver may require an upgrade.");
+        return legacy_error(
+            "OP_QUERY is no longer supported. The client driver may require an upgrade.",
+        );
     };
     let mut body = match q.query.get_document("$query") {
         Ok(inner) => inner.clone(),
@@ -180,7 +216,14 @@ fn legacy_query(state: &ServerState, conn: &mut ConnState, q: nidus_wire::OpQuer
         ));
     }
     body.insert("$db", db);
-    commands::run(state, conn, Request { body, sequences: Vec::new() })
+    commands::run(
+        state,
+        conn,
+        Request {
+            body,
+            sequences: Vec::new(),
+        },
+    )
 }
 
 fn legacy_error(msg: &str) -> Reply {

@@ -72,9 +72,9 @@ fn as_i64(v: &Bson) -> Option<i64> {
 impl FailPoints {
     /// `configureFailPoint`; returns the reply's `count` (times the point fired before).
     pub fn configure(&self, cmd: &Document) -> Result<i64> {
-        let name = cmd.get_str("configureFailPoint").map_err(|_| {
-            Error::type_mismatch("configureFailPoint must be a string")
-        })?;
+        let name = cmd
+            .get_str("configureFailPoint")
+            .map_err(|_| Error::type_mismatch("configureFailPoint must be a string"))?;
         if name != "failCommand" {
             return Err(Error::new(
                 ErrorCode::FailPointSetFailed,
@@ -100,12 +100,18 @@ impl FailPoints {
             commands,
             error_code: data.get("errorCode").and_then(as_i64).map(|n| n as i32),
             error_labels: match data.get("errorLabels") {
-                Some(Bson::Array(a)) => Some(a.iter().filter_map(|l| l.as_str().map(str::to_string)).collect()),
+                Some(Bson::Array(a)) => Some(
+                    a.iter()
+                        .filter_map(|l| l.as_str().map(str::to_string))
+                        .collect(),
+                ),
                 _ => None,
             },
             close_connection: data.get_bool("closeConnection").unwrap_or(false),
             block_ms: if data.get_bool("blockConnection").unwrap_or(false) {
-                data.get("blockTimeMS").and_then(as_i64).map(|n| n.max(0) as u64)
+                data.get("blockTimeMS")
+                    .and_then(as_i64)
+                    .map(|n| n.max(0) as u64)
             } else {
                 None
             },
@@ -147,7 +153,10 @@ impl FailPoints {
             block: fc.block_ms.map(Duration::from_millis),
             close_connection: fc.close_connection,
             error: fc.error_code.map(|code| {
-                let mut e = Error::new(ErrorCode::from_code(code), "Failing command via 'failCommand' failpoint");
+                let mut e = Error::new(
+                    ErrorCode::from_code(code),
+                    "Failing command via 'failCommand' failpoint",
+                );
                 if let Some(labels) = &fc.error_labels {
                     e.labels = labels.clone();
                 }

@@ -27,7 +27,14 @@ fn main() {
         }
     };
     if let Err(msg) = run(config) {
-        log::log("F", "CONTROL", 20574, "main", "Error during startup", json!({ "error": msg }));
+        log::log(
+            "F",
+            "CONTROL",
+            20574,
+            "main",
+            "Error during startup",
+            json!({ "error": msg }),
+        );
         std::process::exit(1);
     }
 }
@@ -46,7 +53,13 @@ fn run(config: Config) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     runtime.block_on(serve(state.clone()))?;
     engine.shutdown().map_err(|e| e.to_string())?;
-    log::info("CONTROL", 20565, "main", "Now exiting", serde_json::Value::Null);
+    log::info(
+        "CONTROL",
+        20565,
+        "main",
+        "Now exiting",
+        serde_json::Value::Null,
+    );
     Ok(())
 }
 
@@ -57,18 +70,35 @@ async fn serve(state: Arc<ServerState>) -> Result<(), String> {
         let l = TcpListener::bind(&addr)
             .await
             .map_err(|e| format!("Failed to bind {addr}: {e}"))?;
-        log::info("NETWORK", 23015, "listener", "Listening on", json!({ "address": addr }));
+        log::info(
+            "NETWORK",
+            23015,
+            "listener",
+            "Listening on",
+            json!({ "address": addr }),
+        );
         listeners.push(l);
     }
-    log::info("NETWORK", 23016, "listener", "Waiting for connections",
-        json!({ "port": state.config.port, "ssl": "off" }));
+    log::info(
+        "NETWORK",
+        23016,
+        "listener",
+        "Waiting for connections",
+        json!({ "port": state.config.port, "ssl": "off" }),
+    );
     for l in listeners {
         let st = state.clone();
         tokio::spawn(accept_loop(st, l));
     }
     tokio::spawn(cursor_reaper(state.clone()));
     shutdown_signal().await;
-    log::info("CONTROL", 23377, "SignalHandler", "Received signal", json!({ "signal": 15 }));
+    log::info(
+        "CONTROL",
+        23377,
+        "SignalHandler",
+        "Received signal",
+        json!({ "signal": 15 }),
+    );
     Ok(())
 }
 
@@ -76,17 +106,31 @@ async fn accept_loop(state: Arc<ServerState>, listener: TcpListener) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                let current = state.connections.current.load(std::sync::atomic::Ordering::Relaxed);
+                let current = state
+                    .connections
+                    .current
+                    .load(std::sync::atomic::Ordering::Relaxed);
                 if current as usize >= state.config.max_conns {
-                    log::warn("NETWORK", 22942, "listener", "Connection refused because there are too many open connections",
-                        json!({ "remote": peer.to_string(), "connectionCount": current }));
+                    log::warn(
+                        "NETWORK",
+                        22942,
+                        "listener",
+                        "Connection refused because there are too many open connections",
+                        json!({ "remote": peer.to_string(), "connectionCount": current }),
+                    );
                     drop(stream);
                     continue;
                 }
                 tokio::spawn(connection::serve(state.clone(), stream, peer));
             }
             Err(e) => {
-                log::warn("NETWORK", 22942, "listener", "Error accepting new connection", json!({ "error": e.to_string() }));
+                log::warn(
+                    "NETWORK",
+                    22942,
+                    "listener",
+                    "Error accepting new connection",
+                    json!({ "error": e.to_string() }),
+                );
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
@@ -96,10 +140,20 @@ async fn accept_loop(state: Arc<ServerState>, listener: TcpListener) {
 async fn cursor_reaper(state: Arc<ServerState>) {
     loop {
         tokio::time::sleep(Duration::from_secs(60)).await;
-        let timeout = state.params.i64("cursorTimeoutMillis").unwrap_or(600_000).max(0) as u64;
+        let timeout = state
+            .params
+            .i64("cursorTimeoutMillis")
+            .unwrap_or(600_000)
+            .max(0) as u64;
         let reaped = state.cursors.reap(Duration::from_millis(timeout));
         if reaped > 0 {
-            log::info("QUERY", 20529, "clientcursormon", "Cursors timed out", json!({ "numTimedOut": reaped }));
+            log::info(
+                "QUERY",
+                20529,
+                "clientcursormon",
+                "Cursors timed out",
+                json!({ "numTimedOut": reaped }),
+            );
         }
     }
 }

@@ -90,7 +90,10 @@ impl KvEngine for RocksEngine {
         let mut topts = TransactionOptions::default();
         topts.set_snapshot(true);
         topts.set_lock_timeout(0);
-        let txn = self.inner.db.transaction_opt(&WriteOptions::default(), &topts);
+        let txn = self
+            .inner
+            .db
+            .transaction_opt(&WriteOptions::default(), &topts);
         // SAFETY: the transaction borrows the database, which `RocksTxn::_owner` keeps alive;
         // field order drops the transaction before the owner.
         let txn: Transaction<'static, Db> = unsafe { std::mem::transmute(txn) };
@@ -214,9 +217,7 @@ struct RocksSnapshot {
 
 impl KvRead for RocksSnapshot {
     fn get(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>> {
-        self.snap
-            .get_cf(self.owner.cf(space), key)
-            .map_err(map_err)
+        self.snap.get_cf(self.owner.cf(space), key).map_err(map_err)
     }
 
     fn cursor(&self, space: Space, lower: &[u8], upper: &[u8]) -> Box<dyn KvCursor + '_> {

@@ -12,10 +12,16 @@ fn commit_makes_writes_visible_and_snapshots_stay_stable() {
     let before = e.snapshot();
     let mut t = e.begin();
     t.put(Space::Records, b"k1", b"v1").unwrap();
-    assert_eq!(t.get(Space::Records, b"k1").unwrap().as_deref(), Some(&b"v1"[..]));
+    assert_eq!(
+        t.get(Space::Records, b"k1").unwrap().as_deref(),
+        Some(&b"v1"[..])
+    );
     assert_eq!(e.snapshot().get(Space::Records, b"k1").unwrap(), None);
     t.commit().unwrap();
-    assert_eq!(e.snapshot().get(Space::Records, b"k1").unwrap().as_deref(), Some(&b"v1"[..]));
+    assert_eq!(
+        e.snapshot().get(Space::Records, b"k1").unwrap().as_deref(),
+        Some(&b"v1"[..])
+    );
     assert_eq!(before.get(Space::Records, b"k1").unwrap(), None);
 }
 
@@ -25,7 +31,10 @@ fn write_to_key_locked_by_open_transaction_conflicts_at_once() {
     let mut a = e.begin();
     a.put(Space::Records, b"k", b"a").unwrap();
     let mut b = e.begin();
-    assert_eq!(b.put(Space::Records, b"k", b"b"), Err(StorageError::WriteConflict));
+    assert_eq!(
+        b.put(Space::Records, b"k", b"b"),
+        Err(StorageError::WriteConflict)
+    );
     a.commit().unwrap();
 }
 
@@ -36,7 +45,10 @@ fn write_to_key_committed_after_snapshot_conflicts() {
     let mut a = e.begin();
     a.put(Space::Records, b"k", b"a").unwrap();
     a.commit().unwrap();
-    assert_eq!(b.put(Space::Records, b"k", b"b"), Err(StorageError::WriteConflict));
+    assert_eq!(
+        b.put(Space::Records, b"k", b"b"),
+        Err(StorageError::WriteConflict)
+    );
 }
 
 #[test]
@@ -72,5 +84,8 @@ fn data_survives_reopen() {
         e.sync_wal().unwrap();
     }
     let e = RocksEngine::open(dir.path()).unwrap();
-    assert_eq!(e.snapshot().get(Space::Catalog, b"c").unwrap().as_deref(), Some(&b"x"[..]));
+    assert_eq!(
+        e.snapshot().get(Space::Catalog, b"c").unwrap().as_deref(),
+        Some(&b"x"[..])
+    );
 }

@@ -108,7 +108,10 @@ impl StageImpl for CollScan {
             None => true,
         };
         if matched {
-            Ok(StageState::Advanced(Member { rid: Some(rid), doc }))
+            Ok(StageState::Advanced(Member {
+                rid: Some(rid),
+                doc,
+            }))
         } else {
             Ok(StageState::NeedTime)
         }
@@ -119,7 +122,10 @@ impl StageImpl for CollScan {
         if let Some(f) = &self.filter_doc {
             d.insert("filter", f.clone());
         }
-        d.insert("direction", if self.forward { "forward" } else { "backward" });
+        d.insert(
+            "direction",
+            if self.forward { "forward" } else { "backward" },
+        );
         d.insert("docsExamined", self.docs_examined);
         d
     }

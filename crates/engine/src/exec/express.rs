@@ -19,7 +19,12 @@ pub struct ExpressIxscan {
 }
 
 impl ExpressIxscan {
-    pub fn new(kv: Arc<dyn KvEngine>, coll_id: u64, index: IndexMeta, value: Bson) -> ExpressIxscan {
+    pub fn new(
+        kv: Arc<dyn KvEngine>,
+        coll_id: u64,
+        index: IndexMeta,
+        value: Bson,
+    ) -> ExpressIxscan {
         ExpressIxscan {
             kv,
             coll_id,
@@ -32,8 +37,8 @@ impl ExpressIxscan {
     }
 
     fn lookup(&mut self) -> Result<Option<Member>> {
-        let raw = RawBson::try_from(self.value.clone())
-            .map_err(|e| Error::internal(e.to_string()))?;
+        let raw =
+            RawBson::try_from(self.value.clone()).map_err(|e| Error::internal(e.to_string()))?;
         let (ks, _) = nidus_doc::keystring::encode_key(&[(raw.as_raw_bson_ref(), false)]);
         let snap = self.kv.snapshot();
         let Some(entry) = snap.get(Space::Indexes, &index::entry_key(&self.index, &ks, 0))? else {
@@ -73,7 +78,10 @@ impl StageImpl for ExpressIxscan {
     fn specific_stats(&self) -> Document {
         let mut d = Document::new();
         d.insert("keyPattern", self.index.key_document());
-        d.insert("keyPatternSummary", nidus_common::shell::format(&Bson::Document(self.index.key_document())));
+        d.insert(
+            "keyPatternSummary",
+            nidus_common::shell::format(&Bson::Document(self.index.key_document())),
+        );
         d.insert("indexName", self.index.name.clone());
         d.insert("keysExamined", self.keys_examined);
         d.insert("docsExamined", self.docs_examined);

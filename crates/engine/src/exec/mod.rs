@@ -114,7 +114,9 @@ impl Stage {
     /// One-line plan summary for logs and the profiler (`COLLSCAN`, `IXSCAN { _id: 1 }`).
     pub fn plan_summary(&self) -> String {
         match self.children().first() {
-            Some(child) if self.specific_stats().get("keyPattern").is_none() => child.plan_summary(),
+            Some(child) if self.specific_stats().get("keyPattern").is_none() => {
+                child.plan_summary()
+            }
             _ => match self.specific_stats().get_str("keyPatternSummary") {
                 Ok(k) => format!("{} {}", self.name(), k),
                 Err(_) => self.name().to_string(),

@@ -16,7 +16,14 @@ use nidus_query::projection::Projection;
 use std::time::Instant;
 
 const FIELDS: &[&str] = &[
-    "aggregate", "pipeline", "cursor", "explain", "allowDiskUse", "collation", "hint", "let",
+    "aggregate",
+    "pipeline",
+    "cursor",
+    "explain",
+    "allowDiskUse",
+    "collation",
+    "hint",
+    "let",
     "bypassDocumentValidation",
 ];
 
@@ -51,16 +58,15 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
             ))
         }
     };
-    let batch_size = match ctx.body.get("cursor") {
-        Some(Bson::Document(c)) => super::opt_i64("aggregate", c, "batchSize")?,
-        Some(other) => return Err(wrong_type("aggregate", "cursor", other, "object")),
-        None => {
-            return Err(Error::new(
+    let batch_size =
+        match ctx.body.get("cursor") {
+            Some(Bson::Document(c)) => super::opt_i64("aggregate", c, "batchSize")?,
+            Some(other) => return Err(wrong_type("aggregate", "cursor", other, "object")),
+            None => return Err(Error::new(
                 ErrorCode::FailedToParse,
                 "The 'cursor' option is required, except for aggregate with the explain argument",
-            ))
-        }
-    };
+            )),
+        };
     let (spec, rest) = push_down(&pipeline, ctx.deadline)?;
     let stages = rest.iter().map(parse_stage).collect::<Result<Vec<_>>>()?;
     let coll = ctx.state.engine.collection(&ns);
@@ -68,7 +74,11 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
     if !stages.is_empty() {
         let mut docs = Vec::new();
         while let Some(m) = exec.next()? {
-            docs.push(m.doc.to_document().map_err(|e| Error::internal(e.to_string()))?);
+            docs.push(
+                m.doc
+                    .to_document()
+                    .map_err(|e| Error::internal(e.to_string()))?,
+            );
         }
         for stage in &stages {
             docs = stage.run(docs)?;
@@ -87,7 +97,9 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
         last_used: Instant::now(),
         no_timeout: false,
     };
-    let first = batch_size.map(|n| n.max(0) as u64).unwrap_or(DEFAULT_FIRST_BATCH);
+    let first = batch_size
+        .map(|n| n.max(0) as u64)
+        .unwrap_or(DEFAULT_FIRST_BATCH);
     let (batch, done) = cursor.next_batch(Some(first))?;
     let id = if done {
         0
@@ -100,21 +112,38 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
 
 /// Moves the leading `$match`, `$sort`, `$skip`, `$limit` into the find plan.
 fn push_down(pipeline: &[Document], deadline: Option<Instant>) -> Result<(FindSpec, &[Document])> {
-    let mut spec = FindSpec { deadline, ..FindSpec::default() };
+    let mut spec = FindSpec {
+        deadline,
+        ..FindSpec::default()
+    };
     let mut i = 0;
     while let Some(stage) = pipeline.get(i) {
-        let (name, arg) = stage.iter().next().ok_or_else(|| Error::bad_value("empty stage"))?;
+        let (name, arg) = stage
+            .iter()
+            .next()
+            .ok_or_else(|| Error::bad_value("empty stage"))?;
         match (name.as_str(), arg) {
-            ("$match", Bson::Document(f)) if spec.filter.is_empty() && spec.sort.is_none() && spec.skip == 0 && spec.limit == 0 => {
+            ("$match", Bson::Document(f))
+                if spec.filter.is_empty()
+                    && spec.sort.is_none()
+                    && spec.skip == 0
+                    && spec.limit == 0 =>
+            {
                 spec.filter = f.clone();
             }
-            ("$sort", Bson::Document(s)) if spec.sort.is_none() && spec.skip == 0 && spec.limit == 0 => {
+            ("$sort", Bson::Document(s))
+                if spec.sort.is_none() && spec.skip == 0 && spec.limit == 0 =>
+            {
                 spec.sort = Some(s.clone());
             }
             ("$skip", v) if spec.limit == 0 => spec.skip += non_negative("$skip", v)?,
             ("$limit", v) => {
                 let n = positive("$limit", v)?;
-                spec.limit = if spec.limit == 0 { n } else { spec.limit.min(n) };
+                spec.limit = if spec.limit == 0 {
+                    n
+                } else {
+                    spec.limit.min(n)
+                };
             }
             _ => break,
         }
@@ -135,15 +164,24 @@ fn as_i64(v: &Bson) -> Option<i64> {
 fn non_negative(stage: &str, v: &Bson) -> Result<u64> {
     match as_i64(v) {
         Some(n) if n >= 0 => Ok(n as u64),
-        Some(n) => Err(Error::new(ErrorCode::Location(15956), format!("invalid argument to {stage} stage: Cannot be negative, value: {n}"))),
-        None => Err(Error::new(ErrorCode::Location(15972), format!("invalid argument to {stage} stage: Argument must be a number"))),
+        Some(n) => Err(Error::new(
+            ErrorCode::Location(15956),
+            format!("invalid argument to {stage} stage: Cannot be negative, value: {n}"),
+        )),
+        None => Err(Error::new(
+            ErrorCode::Location(15972),
+            format!("invalid argument to {stage} stage: Argument must be a number"),
+        )),
     }
 }
 
 fn positive(stage: &str, v: &Bson) -> Result<u64> {
     match as_i64(v) {
         Some(n) if n > 0 => Ok(n as u64),
-        _ => Err(Error::new(ErrorCode::Location(15958), "the limit must be positive")),
+        _ => Err(Error::new(
+            ErrorCode::Location(15958),
+            "the limit must be positive",
+        )),
     }
 }
 
@@ -163,20 +201,37 @@ struct Group {
 }
 
 fn parse_stage(stage: &Document) -> Result<PipelineStage> {
-    let (name, arg) = stage.iter().next().ok_or_else(|| Error::bad_value("empty stage"))?;
+    let (name, arg) = stage
+        .iter()
+        .next()
+        .ok_or_else(|| Error::bad_value("empty stage"))?;
     let doc_arg = |what: &str| match arg {
         Bson::Document(d) => Ok(d.clone()),
-        _ => Err(Error::new(ErrorCode::Location(15959), format!("the {what} must be specified as an object"))),
+        _ => Err(Error::new(
+            ErrorCode::Location(15959),
+            format!("the {what} must be specified as an object"),
+        )),
     };
     Ok(match name.as_str() {
-        "$match" => PipelineStage::Match(nidus_query::matcher::Matcher::parse(&doc_arg("match filter")?)?),
-        "$sort" => PipelineStage::Sort(nidus_query::sort::SortPattern::parse(&doc_arg("$sort key specification")?)?),
+        "$match" => PipelineStage::Match(nidus_query::matcher::Matcher::parse(&doc_arg(
+            "match filter",
+        )?)?),
+        "$sort" => PipelineStage::Sort(nidus_query::sort::SortPattern::parse(&doc_arg(
+            "$sort key specification",
+        )?)?),
         "$skip" => PipelineStage::Skip(non_negative("$skip", arg)?),
         "$limit" => PipelineStage::Limit(positive("$limit", arg)?),
         "$project" => PipelineStage::Project(Projection::parse(&doc_arg("projection")?)?),
         "$count" => match arg {
-            Bson::String(f) if !f.is_empty() && !f.starts_with('$') && !f.contains('.') => PipelineStage::Count(f.clone()),
-            _ => return Err(Error::new(ErrorCode::Location(40156), "the count field must be a non-empty string")),
+            Bson::String(f) if !f.is_empty() && !f.starts_with('$') && !f.contains('.') => {
+                PipelineStage::Count(f.clone())
+            }
+            _ => {
+                return Err(Error::new(
+                    ErrorCode::Location(40156),
+                    "the count field must be a non-empty string",
+                ))
+            }
         },
         "$group" => PipelineStage::Group(parse_group(&doc_arg("group")?)?),
         other => {
@@ -190,18 +245,33 @@ fn parse_stage(stage: &Document) -> Result<PipelineStage> {
 
 fn parse_group(spec: &Document) -> Result<Group> {
     let id = spec.get("_id").cloned().ok_or_else(|| {
-        Error::new(ErrorCode::Location(15955), "a group specification must include an _id")
+        Error::new(
+            ErrorCode::Location(15955),
+            "a group specification must include an _id",
+        )
     })?;
     let mut accumulators = Vec::new();
     for (field, acc) in spec.iter().filter(|(k, _)| k.as_str() != "_id") {
         let Bson::Document(acc) = acc else {
-            return Err(Error::new(ErrorCode::Location(40234), format!("The field '{field}' must be an accumulator object")));
+            return Err(Error::new(
+                ErrorCode::Location(40234),
+                format!("The field '{field}' must be an accumulator object"),
+            ));
         };
         let Some((op, arg)) = acc.iter().next().filter(|_| acc.len() == 1) else {
-            return Err(Error::new(ErrorCode::Location(40238), format!("The field '{field}' must specify one accumulator")));
+            return Err(Error::new(
+                ErrorCode::Location(40238),
+                format!("The field '{field}' must specify one accumulator"),
+            ));
         };
-        if !matches!(op.as_str(), "$sum" | "$avg" | "$min" | "$max" | "$first" | "$last" | "$push" | "$addToSet") {
-            return Err(Error::new(ErrorCode::Location(15952), format!("unknown group operator '{op}'")));
+        if !matches!(
+            op.as_str(),
+            "$sum" | "$avg" | "$min" | "$max" | "$first" | "$last" | "$push" | "$addToSet"
+        ) {
+            return Err(Error::new(
+                ErrorCode::Location(15952),
+                format!("unknown group operator '{op}'"),
+            ));
         }
         accumulators.push((field.clone(), op.clone(), arg.clone()));
     }
@@ -234,7 +304,9 @@ fn eval(doc: &Document, expr: &Bson) -> Option<Bson> {
 fn step(v: &Bson, part: &str) -> Option<Bson> {
     match v {
         Bson::Document(d) => d.get(part).cloned(),
-        Bson::Array(a) => Some(Bson::Array(a.iter().filter_map(|e| step(e, part)).collect())),
+        Bson::Array(a) => Some(Bson::Array(
+            a.iter().filter_map(|e| step(e, part)).collect(),
+        )),
         _ => None,
     }
 }
@@ -265,7 +337,10 @@ impl PipelineStage {
             }
             PipelineStage::Skip(n) => docs.into_iter().skip(*n as usize).collect(),
             PipelineStage::Limit(n) => docs.into_iter().take(*n as usize).collect(),
-            PipelineStage::Project(p) => docs.iter().map(|d| p.apply(&raw(d)?)).collect::<Result<_>>()?,
+            PipelineStage::Project(p) => docs
+                .iter()
+                .map(|d| p.apply(&raw(d)?))
+                .collect::<Result<_>>()?,
             PipelineStage::Count(field) => {
                 if docs.is_empty() {
                     Vec::new()
@@ -308,22 +383,60 @@ fn accumulate(op: &str, arg: &Bson, members: &[Document]) -> Bson {
     let values: Vec<Bson> = members.iter().filter_map(|d| eval(d, arg)).collect();
     match op {
         "$sum" | "$avg" => {
-            let nums: Vec<&Bson> = values.iter().filter(|v| matches!(v, Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))).collect();
-            let all_int = nums.iter().all(|v| matches!(v, Bson::Int32(_) | Bson::Int64(_)));
-            let total: f64 = nums.iter().map(|v| match v { Bson::Int32(n) => *n as f64, Bson::Int64(n) => *n as f64, Bson::Double(f) => *f, _ => 0.0 }).sum();
+            let nums: Vec<&Bson> = values
+                .iter()
+                .filter(|v| matches!(v, Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_)))
+                .collect();
+            let all_int = nums
+                .iter()
+                .all(|v| matches!(v, Bson::Int32(_) | Bson::Int64(_)));
+            let total: f64 = nums
+                .iter()
+                .map(|v| match v {
+                    Bson::Int32(n) => *n as f64,
+                    Bson::Int64(n) => *n as f64,
+                    Bson::Double(f) => *f,
+                    _ => 0.0,
+                })
+                .sum();
             if op == "$avg" {
-                if nums.is_empty() { Bson::Null } else { Bson::Double(total / nums.len() as f64) }
+                if nums.is_empty() {
+                    Bson::Null
+                } else {
+                    Bson::Double(total / nums.len() as f64)
+                }
             } else if all_int {
-                let sum: i64 = nums.iter().map(|v| match v { Bson::Int32(n) => *n as i64, Bson::Int64(n) => *n, _ => 0 }).sum();
-                if nums.iter().all(|v| matches!(v, Bson::Int32(_))) && i32::try_from(sum).is_ok() { Bson::Int32(sum as i32) } else { Bson::Int64(sum) }
+                let sum: i64 = nums
+                    .iter()
+                    .map(|v| match v {
+                        Bson::Int32(n) => *n as i64,
+                        Bson::Int64(n) => *n,
+                        _ => 0,
+                    })
+                    .sum();
+                if nums.iter().all(|v| matches!(v, Bson::Int32(_))) && i32::try_from(sum).is_ok() {
+                    Bson::Int32(sum as i32)
+                } else {
+                    Bson::Int64(sum)
+                }
             } else {
                 Bson::Double(total)
             }
         }
-        "$min" => values.into_iter().filter(|v| !matches!(v, Bson::Null)).min_by(cmp_bson).unwrap_or(Bson::Null),
+        "$min" => values
+            .into_iter()
+            .filter(|v| !matches!(v, Bson::Null))
+            .min_by(cmp_bson)
+            .unwrap_or(Bson::Null),
         "$max" => values.into_iter().max_by(cmp_bson).unwrap_or(Bson::Null),
-        "$first" => members.first().and_then(|d| eval(d, arg)).unwrap_or(Bson::Null),
-        "$last" => members.last().and_then(|d| eval(d, arg)).unwrap_or(Bson::Null),
+        "$first" => members
+            .first()
+            .and_then(|d| eval(d, arg))
+            .unwrap_or(Bson::Null),
+        "$last" => members
+            .last()
+            .and_then(|d| eval(d, arg))
+            .unwrap_or(Bson::Null),
         "$push" => Bson::Array(values),
         _ => {
             let mut set: Vec<Bson> = Vec::new();

@@ -9,12 +9,24 @@ use std::sync::atomic::Ordering;
 
 /// `create` options this server stores; the others are refused rather than ignored.
 const CREATE_OPTIONS: &[&str] = &[
-    "capped", "size", "max", "validator", "validationLevel", "validationAction", "collation",
-    "storageEngine", "indexOptionDefaults", "idIndex", "changeStreamPreAndPostImages",
+    "capped",
+    "size",
+    "max",
+    "validator",
+    "validationLevel",
+    "validationAction",
+    "collation",
+    "storageEngine",
+    "indexOptionDefaults",
+    "idIndex",
+    "changeStreamPreAndPostImages",
 ];
 pub fn list_databases(ctx: &mut Ctx) -> Result<Document> {
     let name_only = ctx.opt_bool("nameOnly")?.unwrap_or(false);
-    let filter = ctx.opt_document("filter")?.map(|f| Matcher::parse(&f)).transpose()?;
+    let filter = ctx
+        .opt_document("filter")?
+        .map(|f| Matcher::parse(&f))
+        .transpose()?;
     let engine = &ctx.state.engine;
     let mut dbs = Vec::new();
     let mut total = 0i64;
@@ -31,7 +43,8 @@ pub fn list_databases(ctx: &mut Ctx) -> Result<Document> {
             doc! { "name": name, "sizeOnDisk": size, "empty": false }
         };
         if let Some(m) = &filter {
-            let raw = RawDocumentBuf::from_document(&entry).map_err(|e| Error::internal(e.to_string()))?;
+            let raw = RawDocumentBuf::from_document(&entry)
+                .map_err(|e| Error::internal(e.to_string()))?;
             if !m.matches(&raw) {
                 continue;
             }
@@ -47,7 +60,10 @@ pub fn list_databases(ctx: &mut Ctx) -> Result<Document> {
 
 pub fn list_collections(ctx: &mut Ctx) -> Result<Document> {
     let name_only = ctx.opt_bool("nameOnly")?.unwrap_or(false);
-    let filter = ctx.opt_document("filter")?.map(|f| Matcher::parse(&f)).transpose()?;
+    let filter = ctx
+        .opt_document("filter")?
+        .map(|f| Matcher::parse(&f))
+        .transpose()?;
     let mut out = Vec::new();
     for coll in ctx.state.engine.collections_in(&ctx.db) {
         let meta = coll.meta.read();
@@ -63,14 +79,18 @@ pub fn list_collections(ctx: &mut Ctx) -> Result<Document> {
             }
         };
         if let Some(m) = &filter {
-            let raw = RawDocumentBuf::from_document(&entry).map_err(|e| Error::internal(e.to_string()))?;
+            let raw = RawDocumentBuf::from_document(&entry)
+                .map_err(|e| Error::internal(e.to_string()))?;
             if !m.matches(&raw) {
                 continue;
             }
         }
         out.push(Bson::Document(entry));
     }
-    Ok(cursor_reply(&format!("{}.$cmd.listCollections", ctx.db), out))
+    Ok(cursor_reply(
+        &format!("{}.$cmd.listCollections", ctx.db),
+        out,
+    ))
 }
 
 /// A reply holding everything in the first batch (catalog listings are small).
@@ -87,7 +107,10 @@ pub fn create(ctx: &mut Ctx) -> Result<Document> {
         }
         match k.as_str() {
             "viewOn" | "pipeline" => {
-                return Err(Error::new(ErrorCode::CommandNotSupported, "views are not supported yet by this server"))
+                return Err(Error::new(
+                    ErrorCode::CommandNotSupported,
+                    "views are not supported yet by this server",
+                ))
             }
             "timeseries" | "expireAfterSeconds" | "clusteredIndex" => {
                 return Err(Error::new(
@@ -108,7 +131,10 @@ pub fn create(ctx: &mut Ctx) -> Result<Document> {
         }
     }
     if options.get_bool("capped").unwrap_or(false) && !options.contains_key("size") {
-        return Err(Error::new(ErrorCode::InvalidOptions, "the 'size' field is required when 'capped' is true"));
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "the 'size' field is required when 'capped' is true",
+        ));
     }
     ctx.state.engine.create_collection(&ns, options)?;
     Ok(Document::new())
@@ -136,7 +162,14 @@ pub fn rename_collection(ctx: &mut Ctx) -> Result<Document> {
     }
     let from = match ctx.body.get("renameCollection") {
         Some(Bson::String(s)) => Namespace::parse(s)?,
-        Some(other) => return Err(wrong_type("renameCollection", "renameCollection", other, "string")),
+        Some(other) => {
+            return Err(wrong_type(
+                "renameCollection",
+                "renameCollection",
+                other,
+                "string",
+            ))
+        }
         None => return Err(Error::bad_value("renameCollection requires a source")),
     };
     let to = match ctx.body.get("to") {
@@ -150,7 +183,10 @@ pub fn rename_collection(ctx: &mut Ctx) -> Result<Document> {
         }
     };
     if from == to {
-        return Err(Error::new(ErrorCode::IllegalOperation, "Can't rename a collection to itself"));
+        return Err(Error::new(
+            ErrorCode::IllegalOperation,
+            "Can't rename a collection to itself",
+        ));
     }
     if ctx.state.engine.collection(&from).is_none() {
         return Err(Error::new(
@@ -159,7 +195,9 @@ pub fn rename_collection(ctx: &mut Ctx) -> Result<Document> {
         ));
     }
     let drop_target = ctx.opt_bool("dropTarget")?.unwrap_or(false);
-    ctx.state.engine.rename_collection(&from, &to, drop_target)?;
+    ctx.state
+        .engine
+        .rename_collection(&from, &to, drop_target)?;
     Ok(Document::new())
 }
 
@@ -173,7 +211,11 @@ pub fn create_indexes(ctx: &mut Ctx) -> Result<Document> {
                 other => Err(wrong_type("createIndexes", "indexes", other, "object")),
             })
             .collect::<Result<Vec<_>>>()?,
-        Some(Bson::Array(_)) => return Err(Error::bad_value("Must specify at least one index to create")),
+        Some(Bson::Array(_)) => {
+            return Err(Error::bad_value(
+                "Must specify at least one index to create",
+            ))
+        }
         Some(other) => return Err(wrong_type("createIndexes", "indexes", other, "array")),
         None => {
             return Err(Error::new(
@@ -192,7 +234,10 @@ pub fn create_indexes(ctx: &mut Ctx) -> Result<Document> {
             reply.insert("note", note);
         }
         None => {
-            reply.insert("createdCollectionAutomatically", out.created_collection_automatically);
+            reply.insert(
+                "createdCollectionAutomatically",
+                out.created_collection_automatically,
+            );
         }
     }
     Ok(reply)
@@ -201,7 +246,10 @@ pub fn create_indexes(ctx: &mut Ctx) -> Result<Document> {
 pub fn list_indexes(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace("listIndexes")?;
     let coll = ctx.state.engine.collection(&ns).ok_or_else(|| {
-        Error::new(ErrorCode::NamespaceNotFound, format!("ns does not exist: {ns}"))
+        Error::new(
+            ErrorCode::NamespaceNotFound,
+            format!("ns does not exist: {ns}"),
+        )
     })?;
     let specs: Vec<Bson> = coll
         .meta

@@ -9,9 +9,28 @@ use nidus_engine::namespace::Namespace;
 use std::time::Instant;
 
 const FIND_FIELDS: &[&str] = &[
-    "find", "filter", "sort", "projection", "hint", "skip", "limit", "batchSize", "singleBatch",
-    "max", "min", "returnKey", "showRecordId", "tailable", "oplogReplay", "noCursorTimeout",
-    "awaitData", "allowPartialResults", "collation", "allowDiskUse", "let", "readOnce",
+    "find",
+    "filter",
+    "sort",
+    "projection",
+    "hint",
+    "skip",
+    "limit",
+    "batchSize",
+    "singleBatch",
+    "max",
+    "min",
+    "returnKey",
+    "showRecordId",
+    "tailable",
+    "oplogReplay",
+    "noCursorTimeout",
+    "awaitData",
+    "allowPartialResults",
+    "collation",
+    "allowDiskUse",
+    "let",
+    "readOnce",
 ];
 
 pub fn check_fields(ctx: &Ctx, allowed: &[&str]) -> Result<()> {
@@ -55,7 +74,9 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
     check_fields(ctx, FIND_FIELDS)?;
     let ns = ctx.namespace("find")?;
     if ctx.opt_bool("tailable")?.unwrap_or(false) {
-        return Err(Error::bad_value("error processing query: tailable cursor requested on non capped collection"));
+        return Err(Error::bad_value(
+            "error processing query: tailable cursor requested on non capped collection",
+        ));
     }
     let limit = non_negative(ctx, "limit")?.filter(|n| *n > 0);
     let batch_size = non_negative(ctx, "batchSize")?;
@@ -80,7 +101,11 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
         no_timeout: ctx.opt_bool("noCursorTimeout")?.unwrap_or(false),
     };
     let (batch, done) = cursor.next_batch(Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
-    let id = if done || single_batch { 0 } else { register(ctx, cursor) };
+    let id = if done || single_batch {
+        0
+    } else {
+        register(ctx, cursor)
+    };
     Ok(batch_reply(&ns, id, "firstBatch", batch))
 }
 
@@ -93,17 +118,23 @@ fn register(ctx: &Ctx, mut cursor: Cursor) -> i64 {
 pub fn batch_reply(ns: &Namespace, id: i64, field: &str, batch: Vec<RawDocumentBuf>) -> Document {
     let docs: Vec<Bson> = batch
         .into_iter()
-        .map(|d| {
-            bson::RawBson::Document(d)
-                .try_into()
-                .unwrap_or(Bson::Null)
-        })
+        .map(|d| bson::RawBson::Document(d).try_into().unwrap_or(Bson::Null))
         .collect();
     doc! { "cursor": { field: docs, "id": id, "ns": ns.full() } }
 }
 
 pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
-    check_fields(ctx, &["getMore", "collection", "batchSize", "maxTimeMS", "term", "lastKnownCommittedOpTime"])?;
+    check_fields(
+        ctx,
+        &[
+            "getMore",
+            "collection",
+            "batchSize",
+            "maxTimeMS",
+            "term",
+            "lastKnownCommittedOpTime",
+        ],
+    )?;
     let id = match ctx.body.get("getMore") {
         Some(Bson::Int64(id)) => *id,
         Some(other) => return Err(wrong_type("getMore", "getMore", other, "long")),
@@ -123,7 +154,10 @@ pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
     let batch_size = non_negative(ctx, "batchSize")?.filter(|n| *n > 0);
     let handle = ctx.state.cursors.get(id)?;
     let Some(mut cursor) = handle.try_lock() else {
-        return Err(Error::new(ErrorCode::CursorInUse, format!("Cursor already in use (namespace: '{ns}', id: {id}).")));
+        return Err(Error::new(
+            ErrorCode::CursorInUse,
+            format!("Cursor already in use (namespace: '{ns}', id: {id})."),
+        ));
     };
     if cursor.ns != ns {
         return Err(Error::new(
@@ -192,7 +226,19 @@ pub fn kill_cursors(ctx: &mut Ctx) -> Result<Document> {
 }
 
 pub fn count(ctx: &mut Ctx) -> Result<Document> {
-    check_fields(ctx, &["count", "query", "limit", "skip", "hint", "collation", "readConcern", "fields"])?;
+    check_fields(
+        ctx,
+        &[
+            "count",
+            "query",
+            "limit",
+            "skip",
+            "hint",
+            "collation",
+            "readConcern",
+            "fields",
+        ],
+    )?;
     let ns = ctx.namespace("count")?;
     let limit = ctx.opt_i64("limit")?.map(|n| n.unsigned_abs()).unwrap_or(0);
     let skip = match ctx.opt_i64("skip")? {
@@ -218,7 +264,17 @@ pub fn count(ctx: &mut Ctx) -> Result<Document> {
 }
 
 pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
-    check_fields(ctx, &["distinct", "key", "query", "collation", "hint", "readConcern"])?;
+    check_fields(
+        ctx,
+        &[
+            "distinct",
+            "key",
+            "query",
+            "collation",
+            "hint",
+            "readConcern",
+        ],
+    )?;
     let ns = ctx.namespace("distinct")?;
     let key = match ctx.body.get("key") {
         Some(Bson::String(k)) => k.clone(),
@@ -238,13 +294,30 @@ pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
     };
     let coll = ctx.state.engine.collection(&ns);
     let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
+    let path = nidus_doc::path::FieldPath::parse(&key);
     let mut values: Vec<Bson> = Vec::new();
     while let Some(m) = exec.next()? {
-        for v in nidus_doc::path::distinct_values(&m.doc, &key) {
-            values.push(v);
-        }
+        distinct_values(&m.doc, &path, &mut values)?;
     }
     values.sort_by(nidus_doc::compare::cmp_bson);
     values.dedup_by(|a, b| nidus_doc::compare::cmp_bson(a, b).is_eq());
     Ok(doc! { "values": values })
+}
+
+/// The values `distinct` collects from one document: the value at the path, or the elements
+/// of an array found there (arrays inside that array count as values themselves).
+fn distinct_values(
+    doc: &bson::RawDocument,
+    path: &nidus_doc::path::FieldPath,
+    out: &mut Vec<Bson>,
+) -> Result<()> {
+    for item in nidus_doc::path::collect(doc, path, true) {
+        let Some(v) = item.value else { continue };
+        if !item.from_leaf_array && matches!(v, bson::RawBsonRef::Array(_)) {
+            continue;
+        }
+        let owned = Bson::try_from(v.to_raw_bson()).map_err(|e| Error::internal(e.to_string()))?;
+        out.push(owned);
+    }
+    Ok(())
 }

@@ -11,8 +11,20 @@ use nidus_query::projection::Projection;
 use nidus_query::update::Update;
 
 const FIELDS: &[&str] = &[
-    "findAndModify", "findandmodify", "query", "sort", "remove", "update", "new", "fields",
-    "upsert", "bypassDocumentValidation", "collation", "arrayFilters", "hint", "let",
+    "findAndModify",
+    "findandmodify",
+    "query",
+    "sort",
+    "remove",
+    "update",
+    "new",
+    "fields",
+    "upsert",
+    "bypassDocumentValidation",
+    "collation",
+    "arrayFilters",
+    "hint",
+    "let",
 ];
 
 /// How many times the find-then-modify step restarts when the chosen document changed
@@ -70,7 +82,11 @@ fn parse(ctx: &Ctx) -> Result<Request> {
         update,
         return_new,
         upsert,
-        fields: ctx.opt_document("fields")?.filter(|f| !f.is_empty()).map(|f| Projection::parse(&f)).transpose()?,
+        fields: ctx
+            .opt_document("fields")?
+            .filter(|f| !f.is_empty())
+            .map(|f| Projection::parse(&f))
+            .transpose()?,
         hint: match ctx.body.get("hint") {
             Some(h @ (Bson::String(_) | Bson::Document(_))) => Some(h.clone()),
             _ => None,
@@ -82,7 +98,8 @@ fn project(fields: &Option<Projection>, doc: Document) -> Result<Bson> {
     match fields {
         None => Ok(Bson::Document(doc)),
         Some(p) => {
-            let raw = RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?;
+            let raw =
+                RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?;
             Ok(Bson::Document(p.apply(&raw)?))
         }
     }
@@ -92,7 +109,9 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace(&ctx.command_name())?;
     let req = parse(ctx)?;
     let engine = &ctx.state.engine;
-    let opts = WriteOpts { deadline: ctx.deadline };
+    let opts = WriteOpts {
+        deadline: ctx.deadline,
+    };
     let matcher = Matcher::parse(&req.filter)?;
     let coll = match engine.collection(&ns) {
         Some(c) => Some(c),
@@ -115,12 +134,22 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
             };
             if req.remove {
                 if let Some(old) = engine.delete_record(coll, rid, &matcher, &opts)? {
-                    ctx.state.opcounters.delete.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    return Ok(doc! { "lastErrorObject": { "n": 1 }, "value": project(&req.fields, old)? });
+                    ctx.state
+                        .opcounters
+                        .delete
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(
+                        doc! { "lastErrorObject": { "n": 1 }, "value": project(&req.fields, old)? },
+                    );
                 }
             } else if let Some(update) = &req.update {
-                if let Some((_, old, new)) = engine.update_record_returning(coll, rid, &matcher, update, &opts)? {
-                    ctx.state.opcounters.update.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if let Some((_, old, new)) =
+                    engine.update_record_returning(coll, rid, &matcher, update, &opts)?
+                {
+                    ctx.state
+                        .opcounters
+                        .update
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let shown = if req.return_new { new } else { old };
                     return Ok(doc! {
                         "lastErrorObject": { "n": 1, "updatedExisting": true },
@@ -131,11 +160,19 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
         }
         if let (true, Some(update)) = (req.upsert, &req.update) {
             let doc = engine.upsert_document(&req.filter, update)?;
-            let raw = prepare_insert(&RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?)?;
+            let raw = prepare_insert(
+                &RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?,
+            )?;
             engine.insert_one(coll, &raw, &opts)?;
-            let inserted = raw.to_document().map_err(|e| Error::internal(e.to_string()))?;
+            let inserted = raw
+                .to_document()
+                .map_err(|e| Error::internal(e.to_string()))?;
             let id = inserted.get("_id").cloned().unwrap_or(Bson::Null);
-            let value = if req.return_new { project(&req.fields, inserted)? } else { Bson::Null };
+            let value = if req.return_new {
+                project(&req.fields, inserted)?
+            } else {
+                Bson::Null
+            };
             return Ok(doc! {
                 "lastErrorObject": { "n": 1, "updatedExisting": false, "upserted": id },
                 "value": value,

@@ -28,7 +28,10 @@ fn handshake(ctx: &mut Ctx, primary_field: &str) -> Result<Document> {
         doc! { "processId": ctx.state.process_id, "counter": 0i64 },
     );
     reply.insert("maxBsonObjectSize", nidus_wire::MAX_BSON_OBJECT_SIZE as i32);
-    reply.insert("maxMessageSizeBytes", nidus_wire::MAX_MESSAGE_SIZE_BYTES as i32);
+    reply.insert(
+        "maxMessageSizeBytes",
+        nidus_wire::MAX_MESSAGE_SIZE_BYTES as i32,
+    );
     reply.insert("maxWriteBatchSize", nidus_wire::MAX_WRITE_BATCH_SIZE as i32);
     reply.insert("localTime", bson::DateTime::now());
     reply.insert("logicalSessionTimeoutMinutes", 30);

@@ -45,7 +45,10 @@ pub fn get_parameter(ctx: &mut Ctx) -> Result<Document> {
         }
     }
     if out.is_empty() {
-        return Err(Error::new(ErrorCode::InvalidOptions, "no option found to get"));
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "no option found to get",
+        ));
     }
     Ok(out)
 }
@@ -60,16 +63,19 @@ pub fn set_parameter(ctx: &mut Ctx) -> Result<Document> {
             Some(was) => {
                 out.insert("was", was);
             }
-            None => {
-                return Err(Error::new(
-                    ErrorCode::InvalidOptions,
-                    format!("attempted to set unrecognized parameter [{k}], use help:true to see options "),
-                ))
-            }
+            None => return Err(Error::new(
+                ErrorCode::InvalidOptions,
+                format!(
+                    "attempted to set unrecognized parameter [{k}], use help:true to see options "
+                ),
+            )),
         }
     }
     if out.is_empty() {
-        return Err(Error::new(ErrorCode::InvalidOptions, "no option found to set, use help:true to see options "));
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "no option found to set, use help:true to see options ",
+        ));
     }
     Ok(out)
 }
@@ -110,7 +116,9 @@ fn mem_total_mb() -> i64 {
 }
 
 pub fn host_info(_ctx: &mut Ctx) -> Result<Document> {
-    let cores = std::thread::available_parallelism().map(|n| n.get() as i32).unwrap_or(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get() as i32)
+        .unwrap_or(1);
     Ok(doc! {
         "system": {
             "currentTime": bson::DateTime::now(),
@@ -136,7 +144,10 @@ pub fn connection_status(_ctx: &mut Ctx) -> Result<Document> {
 pub fn list_commands(_ctx: &mut Ctx) -> Result<Document> {
     let mut commands = Document::new();
     for name in super::command_names() {
-        commands.insert(name, doc! { "help": "", "adminOnly": false, "requiresAuth": false });
+        commands.insert(
+            name,
+            doc! { "help": "", "adminOnly": false, "requiresAuth": false },
+        );
     }
     Ok(doc! { "commands": commands })
 }
@@ -158,7 +169,9 @@ pub fn get_log(ctx: &mut Ctx) -> Result<Document> {
     match ctx.body.get("getLog") {
         Some(Bson::String(s)) if s == "*" => Ok(doc! { "names": ["global", "startupWarnings"] }),
         Some(Bson::String(_)) => Ok(doc! { "totalLinesWritten": 0, "log": [] }),
-        _ => Err(Error::type_mismatch("Argument to getLog must be of type String")),
+        _ => Err(Error::type_mismatch(
+            "Argument to getLog must be of type String",
+        )),
     }
 }
 

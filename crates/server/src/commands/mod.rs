@@ -56,7 +56,12 @@ struct Command {
 }
 
 const fn cmd(name: &'static str, handler: Handler) -> Command {
-    Command { name, handler, counter: Counter::Command, test_only: false }
+    Command {
+        name,
+        handler,
+        counter: Counter::Command,
+        test_only: false,
+    }
 }
 
 static COMMANDS: &[Command] = &[
@@ -95,18 +100,48 @@ static COMMANDS: &[Command] = &[
     cmd("dbStats", stats::db_stats),
     cmd("collStats", stats::coll_stats),
     cmd("validate", stats::validate),
-    Command { name: "find", handler: find::find, counter: Counter::Query, test_only: false },
-    Command { name: "getMore", handler: find::get_more, counter: Counter::GetMore, test_only: false },
+    Command {
+        name: "find",
+        handler: find::find,
+        counter: Counter::Query,
+        test_only: false,
+    },
+    Command {
+        name: "getMore",
+        handler: find::get_more,
+        counter: Counter::GetMore,
+        test_only: false,
+    },
     cmd("killCursors", find::kill_cursors),
     cmd("count", find::count),
     cmd("distinct", find::distinct),
     cmd("aggregate", aggregate::aggregate),
-    Command { name: "insert", handler: write::insert, counter: Counter::None, test_only: false },
-    Command { name: "update", handler: write::update, counter: Counter::None, test_only: false },
-    Command { name: "delete", handler: write::delete, counter: Counter::None, test_only: false },
+    Command {
+        name: "insert",
+        handler: write::insert,
+        counter: Counter::None,
+        test_only: false,
+    },
+    Command {
+        name: "update",
+        handler: write::update,
+        counter: Counter::None,
+        test_only: false,
+    },
+    Command {
+        name: "delete",
+        handler: write::delete,
+        counter: Counter::None,
+        test_only: false,
+    },
     cmd("findAndModify", find_and_modify::find_and_modify),
     cmd("findandmodify", find_and_modify::find_and_modify),
-    Command { name: "configureFailPoint", handler: info::configure_fail_point, counter: Counter::Command, test_only: true },
+    Command {
+        name: "configureFailPoint",
+        handler: info::configure_fail_point,
+        counter: Counter::Command,
+        test_only: true,
+    },
 ];
 
 fn lookup(name: &str) -> Option<&'static Command> {
@@ -184,7 +219,11 @@ fn run_handler(
 ) -> Result<Document> {
     let db = match req.body.get("$db") {
         Some(Bson::String(db)) => db.clone(),
-        Some(_) => return Err(Error::type_mismatch("BSON field '$db' is the wrong type, expected type 'string'")),
+        Some(_) => {
+            return Err(Error::type_mismatch(
+                "BSON field '$db' is the wrong type, expected type 'string'",
+            ))
+        }
         None => {
             return Err(Error::new(
                 ErrorCode::Location(40571),
@@ -202,11 +241,14 @@ fn run_handler(
         sequences: req.sequences,
         deadline,
     };
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (command.handler)(&mut ctx)));
+    let outcome =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (command.handler)(&mut ctx)));
     let body = match outcome {
         Ok(r) => r?,
         Err(_) => {
-            return Err(Error::internal(format!("internal error while running command '{name}'")))
+            return Err(Error::internal(format!(
+                "internal error while running command '{name}'"
+            )))
         }
     };
     if write_concern.journal {
@@ -236,12 +278,12 @@ fn parse_max_time(body: &Document) -> Result<Option<Instant>> {
         Some(Bson::Int32(n)) => *n as i64,
         Some(Bson::Int64(n)) => *n,
         Some(Bson::Double(f)) if f.fract() == 0.0 => *f as i64,
-        Some(_) => {
-            return Err(Error::bad_value("maxTimeMS must be a number"))
-        }
+        Some(_) => return Err(Error::bad_value("maxTimeMS must be a number")),
     };
     if ms < 0 || ms > i32::MAX as i64 {
-        return Err(Error::bad_value(format!("{ms} value for maxTimeMS is out of range [0, 2147483647]")));
+        return Err(Error::bad_value(format!(
+            "{ms} value for maxTimeMS is out of range [0, 2147483647]"
+        )));
     }
     Ok((ms > 0).then(|| Instant::now() + Duration::from_millis(ms as u64)))
 }
@@ -255,7 +297,10 @@ pub struct WriteConcern {
 impl WriteConcern {
     pub fn parse(body: &Document) -> Result<WriteConcern> {
         let Some(wc) = body.get("writeConcern") else {
-            return Ok(WriteConcern { journal: false, unacknowledged: false });
+            return Ok(WriteConcern {
+                journal: false,
+                unacknowledged: false,
+            });
         };
         let Bson::Document(wc) = wc else {
             return Err(Error::type_mismatch(
@@ -268,7 +313,12 @@ impl WriteConcern {
             Some(Bson::Int32(n)) => *n != 0,
             Some(Bson::Int64(n)) => *n != 0,
             Some(Bson::Double(f)) => *f != 0.0,
-            Some(_) => return Err(Error::new(ErrorCode::FailedToParse, "j must be numeric or a boolean value")),
+            Some(_) => {
+                return Err(Error::new(
+                    ErrorCode::FailedToParse,
+                    "j must be numeric or a boolean value",
+                ))
+            }
         };
         let (majority, w0) = match wc.get("w") {
             None => (false, false),
@@ -279,12 +329,22 @@ impl WriteConcern {
                     format!("No write concern mode named '{s}' found in replica set configuration"),
                 ))
             }
-            Some(Bson::Int32(n)) if *n < 0 => return Err(Error::new(ErrorCode::FailedToParse, "w cannot be a negative value")),
+            Some(Bson::Int32(n)) if *n < 0 => {
+                return Err(Error::new(
+                    ErrorCode::FailedToParse,
+                    "w cannot be a negative value",
+                ))
+            }
             Some(Bson::Int32(n)) => (false, *n == 0),
             Some(Bson::Int64(n)) => (false, *n == 0),
             Some(Bson::Double(f)) => (false, *f == 0.0),
             Some(Bson::Document(_)) => (false, false),
-            Some(_) => return Err(Error::new(ErrorCode::FailedToParse, "w has to be a number, string, or object")),
+            Some(_) => {
+                return Err(Error::new(
+                    ErrorCode::FailedToParse,
+                    "w has to be a number, string, or object",
+                ))
+            }
         };
         if w0 && j {
             return Err(Error::new(
@@ -292,7 +352,10 @@ impl WriteConcern {
                 "Cannot use w:0 with j:true",
             ));
         }
-        Ok(WriteConcern { journal: j || majority, unacknowledged: w0 })
+        Ok(WriteConcern {
+            journal: j || majority,
+            unacknowledged: w0,
+        })
     }
 }
 
@@ -305,15 +368,24 @@ pub struct Reply {
 impl Reply {
     pub fn ok(mut body: Document) -> Reply {
         body.insert("ok", 1.0);
-        Reply { body, close_connection: false }
+        Reply {
+            body,
+            close_connection: false,
+        }
     }
 
     pub fn error(e: Error) -> Reply {
-        Reply { body: e.to_reply(), close_connection: false }
+        Reply {
+            body: e.to_reply(),
+            close_connection: false,
+        }
     }
 
     pub fn close() -> Reply {
-        Reply { body: Document::new(), close_connection: true }
+        Reply {
+            body: Document::new(),
+            close_connection: true,
+        }
     }
 }
 
@@ -361,7 +433,10 @@ impl Ctx<'_> {
             ))),
             None => Err(Error::new(
                 ErrorCode::Location(40414),
-                format!("BSON field '{}.{field}' is missing but a required field", self.command_name()),
+                format!(
+                    "BSON field '{}.{field}' is missing but a required field",
+                    self.command_name()
+                ),
             )),
         }
     }
@@ -402,10 +477,23 @@ impl Ctx<'_> {
 pub fn is_generic_arg(field: &str) -> bool {
     matches!(
         field,
-        "$db" | "lsid" | "$readPreference" | "writeConcern" | "readConcern" | "comment"
-            | "maxTimeMS" | "$clusterTime" | "txnNumber" | "autocommit" | "startTransaction"
-            | "apiVersion" | "apiStrict" | "apiDeprecationErrors" | "$audit"
-            | "mayBypassWriteBlocking" | "$client"
+        "$db"
+            | "lsid"
+            | "$readPreference"
+            | "writeConcern"
+            | "readConcern"
+            | "comment"
+            | "maxTimeMS"
+            | "$clusterTime"
+            | "txnNumber"
+            | "autocommit"
+            | "startTransaction"
+            | "apiVersion"
+            | "apiStrict"
+            | "apiDeprecationErrors"
+            | "$audit"
+            | "mayBypassWriteBlocking"
+            | "$client"
     )
 }
 

@@ -71,8 +71,14 @@ pub fn db_stats(ctx: &mut Ctx) -> Result<Document> {
     let scale = scale(ctx)?;
     let colls = ctx.state.engine.collections_in(&ctx.db);
     let objects: i64 = colls.iter().map(|c| c.count.load(Ordering::Relaxed)).sum();
-    let data: i64 = colls.iter().map(|c| c.data_size.load(Ordering::Relaxed)).sum();
-    let indexes: i64 = colls.iter().map(|c| c.meta.read().indexes.len() as i64).sum();
+    let data: i64 = colls
+        .iter()
+        .map(|c| c.data_size.load(Ordering::Relaxed))
+        .sum();
+    let indexes: i64 = colls
+        .iter()
+        .map(|c| c.meta.read().indexes.len() as i64)
+        .sum();
     Ok(doc! {
         "db": ctx.db.clone(),
         "collections": colls.len() as i64,
@@ -92,10 +98,12 @@ pub fn db_stats(ctx: &mut Ctx) -> Result<Document> {
 
 fn collection(ctx: &Ctx, field: &str) -> Result<std::sync::Arc<Collection>> {
     let ns = ctx.namespace(field)?;
-    ctx.state
-        .engine
-        .collection(&ns)
-        .ok_or_else(|| Error::new(ErrorCode::NamespaceNotFound, format!("Collection [{ns}] not found.")))
+    ctx.state.engine.collection(&ns).ok_or_else(|| {
+        Error::new(
+            ErrorCode::NamespaceNotFound,
+            format!("Collection [{ns}] not found."),
+        )
+    })
 }
 
 pub fn coll_stats(ctx: &mut Ctx) -> Result<Document> {

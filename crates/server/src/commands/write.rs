@@ -13,7 +13,10 @@ fn check_batch_size(n: usize) -> Result<()> {
     if n == 0 || n > nidus_wire::MAX_WRITE_BATCH_SIZE {
         return Err(Error::new(
             ErrorCode::InvalidLength,
-            format!("Write batch sizes must be between 1 and {}. Got {n} operations.", nidus_wire::MAX_WRITE_BATCH_SIZE),
+            format!(
+                "Write batch sizes must be between 1 and {}. Got {n} operations.",
+                nidus_wire::MAX_WRITE_BATCH_SIZE
+            ),
         ));
     }
     Ok(())
@@ -27,7 +30,10 @@ struct BatchErrors {
 
 impl BatchErrors {
     fn new(ctx: &Ctx) -> Result<BatchErrors> {
-        Ok(BatchErrors { ordered: ctx.opt_bool("ordered")?.unwrap_or(true), errors: Vec::new() })
+        Ok(BatchErrors {
+            ordered: ctx.opt_bool("ordered")?.unwrap_or(true),
+            errors: Vec::new(),
+        })
     }
 
     /// Records an error; returns true when the batch must stop.
@@ -45,11 +51,16 @@ impl BatchErrors {
 }
 
 fn opts(ctx: &Ctx) -> WriteOpts {
-    WriteOpts { deadline: ctx.deadline }
+    WriteOpts {
+        deadline: ctx.deadline,
+    }
 }
 
 pub fn insert(ctx: &mut Ctx) -> Result<Document> {
-    check_fields(ctx, &["insert", "documents", "ordered", "bypassDocumentValidation"])?;
+    check_fields(
+        ctx,
+        &["insert", "documents", "ordered", "bypassDocumentValidation"],
+    )?;
     let ns = ctx.namespace("insert")?;
     let docs = ctx.documents("documents")?;
     check_batch_size(docs.len())?;
@@ -59,7 +70,8 @@ pub fn insert(ctx: &mut Ctx) -> Result<Document> {
     let mut n = 0i32;
     for (i, raw) in docs.iter().enumerate() {
         ctx.state.opcounters.insert.fetch_add(1, Ordering::Relaxed);
-        let result = prepare_insert(raw).and_then(|doc| ctx.state.engine.insert_one(&coll, &doc, &opts));
+        let result =
+            prepare_insert(raw).and_then(|doc| ctx.state.engine.insert_one(&coll, &doc, &opts));
         match result {
             Ok(()) => n += 1,
             Err(e) => {
@@ -100,14 +112,29 @@ fn stmt_doc(cmd: &str, stmt: &Document, field: &str) -> Result<Document> {
 }
 
 fn to_document(raw: &RawDocumentBuf) -> Result<Document> {
-    raw.to_document().map_err(|e| Error::new(ErrorCode::InvalidBSON, e.to_string()))
+    raw.to_document()
+        .map_err(|e| Error::new(ErrorCode::InvalidBSON, e.to_string()))
 }
 
 fn parse_update_statement(stmt: &Document) -> Result<UpdateSpec> {
     const CMD: &str = "update.updates";
     for k in stmt.keys() {
-        if !matches!(k.as_str(), "q" | "u" | "multi" | "upsert" | "arrayFilters" | "hint" | "collation" | "c" | "sort" | "upsertSupplied") {
-            return Err(Error::new(ErrorCode::Location(40415), format!("BSON field '{CMD}.{k}' is an unknown field.")));
+        if !matches!(
+            k.as_str(),
+            "q" | "u"
+                | "multi"
+                | "upsert"
+                | "arrayFilters"
+                | "hint"
+                | "collation"
+                | "c"
+                | "sort"
+                | "upsertSupplied"
+        ) {
+            return Err(Error::new(
+                ErrorCode::Location(40415),
+                format!("BSON field '{CMD}.{k}' is an unknown field."),
+            ));
         }
     }
     let filter = stmt_doc(CMD, stmt, "q")?;
@@ -149,7 +176,16 @@ fn parse_update_statement(stmt: &Document) -> Result<UpdateSpec> {
 }
 
 pub fn update(ctx: &mut Ctx) -> Result<Document> {
-    check_fields(ctx, &["update", "updates", "ordered", "bypassDocumentValidation", "let"])?;
+    check_fields(
+        ctx,
+        &[
+            "update",
+            "updates",
+            "ordered",
+            "bypassDocumentValidation",
+            "let",
+        ],
+    )?;
     let ns = ctx.namespace("update")?;
     let stmts = ctx.documents("updates")?;
     check_batch_size(stmts.len())?;
@@ -196,7 +232,10 @@ fn parse_delete_statement(stmt: &Document) -> Result<(Document, bool, Option<Bso
     const CMD: &str = "delete.deletes";
     for k in stmt.keys() {
         if !matches!(k.as_str(), "q" | "limit" | "hint" | "collation") {
-            return Err(Error::new(ErrorCode::Location(40415), format!("BSON field '{CMD}.{k}' is an unknown field.")));
+            return Err(Error::new(
+                ErrorCode::Location(40415),
+                format!("BSON field '{CMD}.{k}' is an unknown field."),
+            ));
         }
     }
     let filter = stmt_doc(CMD, stmt, "q")?;

@@ -1,0 +1,289 @@
+//! Index key generation (MongoDB's btree key generator) and the per-path key values sorts use.
+//!
+//! For one path, the key values of a document are: each element of an array met along the
+//! path (one level of implicit traversal, as queries), `null` for a missing field and
+//! `undefined` for an empty array at the end of the path.
+
+use crate::compare::{cmp_raw, values_equal_bson};
+use crate::path::{array_index, walk, FieldPath};
+use bson::{Bson, RawBsonRef, RawDocument};
+use nidus_common::{Error, ErrorCode, Result};
+
+/// The key values of `path` in `doc` (unsorted, possibly repeated).
+pub fn path_key_values<'a>(doc: &'a RawDocument, path: &FieldPath) -> Vec<RawBsonRef<'a>> {
+    let mut out = Vec::new();
+    walk(doc, path, false, &mut |item| {
+        match item.value {
+            None => out.push(RawBsonRef::Null),
+            Some(RawBsonRef::Array(a)) => {
+                let before = out.len();
+                out.extend(a.into_iter().map_while(|r| r.ok()));
+                if out.len() == before {
+                    out.push(RawBsonRef::Undefined);
+                }
+            }
+            Some(v) => out.push(v),
+        }
+        false
+    });
+    if out.is_empty() {
+        out.push(RawBsonRef::Null);
+    }
+    out
+}
+
+/// The smallest (ascending) or largest (descending) key value of `path`: a sort's key.
+pub fn sort_key_value<'a>(
+    doc: &'a RawDocument,
+    path: &FieldPath,
+    descending: bool,
+) -> RawBsonRef<'a> {
+    let vals = path_key_values(doc, path);
+    let pick = if descending {
+        vals.into_iter().max_by(|a, b| cmp_raw(*a, *b))
+    } else {
+        vals.into_iter().min_by(|a, b| cmp_raw(*a, *b))
+    };
+    pick.unwrap_or(RawBsonRef::Null)
+}
+
+/// The index keys of one document.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct IndexKeys {
+    /// One key per combination of array elements, deduplicated, in generation order.
+    pub keys: Vec<Vec<Bson>>,
+    /// For each field of the pattern, the positions of its path components that are arrays
+    /// in this document (MongoDB's `multiKeyPaths`).
+    pub multikey_paths: Vec<Vec<usize>>,
+    pub is_multikey: bool,
+}
+
+/// Generates the keys of `doc` for the index `pattern` (`(path, descending)` per field).
+/// `sparse` indexes produce no key when every field is missing. Two fields whose paths hold
+/// arrays fail with CannotIndexParallelArrays (171).
+pub fn index_keys(
+    doc: &RawDocument,
+    pattern: &[(String, bool)],
+    sparse: bool,
+) -> Result<IndexKeys> {
+    let mut per_field = Vec::with_capacity(pattern.len());
+    let mut multikey_paths = Vec::with_capacity(pattern.len());
+    let mut all_missing = true;
+    let mut array_field: Option<String> = None;
+    for (path, _) in pattern {
+        let parts: Vec<&str> = path.split('.').collect();
+        let mut gen = FieldKeys::default();
+        gen.collect(RawBsonRef::Document(doc), &parts, 0);
+        all_missing &= !gen.seen_value;
+        if let Some(&first) = gen.array_positions.iter().next() {
+            let name = parts.get(first).copied().unwrap_or_default();
+            if let Some(other) = &array_field {
+                return Err(Error::new(
+                    ErrorCode::CannotIndexParallelArrays,
+                    format!("cannot index parallel arrays [{name}] [{other}]"),
+                ));
+            }
+            array_field = Some(name.to_string());
+        }
+        let mut positions: Vec<usize> = gen.array_positions.into_iter().collect();
+        positions.sort_unstable();
+        positions.dedup();
+        multikey_paths.push(positions);
+        per_field.push(dedup(gen.values));
+    }
+    if sparse && all_missing {
+        return Ok(IndexKeys {
+            keys: Vec::new(),
+            multikey_paths,
+            is_multikey: false,
+        });
+    }
+    let is_multikey = multikey_paths.iter().any(|p| !p.is_empty());
+    Ok(IndexKeys {
+        keys: cartesian(&per_field),
+        multikey_paths,
+        is_multikey,
+    })
+}
+
+fn dedup(values: Vec<Bson>) -> Vec<Bson> {
+    let mut out: Vec<Bson> = Vec::with_capacity(values.len());
+    for v in values {
+        if !out
+            .iter()
+            .any(|o| values_equal_bson(o, &v) && same_type(o, &v))
+        {
+            out.push(v);
+        }
+    }
+    out
+}
+
+fn same_type(a: &Bson, b: &Bson) -> bool {
+    a.element_type() == b.element_type()
+}
+
+/// The keys: one per combination (only one field can contribute several).
+fn cartesian(per_field: &[Vec<Bson>]) -> Vec<Vec<Bson>> {
+    let mut keys: Vec<Vec<Bson>> = vec![Vec::with_capacity(per_field.len())];
+    for vals in per_field {
+        let mut next = Vec::with_capacity(keys.len() * vals.len().max(1));
+        for k in &keys {
+            for v in vals {
+                let mut k2 = k.clone();
+                k2.push(v.clone());
+                next.push(k2);
+            }
+        }
+        keys = next;
+    }
+    keys
+}
+
+#[derive(Default)]
+struct FieldKeys {
+    values: Vec<Bson>,
+    array_positions: std::collections::BTreeSet<usize>,
+    seen_value: bool,
+}
+
+impl FieldKeys {
+    fn push(&mut self, v: RawBsonRef) {
+        self.seen_value = true;
+        self.values.push(Bson::try_from(v).unwrap_or(Bson::Null));
+    }
+
+    fn push_missing(&mut self) {
+        self.values.push(Bson::Null);
+    }
+
+    /// `cur` is the value at component `i - 1` of `parts` (the document for `i == 0`).
+    fn collect(&mut self, cur: RawBsonRef, parts: &[&str], i: usize) {
+        let Some(part) = parts.get(i) else {
+            self.leaf(cur, i);
+            return;
+        };
+        match cur {
+            RawBsonRef::Document(d) => match d.get(part).ok().flatten() {
+                Some(v) => self.collect(v, parts, i + 1),
+                None => self.push_missing(),
+            },
+            RawBsonRef::Array(a) if i > 0 => self.array_middle(a, parts, i),
+            _ => self.push_missing(),
+        }
+    }
+
+    fn leaf(&mut self, v: RawBsonRef, i: usize) {
+        match v {
+            RawBsonRef::Array(a) => {
+                self.mark_array(i - 1);
+                let mut any = false;
+                for e in a.into_iter().map_while(|r| r.ok()) {
+                    any = true;
+                    self.push(e);
+                }
+                if !any {
+                    self.seen_value = true;
+                    self.values.push(Bson::Undefined);
+                }
+            }
+            other => self.push(other),
+        }
+    }
+
+    fn mark_array(&mut self, component: usize) {
+        self.array_positions.insert(component);
+    }
+
+    /// An array at component `i - 1` with more path to follow.
+    fn array_middle(&mut self, a: &bson::RawArray, parts: &[&str], i: usize) {
+        if let Some(idx) = array_index(parts[i]) {
+            // A positional component: follow the element, no implicit traversal.
+            match a.get(idx).ok().flatten() {
+                Some(v) => self.collect(v, parts, i + 1),
+                None => self.push_missing(),
+            }
+            return;
+        }
+        self.mark_array(i - 1);
+        let mut any = false;
+        for e in a.into_iter().map_while(|r| r.ok()) {
+            any = true;
+            match e {
+                RawBsonRef::Document(_) => self.collect(e, parts, i),
+                _ => self.push_missing(),
+            }
+        }
+        if !any {
+            self.push_missing();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::{doc, rawdoc};
+
+    fn pat(fields: &[(&str, bool)]) -> Vec<(String, bool)> {
+        fields.iter().map(|(p, d)| (p.to_string(), *d)).collect()
+    }
+
+    #[test]
+    fn multikey_keys() {
+        let d = rawdoc! {"a": [1, 2, 2], "b": {"c": "x"}};
+        let k = index_keys(&d, &pat(&[("a", false), ("b.c", false)]), false).expect("keys");
+        assert_eq!(
+            k.keys,
+            vec![
+                vec![Bson::Int32(1), Bson::String("x".into())],
+                vec![Bson::Int32(2), Bson::String("x".into())]
+            ]
+        );
+        assert_eq!(k.multikey_paths, vec![vec![0], vec![]]);
+        assert!(k.is_multikey);
+    }
+
+    #[test]
+    fn missing_and_empty() {
+        let k = index_keys(&rawdoc! {"b": 1}, &pat(&[("a", false)]), false).expect("keys");
+        assert_eq!(k.keys, vec![vec![Bson::Null]]);
+        let k = index_keys(&rawdoc! {"b": 1}, &pat(&[("a", false)]), true).expect("keys");
+        assert!(k.keys.is_empty());
+        let k = index_keys(&rawdoc! {"a": []}, &pat(&[("a", false)]), false).expect("keys");
+        assert_eq!(k.keys, vec![vec![Bson::Undefined]]);
+        assert!(k.is_multikey);
+    }
+
+    #[test]
+    fn nested_paths() {
+        let d = rawdoc! {"a": [{"b": 1}, {"b": [2, 1]}, {"c": 1}]};
+        let k = index_keys(&d, &pat(&[("a.b", false)]), false).expect("keys");
+        assert_eq!(
+            k.keys,
+            vec![vec![Bson::Int32(1)], vec![Bson::Int32(2)], vec![Bson::Null]]
+        );
+        assert_eq!(k.multikey_paths, vec![vec![0, 1]]);
+    }
+
+    #[test]
+    fn parallel_arrays() {
+        let d = rawdoc! {"a": [1], "b": [2]};
+        let e = index_keys(&d, &pat(&[("a", false), ("b", false)]), false).expect_err("parallel");
+        assert_eq!(e.code, ErrorCode::CannotIndexParallelArrays);
+        assert_eq!(e.message, "cannot index parallel arrays [b] [a]");
+    }
+
+    #[test]
+    fn sort_keys() {
+        let d = rawdoc! {"a": [3, 1, "x"], "e": []};
+        let p = FieldPath::parse("a");
+        assert_eq!(sort_key_value(&d, &p, false).as_i32(), Some(1));
+        assert_eq!(sort_key_value(&d, &p, true).as_str(), Some("x"));
+        let e = FieldPath::parse("e");
+        assert_eq!(sort_key_value(&d, &e, false), RawBsonRef::Undefined);
+        let m = FieldPath::parse("m");
+        assert_eq!(sort_key_value(&d, &m, false), RawBsonRef::Null);
+        let _ = doc! {};
+    }
+}

@@ -1,0 +1,259 @@
+//! Data-driven tests: (document, projection, expected output or error code).
+
+use super::*;
+use bson::{doc, RawDocumentBuf};
+
+fn project(d: &Document, spec: Document, pos: Option<usize>) -> Result<Document> {
+    let p = Projection::parse(&spec)?;
+    let raw = RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))?;
+    p.apply_with_position(&raw, pos)
+}
+
+fn ok_cases() -> Vec<(Document, Document, Document)> {
+    let d = doc! {"_id": 1, "a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2, 3, 4, 5]};
+    vec![
+        (d.clone(), doc! {}, d.clone()),
+        (d.clone(), doc! {"a": 1}, doc! {"_id": 1, "a": 1}),
+        (d.clone(), doc! {"a": true, "_id": 0}, doc! {"a": 1}),
+        (
+            d.clone(),
+            doc! {"_id": 0},
+            doc! {"a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2, 3, 4, 5]},
+        ),
+        (
+            d.clone(),
+            doc! {"a": 0, "e": 0},
+            doc! {"_id": 1, "b": {"c": 2, "d": 3}},
+        ),
+        (d.clone(), doc! {"b.c": 1}, doc! {"_id": 1, "b": {"c": 2}}),
+        (
+            d.clone(),
+            doc! {"b": {"d": 1}},
+            doc! {"_id": 1, "b": {"d": 3}},
+        ),
+        (
+            d.clone(),
+            doc! {"b.c": 0},
+            doc! {"_id": 1, "a": 1, "b": {"d": 3}, "e": [1, 2, 3, 4, 5]},
+        ),
+        (d.clone(), doc! {"_id": 1}, doc! {"_id": 1}),
+        (d.clone(), doc! {"zz": 1}, doc! {"_id": 1}),
+        // Field order follows the document, not the projection.
+        (
+            d.clone(),
+            doc! {"b": 1, "a": 1},
+            doc! {"_id": 1, "a": 1, "b": {"c": 2, "d": 3}},
+        ),
+        // Through arrays of subdocuments; scalars dropped in inclusion, kept in exclusion.
+        (
+            doc! {"_id": 1, "a": [{"b": 1, "c": 2}, {"b": 3}]},
+            doc! {"a.b": 1},
+            doc! {"_id": 1, "a": [{"b": 1}, {"b": 3}]},
+        ),
+        (
+            doc! {"_id": 1, "a": [{"b": 1, "c": 2}, 5, {"c": 1}]},
+            doc! {"a.b": 1},
+            doc! {"_id": 1, "a": [{"b": 1}, {}]},
+        ),
+        (
+            doc! {"_id": 1, "a": [{"b": 1, "c": 2}, 5]},
+            doc! {"a.b": 0},
+            doc! {"_id": 1, "a": [{"c": 2}, 5]},
+        ),
+        (doc! {"_id": 1, "a": 5}, doc! {"a.b": 1}, doc! {"_id": 1}),
+        // $slice
+        (
+            d.clone(),
+            doc! {"e": {"$slice": 2}},
+            doc! {"_id": 1, "a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2]},
+        ),
+        (
+            d.clone(),
+            doc! {"e": {"$slice": -2}, "a": 1},
+            doc! {"_id": 1, "a": 1, "e": [4, 5]},
+        ),
+        (
+            d.clone(),
+            doc! {"e": {"$slice": [1, 2]}, "_id": 0, "a": 1},
+            doc! {"a": 1, "e": [2, 3]},
+        ),
+        (
+            d.clone(),
+            doc! {"e": {"$slice": [-2, 5]}, "_id": 0, "a": 1},
+            doc! {"a": 1, "e": [4, 5]},
+        ),
+        (
+            d.clone(),
+            doc! {"a": {"$slice": 1}, "e": 1},
+            doc! {"_id": 1, "a": 1, "e": [1, 2, 3, 4, 5]},
+        ),
+        // Literals and field paths.
+        (
+            d.clone(),
+            doc! {"x": "lit", "a": 1},
+            doc! {"_id": 1, "a": 1, "x": "lit"},
+        ),
+        (d.clone(), doc! {"x": "$b.c", "_id": 0}, doc! {"x": 2}),
+        (
+            d.clone(),
+            doc! {"x": {"$literal": 1}, "_id": 0},
+            doc! {"x": 1},
+        ),
+        (d.clone(), doc! {"x": "$nope", "_id": 0}, doc! {}),
+        (
+            d.clone(),
+            doc! {"x": ["$a", 7], "_id": 0},
+            doc! {"x": [1, 7]},
+        ),
+        (
+            doc! {"_id": 1, "a": [{"b": 1}, {"b": 2}, 3]},
+            doc! {"x": "$a.b", "_id": 0},
+            doc! {"x": [1, 2]},
+        ),
+        (
+            doc! {"_id": 1},
+            doc! {"a.b": "x", "_id": 0},
+            doc! {"a": {"b": "x"}},
+        ),
+        (
+            doc! {"_id": 1, "a": [{"c": 1}, 2]},
+            doc! {"a.b": "x", "_id": 0},
+            doc! {"a": [{"b": "x"}, {"b": "x"}]},
+        ),
+        (
+            doc! {"_id": 1, "n": null},
+            doc! {"n": null, "_id": 0},
+            doc! {"n": null},
+        ),
+    ]
+}
+
+#[test]
+fn projection_cases() {
+    for (d, spec, expected) in ok_cases() {
+        match project(&d, spec.clone(), None) {
+            Ok(got) => assert_eq!(got, expected, "{d} with {spec}"),
+            Err(e) => panic!("{d} with {spec}: {e:?}"),
+        }
+    }
+}
+
+#[test]
+fn positional_and_elem_match() {
+    let d = doc! {"_id": 1, "a": [{"x": 1}, {"x": 5}, {"x": 7}], "b": 2};
+    assert_eq!(
+        project(&d, doc! {"a.$": 1}, Some(1)).ok(),
+        Some(doc! {"_id": 1, "a": [{"x": 5}]})
+    );
+    let e = project(&d, doc! {"a.$": 1}, None).expect_err("no match position");
+    assert_eq!(e.code.code(), 51246);
+    assert_eq!(
+        project(&d, doc! {"a": {"$elemMatch": {"x": {"$gt": 2}}}}, None).ok(),
+        Some(doc! {"_id": 1, "a": [{"x": 5}]})
+    );
+    assert_eq!(
+        project(&d, doc! {"a": {"$elemMatch": {"x": 100}}, "b": 1}, None).ok(),
+        Some(doc! {"_id": 1, "b": 2})
+    );
+    assert_eq!(
+        project(&d, doc! {"a": {"$elemMatch": {"x": 7}}, "_id": 0}, None).ok(),
+        Some(doc! {"a": [{"x": 7}]})
+    );
+}
+
+#[test]
+fn projection_errors() {
+    let cases: Vec<(Document, i32, &str)> = vec![
+        (
+            doc! {"a": 1, "b": 0},
+            31254,
+            "Cannot do exclusion on field b in inclusion projection",
+        ),
+        (
+            doc! {"a": 0, "b": 1},
+            31253,
+            "Cannot do inclusion on field b in exclusion projection",
+        ),
+        (
+            doc! {"a": 1, "a.b": 1},
+            31249,
+            "Path collision at a.b remaining portion b",
+        ),
+        (doc! {"a.b": 1, "a": 1}, 31250, "Path collision at a"),
+        (
+            doc! {"a": 0, "b": "x"},
+            31310,
+            "Cannot use an expression b: \"x\" in an exclusion projection",
+        ),
+        (
+            doc! {"a.$": 1, "b.$": 1},
+            31276,
+            "Cannot specify more than one positional projection per query.",
+        ),
+        (
+            doc! {"a.b": {"$elemMatch": {"x": 1}}},
+            31275,
+            "Cannot use $elemMatch projection on a nested field.",
+        ),
+        (
+            doc! {"a": {"$elemMatch": 1}},
+            31274,
+            "elemMatch: Invalid argument, object required",
+        ),
+        (
+            doc! {"a": {"$slice": [1]}},
+            31272,
+            "$slice array argument should be of form [skip, limit]",
+        ),
+        (
+            doc! {"a": {"$slice": [1, 0]}},
+            31259,
+            "$slice limit must be positive, got 0",
+        ),
+        (
+            doc! {"a": {"$slice": "x"}},
+            31273,
+            "$slice only supports numbers",
+        ),
+        (
+            doc! {"a": {}},
+            51270,
+            "An empty sub-projection is not a valid value",
+        ),
+        (doc! {"a": {"$meta": "textScore"}}, 2, "not supported yet"),
+        (doc! {"a": {"$add": [1, 2]}}, 2, "not supported yet"),
+        (
+            doc! {"a.$": {"x": 1}},
+            31271,
+            "positional projection cannot be used with an expression or sub object",
+        ),
+    ];
+    for (spec, code, msg) in cases {
+        match Projection::parse(&spec) {
+            Ok(p) => panic!("{spec}: expected error {code}, got {p:?}"),
+            Err(e) => {
+                assert_eq!(e.code.code(), code, "{spec}: {}", e.message);
+                assert!(e.message.contains(msg), "{spec}: {}", e.message);
+            }
+        }
+    }
+}
+
+#[test]
+fn explain_hooks() {
+    let simple = Projection::parse(&doc! {"a": 1, "b": 1}).expect("parses");
+    assert!(simple.is_simple_inclusion());
+    assert_eq!(
+        simple.required_fields(),
+        Some(vec!["_id".to_string(), "a".to_string(), "b".to_string()])
+    );
+    let excl = Projection::parse(&doc! {"a": 0}).expect("parses");
+    assert!(excl.is_exclusion() && excl.is_simple() && excl.includes_id());
+    let dotted = Projection::parse(&doc! {"a.b": 1, "_id": 0}).expect("parses");
+    assert!(!dotted.is_simple() && !dotted.includes_id());
+    assert_eq!(dotted.required_fields(), Some(vec!["a.b".to_string()]));
+    let slice = Projection::parse(&doc! {"a": {"$slice": 1}}).expect("parses");
+    assert!(slice.is_exclusion() && !slice.is_simple());
+    let pos = Projection::parse(&doc! {"a.$": 1}).expect("parses");
+    assert!(pos.requires_match_details() && pos.is_inclusion());
+}

@@ -1,0 +1,116 @@
+# shellcheck shell=bash
+# Shared helpers for scripts/*.sh. Source it; do not run it.
+# Everything here is idempotent: it installs only what is missing.
+
+NIDUS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/nidus-target}"
+NIDUS_BIN="${NIDUS_BIN:-$CARGO_TARGET_DIR/release/nidus}"
+export NIDUS_BIN
+NIDUS_VENV="${NIDUS_VENV:-$NIDUS_ROOT/tests/.venv}"
+NIDUS_NODE_PREFIX="${NIDUS_NODE_PREFIX:-$NIDUS_ROOT/tests/.node}"
+# Pinned so that a run is reproducible; bump deliberately.
+MONGOSH_VERSION="${MONGOSH_VERSION:-2.12.0}"
+
+log() { printf '\n==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"
+    elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+    else die "need root (or sudo) to run: $*"
+    fi
+}
+
+_apt_updated=""
+# ensure_apt PKG...: installs the Debian packages that are not installed yet.
+ensure_apt() {
+    local missing=() p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    command -v apt-get >/dev/null 2>&1 || die "missing packages (${missing[*]}) and no apt-get"
+    log "apt-get install ${missing[*]}"
+    if [ -z "$_apt_updated" ]; then
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+        _apt_updated=1
+    fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# Rust toolchain (rustup), with rustfmt and clippy.
+ensure_rust() {
+    if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    if ! command -v cargo >/dev/null 2>&1; then
+        ensure_apt curl ca-certificates
+        log "installing Rust with rustup"
+        curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --component rustfmt,clippy
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    if command -v rustup >/dev/null 2>&1; then
+        local have
+        have="$(rustup component list --installed 2>/dev/null || true)"
+        for c in rustfmt clippy; do
+            grep -q "^$c" <<<"$have" || rustup component add "$c"
+        done
+    fi
+}
+
+# Everything needed to build the server (RocksDB's C++ and bindgen need clang/libclang).
+ensure_build_deps() {
+    ensure_apt build-essential clang libclang-dev pkg-config git ca-certificates
+    ensure_rust
+}
+
+build_release() {
+    log "cargo build --release (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
+    (cd "$NIDUS_ROOT" && cargo build --release)
+    [ -x "$NIDUS_BIN" ] || die "build finished but $NIDUS_BIN is missing"
+}
+
+# Python venv with the test requirements (re-installed only when tests/requirements.txt changes).
+ensure_venv() {
+    local req="$NIDUS_ROOT/tests/requirements.txt" stamp="$NIDUS_VENV/.requirements.sha256" sum
+    if ! command -v python3 >/dev/null 2>&1; then ensure_apt python3; fi
+    if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then ensure_apt python3-venv; fi
+    if [ ! -x "$NIDUS_VENV/bin/python" ]; then
+        log "creating venv $NIDUS_VENV"
+        python3 -m venv "$NIDUS_VENV"
+    fi
+    sum="$(sha256sum "$req" | cut -d' ' -f1)"
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]; then
+        log "pip install -r tests/requirements.txt"
+        "$NIDUS_VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+        echo "$sum" >"$stamp"
+    fi
+    export PATH="$NIDUS_VENV/bin:$PATH"
+}
+
+# mongosh from npm into tests/.node (bin: tests/.node/bin/mongosh). Never fatal: the
+# mongosh test skips with the reason written to tests/.node/INSTALL_ERROR.
+ensure_mongosh() {
+    local bin="$NIDUS_NODE_PREFIX/bin/mongosh"
+    if [ -x "$bin" ] && [ "$("$bin" --version 2>/dev/null)" = "$MONGOSH_VERSION" ]; then
+        export MONGOSH="$bin"; return 0
+    fi
+    if ! command -v npm >/dev/null 2>&1; then
+        ensure_apt nodejs npm || true
+    fi
+    mkdir -p "$NIDUS_NODE_PREFIX"
+    rm -f "$NIDUS_NODE_PREFIX/INSTALL_ERROR"
+    if ! command -v npm >/dev/null 2>&1; then
+        echo "npm is not installed and could not be installed" >"$NIDUS_NODE_PREFIX/INSTALL_ERROR"
+        return 0
+    fi
+    log "npm install mongosh@$MONGOSH_VERSION into $NIDUS_NODE_PREFIX"
+    if ! timeout 900 npm install -g --prefix "$NIDUS_NODE_PREFIX" --no-audit --no-fund --loglevel=error \
+            "mongosh@$MONGOSH_VERSION" >"$NIDUS_NODE_PREFIX/npm.log" 2>&1; then
+        { echo "npm install mongosh@$MONGOSH_VERSION failed:"; tail -20 "$NIDUS_NODE_PREFIX/npm.log"; } \
+            >"$NIDUS_NODE_PREFIX/INSTALL_ERROR"
+        cat "$NIDUS_NODE_PREFIX/INSTALL_ERROR" >&2
+        return 0
+    fi
+    export MONGOSH="$bin"
+}
