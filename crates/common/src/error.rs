@@ -6,25 +6,42 @@ use std::fmt;
 ///
 /// It carries what a MongoDB reply shows: the code (with its codeName), the message, the
 /// error labels, and extra fields some codes add to the reply (`keyPattern`/`keyValue` for
-/// DuplicateKey, `errInfo` for DocumentValidationFailure).
+/// DuplicateKey, `errInfo` for DocumentValidationFailure). Boxed, so `Result<T>` stays one
+/// pointer wide on the success path.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Error {
+pub struct Error(Box<ErrorDetail>);
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorDetail {
     pub code: ErrorCode,
     pub message: String,
     pub labels: Vec<String>,
     pub extra: Document,
 }
 
+impl std::ops::Deref for Error {
+    type Target = ErrorDetail;
+    fn deref(&self) -> &ErrorDetail {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Error {
+    fn deref_mut(&mut self) -> &mut ErrorDetail {
+        &mut self.0
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Error {
-        Error {
+        Error(Box::new(ErrorDetail {
             code,
             message: message.into(),
             labels: Vec::new(),
             extra: Document::new(),
-        }
+        }))
     }
 
     pub fn with_label(mut self, label: &str) -> Error {

@@ -5,4 +5,4 @@ mod error;
 pub mod shell;
 
 pub use codes::ErrorCode;
-pub use error::{Error, Result};
+pub use error::{Error, ErrorDetail, Result};

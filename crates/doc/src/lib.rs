@@ -2,7 +2,6 @@
 //! and the order-preserving keystring encoding.
 
 // `nidus_common::Error` carries MongoDB reply fields; it is returned by value everywhere.
-#![allow(clippy::result_large_err)]
 
 pub mod compare;
 pub mod keys;

@@ -56,11 +56,13 @@ impl IndexMeta {
             .iter()
             .map(|(k, v)| (k.clone(), direction_is_descending(v)))
             .collect();
+        let name = spec.get_str("name").map_err(corrupt)?.to_string();
         Ok(IndexMeta {
             id,
-            name: spec.get_str("name").map_err(corrupt)?.to_string(),
+            // The `_id` index is unique without saying so in its spec.
+            unique: spec.get_bool("unique").unwrap_or(false) || name == ID_INDEX_NAME,
+            name,
             pattern,
-            unique: spec.get_bool("unique").unwrap_or(false),
             sparse: spec.get_bool("sparse").unwrap_or(false),
             spec,
             multikey: false,

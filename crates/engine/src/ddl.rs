@@ -381,17 +381,10 @@ fn select_indexes(indexes: &[IndexMeta], which: &Bson) -> Result<Vec<String>> {
         Bson::Array(names) => names
             .iter()
             .map(|n| match n {
-                Bson::String(s) => {
-                    select_indexes(indexes, n)
-                        .map(|mut v| v.remove(0))
-                        .or_else(|e| {
-                            if s == "*" {
-                                Err(Error::bad_value("'*' is not allowed in an index list"))
-                            } else {
-                                Err(e)
-                            }
-                        })
+                Bson::String(s) if s == "*" => {
+                    Err(Error::bad_value("'*' is not allowed in an index list"))
                 }
+                Bson::String(_) => select_indexes(indexes, n).map(|mut v| v.remove(0)),
                 _ => Err(Error::type_mismatch(
                     "dropIndexes index names must be strings",
                 )),

@@ -148,7 +148,7 @@ impl Engine {
     fn target_ids(&self, coll: &CollectionRef, spec: FindSpec) -> Result<Vec<u64>> {
         let mut exec = self.plan_find(Some(coll), &spec)?;
         let mut out = Vec::new();
-        while let Some(m) = exec.next()? {
+        while let Some(m) = exec.get_next()? {
             if let Some(rid) = m.rid {
                 out.push(rid);
             }

@@ -28,7 +28,7 @@ fn find(e: &Engine, ns: &Namespace, spec: FindSpec) -> Vec<Document> {
     let coll = e.collection(ns);
     let mut exec = e.plan_find(coll.as_ref(), &spec).unwrap();
     let mut out = Vec::new();
-    while let Some(m) = exec.next().unwrap() {
+    while let Some(m) = exec.get_next().unwrap() {
         out.push(m.doc.to_document().unwrap());
     }
     out

@@ -1,7 +1,6 @@
 //! Match expressions, projection, sort patterns and update operators: pure functions of BSON.
 
 // `nidus_common::Error` carries MongoDB reply fields; it is returned by value everywhere.
-#![allow(clippy::result_large_err)]
 
 pub mod matcher;
 pub mod projection;

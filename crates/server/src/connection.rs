@@ -17,7 +17,6 @@ use tokio::net::TcpStream;
 pub struct ConnState {
     pub id: i64,
     pub peer: SocketAddr,
-    pub local: Option<SocketAddr>,
     pub client_metadata: Option<Document>,
     pub app_name: Option<String>,
     /// Compressors agreed in `hello`, in the client's order of preference.
@@ -35,7 +34,6 @@ pub async fn serve(state: Arc<ServerState>, mut stream: TcpStream, peer: SocketA
     let mut conn = ConnState {
         id,
         peer,
-        local: stream.local_addr().ok(),
         client_metadata: None,
         app_name: None,
         compressors: Vec::new(),
@@ -43,7 +41,7 @@ pub async fn serve(state: Arc<ServerState>, mut stream: TcpStream, peer: SocketA
     log::info(
         "NETWORK",
         22943,
-        &format!("listener"),
+        "listener",
         "Connection accepted",
         serde_json::json!({ "remote": peer.to_string(), "connectionId": id }),
     );
@@ -89,23 +87,13 @@ async fn handle_one(
     let header = MsgHeader::parse(&header_bytes);
     let body_len = match nidus_wire::check_length(&header) {
         Ok(n) => n,
-        Err(e) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                Error::from(e).message,
-            ))
-        }
+        Err(e) => return Err(fatal(e)),
     };
     let mut body = vec![0u8; body_len];
     stream.read_exact(&mut body).await?;
     let decoded = match nidus_wire::decode(&header, &body) {
         Ok(d) => d,
-        Err(e) if e.is_fatal() => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                Error::from(e).message,
-            ))
-        }
+        Err(e) if e.is_fatal() => return Err(fatal(e)),
         Err(e) => {
             let reply = Error::from(e).to_reply();
             let bytes =
@@ -126,7 +114,7 @@ async fn handle_one(
     });
     let (conn, out) = task
         .await
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::Other, e.to_string()))?;
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
     match out {
         Outcome::Reply(bytes) => {
             stream.write_all(&bytes).await?;
@@ -135,6 +123,14 @@ async fn handle_one(
         Outcome::NoReply => Ok(Some(conn)),
         Outcome::Close => Ok(None),
     }
+}
+
+/// A framing error after which the connection is closed.
+fn fatal(e: nidus_wire::WireError) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        Error::from(e).message.clone(),
+    )
 }
 
 enum Outcome {

@@ -39,7 +39,7 @@ impl Cursor {
             if batch_size.is_some_and(|n| batch.len() as u64 >= n) {
                 return Ok((batch, false));
             }
-            let Some(m) = self.exec.next()? else {
+            let Some(m) = self.exec.get_next()? else {
                 return Ok((batch, true));
             };
             let len = m.doc.as_bytes().len();
@@ -99,10 +99,6 @@ impl CursorManager {
 
     pub fn remove(&self, id: i64) -> bool {
         self.cursors.lock().remove(&id).is_some()
-    }
-
-    pub fn contains(&self, id: i64) -> bool {
-        self.cursors.lock().contains_key(&id)
     }
 
     pub fn open_count(&self) -> usize {

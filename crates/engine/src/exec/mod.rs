@@ -141,7 +141,7 @@ impl Executor {
     }
 
     /// The next result, or None at end of stream.
-    pub fn next(&mut self) -> Result<Option<Member>> {
+    pub fn get_next(&mut self) -> Result<Option<Member>> {
         let mut spins = 0u32;
         loop {
             match self.root.work()? {
@@ -149,7 +149,7 @@ impl Executor {
                 StageState::IsEof => return Ok(None),
                 StageState::NeedTime => {
                     spins = spins.wrapping_add(1);
-                    if spins % 128 == 0 {
+                    if spins.is_multiple_of(128) {
                         self.check_deadline()?;
                     }
                 }

@@ -73,7 +73,7 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
     let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
     if !stages.is_empty() {
         let mut docs = Vec::new();
-        while let Some(m) = exec.next()? {
+        while let Some(m) = exec.get_next()? {
             docs.push(
                 m.doc
                     .to_document()
@@ -138,7 +138,7 @@ fn push_down(pipeline: &[Document], deadline: Option<Instant>) -> Result<(FindSp
             }
             ("$skip", v) if spec.limit == 0 => spec.skip += non_negative("$skip", v)?,
             ("$limit", v) => {
-                let n = positive("$limit", v)?;
+                let n = positive(v)?;
                 spec.limit = if spec.limit == 0 {
                     n
                 } else {
@@ -175,7 +175,7 @@ fn non_negative(stage: &str, v: &Bson) -> Result<u64> {
     }
 }
 
-fn positive(stage: &str, v: &Bson) -> Result<u64> {
+fn positive(v: &Bson) -> Result<u64> {
     match as_i64(v) {
         Some(n) if n > 0 => Ok(n as u64),
         _ => Err(Error::new(
@@ -220,7 +220,7 @@ fn parse_stage(stage: &Document) -> Result<PipelineStage> {
             "$sort key specification",
         )?)?),
         "$skip" => PipelineStage::Skip(non_negative("$skip", arg)?),
-        "$limit" => PipelineStage::Limit(positive("$limit", arg)?),
+        "$limit" => PipelineStage::Limit(positive(arg)?),
         "$project" => PipelineStage::Project(Projection::parse(&doc_arg("projection")?)?),
         "$count" => match arg {
             Bson::String(f) if !f.is_empty() && !f.starts_with('$') && !f.contains('.') => {

@@ -257,7 +257,7 @@ pub fn count(ctx: &mut Ctx) -> Result<Document> {
     let coll = ctx.state.engine.collection(&ns);
     let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
     let mut n = 0i64;
-    while exec.next()?.is_some() {
+    while exec.get_next()?.is_some() {
         n += 1;
     }
     Ok(doc! { "n": n })
@@ -296,7 +296,7 @@ pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
     let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
     let path = nidus_doc::path::FieldPath::parse(&key);
     let mut values: Vec<Bson> = Vec::new();
-    while let Some(m) = exec.next()? {
+    while let Some(m) = exec.get_next()? {
         distinct_values(&m.doc, &path, &mut values)?;
     }
     values.sort_by(nidus_doc::compare::cmp_bson);

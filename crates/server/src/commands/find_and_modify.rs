@@ -129,7 +129,7 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
         };
         for _ in 0..MAX_RESTARTS {
             let mut exec = engine.plan_find(Some(coll), &spec)?;
-            let Some(rid) = exec.next()?.and_then(|m| m.rid) else {
+            let Some(rid) = exec.get_next()?.and_then(|m| m.rid) else {
                 break;
             };
             if req.remove {

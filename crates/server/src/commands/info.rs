@@ -63,12 +63,14 @@ pub fn set_parameter(ctx: &mut Ctx) -> Result<Document> {
             Some(was) => {
                 out.insert("was", was);
             }
-            None => return Err(Error::new(
-                ErrorCode::InvalidOptions,
-                format!(
+            None => {
+                return Err(Error::new(
+                    ErrorCode::InvalidOptions,
+                    format!(
                     "attempted to set unrecognized parameter [{k}], use help:true to see options "
                 ),
-            )),
+                ))
+            }
         }
     }
     if out.is_empty() {

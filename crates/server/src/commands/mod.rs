@@ -288,19 +288,16 @@ fn parse_max_time(body: &Document) -> Result<Option<Instant>> {
     Ok((ms > 0).then(|| Instant::now() + Duration::from_millis(ms as u64)))
 }
 
-/// The parts of `writeConcern` a single node honours: `j` and `w: "majority"` sync the WAL.
+/// The part of `writeConcern` a single node acts on: `j` and `w: "majority"` sync the WAL
+/// before the reply. (`w: 0` needs nothing here: such writes arrive with `moreToCome`.)
 pub struct WriteConcern {
     pub journal: bool,
-    pub unacknowledged: bool,
 }
 
 impl WriteConcern {
     pub fn parse(body: &Document) -> Result<WriteConcern> {
         let Some(wc) = body.get("writeConcern") else {
-            return Ok(WriteConcern {
-                journal: false,
-                unacknowledged: false,
-            });
+            return Ok(WriteConcern { journal: false });
         };
         let Bson::Document(wc) = wc else {
             return Err(Error::type_mismatch(
@@ -354,7 +351,6 @@ impl WriteConcern {
         }
         Ok(WriteConcern {
             journal: j || majority,
-            unacknowledged: w0,
         })
     }
 }
@@ -466,10 +462,6 @@ impl Ctx<'_> {
 
     pub fn opt_i64(&self, field: &str) -> Result<Option<i64>> {
         opt_i64(&self.command_name(), &self.body, field)
-    }
-
-    pub fn write_concern(&self) -> Result<WriteConcern> {
-        WriteConcern::parse(&self.body)
     }
 }
 
