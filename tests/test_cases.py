@@ -59,7 +59,7 @@ def get_path(doc, dotted: str):
 
 def run_setup(db, setup: dict):
     coll = setup.get("collection")
-    if setup.get("create"):
+    if "create" in setup:
         db.command({"create": coll, **setup["create"]})
     for spec in setup.get("indexes", []):
         spec = dict(spec)

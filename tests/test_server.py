@@ -15,7 +15,7 @@ import bson
 import pymongo
 import pytest
 from pymongo import MongoClient
-from pymongo.errors import DocumentTooLarge, DuplicateKeyError, OperationFailure
+from pymongo.errors import DocumentTooLarge, DuplicateKeyError, OperationFailure, WriteError
 
 import wire
 
@@ -151,8 +151,8 @@ def test_list_databases_db_stats_coll_stats_validate(client, db):
 
 def test_end_sessions_and_sessions(client, db):
     with client.start_session() as s:
-        db.c.insert_one({"_id": 1}, session=s)
-        assert db.c.find_one({"_id": 1}, session=s) == {"_id": 1}
+        db.c.insert_one({"_id": 1, "x": 1}, session=s)
+        assert db.c.find_one({"x": 1}, session=s) == {"_id": 1, "x": 1}
     assert client.admin.command("endSessions", [{"id": bson.Binary(b"\x00" * 16, 4)}])["ok"] == 1
 
 
@@ -222,9 +222,17 @@ def test_raw_op_compressed(nidus_server, compressor):
 
 
 # ------------------------------------------------------------------ limits
-def test_oversized_document_rejected_by_driver(db):
-    with pytest.raises(DocumentTooLarge):
+def test_oversized_document_rejected(db):
+    """Just over 16 MiB: pymongo sends it (it allows 16 KiB of slack) and MongoDB answers with the
+    write error BadValue 'object to insert too large. size in bytes: N, max size: 16777216'.
+    Far over: pymongo refuses it itself (DocumentTooLarge)."""
+    with pytest.raises(WriteError) as ei:
         db.c.insert_one({"big": "x" * (16 * MiB + 10)})
+    assert ei.value.code == 2, ei.value.details
+    assert ei.value.details["errmsg"].startswith("object to insert too large. size in bytes: "), ei.value.details
+    assert ei.value.details["errmsg"].endswith(", max size: 16777216"), ei.value.details
+    with pytest.raises(DocumentTooLarge):
+        db.c.insert_one({"big": "x" * (16 * MiB + 64 * 1024)})
     assert db.c.count_documents({}) == 0
 
 
@@ -478,38 +486,48 @@ def test_command_errors_have_code_name(client):
 
 
 # ------------------------------------------------------------------ restart persistence and shutdown
+def _snapshot(c):
+    return {
+        "a": list(c.p.a.find({}).sort("k", 1)),
+        "b": list(c.p.b.find({})),
+        "p_collections": sorted(c.p.list_collection_names()),
+        "p2_collections": sorted(c.p2.list_collection_names()),
+        "indexes": sorted((i["name"], tuple(i["key"].items()), bool(i.get("unique"))) for i in c.p.a.list_indexes()),
+        "uuids": {i["name"]: i.get("info", {}).get("uuid") for i in c.p.list_collections()},
+    }
+
+
 def test_restart_keeps_data_and_indexes(start_nidus, tmp_path):
     dbpath = tmp_path / "persist"
     srv = start_nidus(dbpath=dbpath)
     with srv.client() as c:
-        c.p.a.insert_many([{"_id": i, "k": f"key{i}", "v": i * 1.5} for i in range(1000)])
+        c.p.a.insert_many([{"_id": i, "k": f"key{i:04d}", "v": i * 1.5} for i in range(1000)])
         c.p.a.create_index("k", unique=True)
         c.p.a.create_index([("v", -1)], name="v_desc")
         c.p.b.insert_one({"_id": "only"})
-        c.p.a.update_one({"_id": 5}, {"$set": {"updated": True}})
-        c.p.a.delete_one({"_id": 6})
+        c.p.a.update_one({"k": "key0005"}, {"$set": {"updated": True}})
+        c.p.a.delete_one({"k": "key0006"})
         c.p2.x.insert_one({"_id": 1})
         c.p2.drop_collection("x")
-        uuid_before = {i["name"]: i["info"]["uuid"] for i in c.p.list_collections()}
+        before = _snapshot(c)
     rc = srv.stop()
     assert rc == 0, f"SIGTERM exit code {rc}\n{srv.log_tail()}"
     srv.restart()
     with srv.client() as c:
-        assert c.p.a.count_documents({}) == 999
-        assert c.p.a.find_one({"_id": 5}) == {"_id": 5, "k": "key5", "v": 7.5, "updated": True}
-        assert c.p.a.find_one({"_id": 6}) is None
-        assert c.p.b.find_one() == {"_id": "only"}
-        assert sorted(c.p.list_collection_names()) == ["a", "b"]
-        assert "x" not in c.p2.list_collection_names()
-        idx = {i["name"]: i for i in c.p.a.list_indexes()}
-        assert set(idx) == {"_id_", "k_1", "v_desc"}
-        assert idx["k_1"].get("unique") is True and dict(idx["v_desc"]["key"]) == {"v": -1}
+        after = _snapshot(c)
+        for key in before:
+            assert after[key] == before[key], f"{key} changed across a restart"
+        # and the state itself is what was written
+        assert len(after["a"]) == 999
+        assert {"_id": 5, "k": "key0005", "v": 7.5, "updated": True} in after["a"]
+        assert after["p_collections"] == ["a", "b"] and "x" not in after["p2_collections"]
+        assert after["indexes"] == [("_id_", (("_id", 1),), False), ("k_1", (("k", 1),), True),
+                                    ("v_desc", (("v", -1),), False)]
         with pytest.raises(DuplicateKeyError):
-            c.p.a.insert_one({"k": "key1"})
-        assert list(c.p.a.find({"k": "key7"}, {"_id": 1})) == [{"_id": 7}]
-        assert {i["name"]: i["info"]["uuid"] for i in c.p.list_collections()} == uuid_before
+            c.p.a.insert_one({"k": "key0001"})
+        assert list(c.p.a.find({"k": "key0007"}, {"_id": 1})) == [{"_id": 7}]
         # new writes after restart do not collide with old record ids
-        c.p.a.insert_many([{"_id": 10_000 + i} for i in range(10)])
+        c.p.a.insert_many([{"_id": 10_000 + i, "k": f"new{i}"} for i in range(10)])
         assert c.p.a.count_documents({}) == 1009
         assert [d["_id"] for d in c.p.a.find({}, {"_id": 1}).limit(3)] == [0, 1, 2], "natural order = insertion order"
 

@@ -106,23 +106,28 @@ async fn handle_one(
         request,
         compressor,
     } = decoded;
+    // Replies travel through a channel so an exhaust cursor can stream several of them.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
     let state2 = state.clone();
     let task = tokio::task::spawn_blocking(move || {
         let mut conn = conn;
-        let out = execute(&state2, &mut conn, request, header.request_id, compressor);
-        (conn, out)
+        let close = execute(
+            &state2,
+            &mut conn,
+            request,
+            header.request_id,
+            compressor,
+            &tx,
+        );
+        (conn, close)
     });
-    let (conn, out) = task
+    while let Some(frame) = rx.recv().await {
+        stream.write_all(&frame).await?;
+    }
+    let (conn, close) = task
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    match out {
-        Outcome::Reply(bytes) => {
-            stream.write_all(&bytes).await?;
-            Ok(Some(conn))
-        }
-        Outcome::NoReply => Ok(Some(conn)),
-        Outcome::Close => Ok(None),
-    }
+    Ok((!close).then_some(conn))
 }
 
 /// A framing error after which the connection is closed.
@@ -133,65 +138,91 @@ fn fatal(e: nidus_wire::WireError) -> std::io::Error {
     )
 }
 
-enum Outcome {
-    Reply(Vec<u8>),
-    NoReply,
-    Close,
-}
-
 fn next_request_id() -> i32 {
     static NEXT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// Runs one request, sending its replies on `tx`. Returns true when the connection must close.
 fn execute(
     state: &ServerState,
     conn: &mut ConnState,
     request: WireRequest,
     request_id: i32,
     compressor: Option<Compressor>,
-) -> Outcome {
+    tx: &tokio::sync::mpsc::Sender<Vec<u8>>,
+) -> bool {
     state.connections.active.fetch_add(1, Ordering::Relaxed);
-    let out = match request {
-        WireRequest::Msg(msg) => {
-            let more_to_come = msg.more_to_come();
-            let reply = commands::run(
-                state,
-                conn,
-                Request {
-                    body: msg.body,
-                    sequences: msg.sequences,
-                },
-            );
-            if reply.close_connection {
-                Outcome::Close
-            } else if more_to_come {
-                Outcome::NoReply
-            } else {
-                Outcome::Reply(nidus_wire::encode_msg(
-                    next_request_id(),
-                    request_id,
-                    0,
-                    &reply.body,
-                    compressor,
-                ))
-            }
-        }
+    let close = match request {
+        WireRequest::Msg(msg) => run_msg(state, conn, msg, request_id, compressor, tx),
         WireRequest::Query(q) => {
             let reply = legacy_query(state, conn, q);
-            if reply.close_connection {
-                Outcome::Close
-            } else {
-                Outcome::Reply(nidus_wire::encode_reply(
-                    next_request_id(),
-                    request_id,
-                    &reply.body,
-                ))
-            }
+            reply.close_connection
+                || tx
+                    .blocking_send(nidus_wire::encode_reply(
+                        next_request_id(),
+                        request_id,
+                        &reply.body,
+                    ))
+                    .is_err()
         }
     };
     state.connections.active.fetch_sub(1, Ordering::Relaxed);
-    out
+    close
+}
+
+/// An OP_MSG: no reply under `moreToCome`; a `getMore` with `exhaustAllowed` keeps sending
+/// batches flagged `moreToCome` until the cursor is exhausted.
+fn run_msg(
+    state: &ServerState,
+    conn: &mut ConnState,
+    msg: nidus_wire::OpMsg,
+    request_id: i32,
+    compressor: Option<Compressor>,
+    tx: &tokio::sync::mpsc::Sender<Vec<u8>>,
+) -> bool {
+    let silent = msg.more_to_come();
+    let exhaust =
+        msg.exhaust_allowed() && msg.body.keys().next().map(String::as_str) == Some("getMore");
+    let body = msg.body;
+    let mut request = Request {
+        body: body.clone(),
+        sequences: msg.sequences,
+    };
+    let mut response_to = request_id;
+    loop {
+        let reply = commands::run(state, conn, request);
+        if reply.close_connection {
+            return true;
+        }
+        if silent {
+            return false;
+        }
+        let more = exhaust && cursor_still_open(&reply.body);
+        let id = next_request_id();
+        let flags = if more { nidus_wire::MORE_TO_COME } else { 0 };
+        let frame = nidus_wire::encode_msg(id, response_to, flags, &reply.body, compressor);
+        if tx.blocking_send(frame).is_err() {
+            return true;
+        }
+        if !more {
+            return false;
+        }
+        response_to = id;
+        request = Request {
+            body: body.clone(),
+            sequences: Vec::new(),
+        };
+    }
+}
+
+fn cursor_still_open(reply: &Document) -> bool {
+    reply.get_f64("ok").unwrap_or(0.0) == 1.0
+        && reply
+            .get_document("cursor")
+            .and_then(|c| c.get_i64("id"))
+            .unwrap_or(0)
+            != 0
 }
 
 /// OP_QUERY is accepted only for the handshake commands on `<db>.$cmd`, as in MongoDB 6.0+.
