@@ -39,10 +39,18 @@ impl Engine {
     pub fn create_collection(&self, ns: &Namespace, options: Document) -> Result<CollectionRef> {
         namespace::validate_coll_name(&ns.db, &ns.coll)?;
         let _ddl = self.ddl.lock();
-        if self.collection(ns).is_some() {
+        if let Some(existing) = self.collection(ns) {
+            // MongoDB 7.0+: re-creating with identical options succeeds.
+            let meta = existing.meta.read();
+            if meta.options == options {
+                return Ok(existing.clone());
+            }
             return Err(Error::new(
                 ErrorCode::NamespaceExists,
-                format!("Collection {ns} already exists."),
+                format!(
+                    "namespace {ns} already exists, but with different options: {}",
+                    nidus_common::shell::format(&Bson::Document(meta.options.clone()))
+                ),
             ));
         }
         self.create_locked(ns, options)

@@ -22,34 +22,39 @@ pub struct Cursor {
     pub returned: u64,
     pub last_used: Instant,
     pub no_timeout: bool,
+    /// A result read from the plan that did not fit in the previous batch.
+    pub pending: Option<RawDocumentBuf>,
 }
 
 impl Cursor {
-    /// Fills a batch: at most `batch_size` documents (None = no count bound), at most 16 MiB
-    /// but always at least one document. Returns the batch and whether the cursor is done.
+    /// Fills a batch: at most `batch_size` documents (None = no count bound) and at most
+    /// 16 MiB, but always at least one document. A document that would overflow the batch
+    /// is kept for the next one. Returns the batch and whether the cursor is done.
     pub fn next_batch(&mut self, batch_size: Option<u64>) -> Result<(Vec<RawDocumentBuf>, bool)> {
         let mut batch = Vec::new();
         let mut bytes = 0usize;
         loop {
-            if let Some(limit) = self.limit {
-                if self.returned >= limit {
-                    return Ok((batch, true));
-                }
+            if self.limit.is_some_and(|limit| self.returned >= limit) {
+                return Ok((batch, true));
             }
             if batch_size.is_some_and(|n| batch.len() as u64 >= n) {
                 return Ok((batch, false));
             }
-            let Some(m) = self.exec.get_next()? else {
-                return Ok((batch, true));
+            let doc = match self.pending.take() {
+                Some(d) => d,
+                None => match self.exec.get_next()? {
+                    Some(m) => m.doc,
+                    None => return Ok((batch, true)),
+                },
             };
-            let len = m.doc.as_bytes().len();
-            bytes += len;
-            batch.push(m.doc);
-            self.returned += 1;
-            if bytes >= MAX_BATCH_BYTES {
-                // MongoDB stops the batch once the size limit is reached.
+            let len = doc.as_bytes().len();
+            if !batch.is_empty() && bytes + len > MAX_BATCH_BYTES {
+                self.pending = Some(doc);
                 return Ok((batch, false));
             }
+            bytes += len;
+            batch.push(doc);
+            self.returned += 1;
         }
     }
 }

@@ -96,6 +96,7 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
         returned: 0,
         last_used: Instant::now(),
         no_timeout: false,
+        pending: None,
     };
     let first = batch_size
         .map(|n| n.max(0) as u64)

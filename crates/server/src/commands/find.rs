@@ -99,6 +99,7 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
         returned: 0,
         last_used: Instant::now(),
         no_timeout: ctx.opt_bool("noCursorTimeout")?.unwrap_or(false),
+        pending: None,
     };
     let (batch, done) = cursor.next_batch(Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
     let id = if done || single_batch {
