@@ -143,7 +143,14 @@ pub fn normalize(spec: &Document) -> Result<Document> {
     out.insert("name", name.clone());
     for (k, v) in spec {
         match k.as_str() {
-            "v" | "key" | "name" | "ns" | "background" => {}
+            // `dropDups` has been ignored since MongoDB 3.0; it is accepted and dropped.
+            "v" | "key" | "name" | "ns" | "dropDups" => {}
+            "background" => {
+                let b = as_bool(v).ok_or_else(|| {
+                    Error::type_mismatch("The field 'background' must be a boolean")
+                })?;
+                out.insert(k.clone(), b);
+            }
             "unique" | "sparse" | "hidden" => {
                 let b = as_bool(v).ok_or_else(|| {
                     Error::type_mismatch(format!("The field '{k}' must be a boolean"))

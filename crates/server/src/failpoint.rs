@@ -39,6 +39,8 @@ pub struct Injection {
 #[derive(Default)]
 pub struct FailPoints {
     fail_command: Mutex<Option<FailCommand>>,
+    /// `maxTimeAlwaysTimeOut`: every operation with a `maxTimeMS` times out at once.
+    max_time_always_time_out: std::sync::atomic::AtomicBool,
 }
 
 fn parse_mode(v: &Bson) -> Result<Mode> {
@@ -75,13 +77,22 @@ impl FailPoints {
         let name = cmd
             .get_str("configureFailPoint")
             .map_err(|_| Error::type_mismatch("configureFailPoint must be a string"))?;
-        if name != "failCommand" {
-            return Err(Error::new(
-                ErrorCode::FailPointSetFailed,
-                format!("Unknown fail point: {name}"),
-            ));
-        }
         let mode = parse_mode(cmd.get("mode").unwrap_or(&Bson::Null))?;
+        match name {
+            "failCommand" => {}
+            "maxTimeAlwaysTimeOut" => {
+                let was = self
+                    .max_time_always_time_out
+                    .swap(mode != Mode::Off, std::sync::atomic::Ordering::SeqCst);
+                return Ok(was as i64);
+            }
+            _ => {
+                return Err(Error::new(
+                    ErrorCode::FailPointSetFailed,
+                    format!("Unknown fail point: {name}"),
+                ))
+            }
+        }
         let data = cmd.get_document("data").cloned().unwrap_or_default();
         let mut slot = self.fail_command.lock();
         if mode == Mode::Off {
@@ -119,6 +130,11 @@ impl FailPoints {
             app_name: data.get_str("appName").ok().map(str::to_string),
         });
         Ok(0)
+    }
+
+    pub fn max_time_always_times_out(&self) -> bool {
+        self.max_time_always_time_out
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Decides whether `command` from a client named `app_name` fails, consuming one activation.

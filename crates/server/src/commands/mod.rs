@@ -232,6 +232,12 @@ fn run_handler(
         }
     };
     let deadline = parse_max_time(&req.body)?;
+    if deadline.is_some() && state.fail_points.max_time_always_times_out() {
+        return Err(Error::new(
+            ErrorCode::MaxTimeMSExpired,
+            "operation exceeded time limit",
+        ));
+    }
     let write_concern = WriteConcern::parse(&req.body)?;
     let mut ctx = Ctx {
         state,
