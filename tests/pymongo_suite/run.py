@@ -114,6 +114,22 @@ def skip_reasons(path: Path, limit: int = 8) -> list[str]:
     return [f"{n}x {m}" for m, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:limit]]
 
 
+def failure_reasons(path: Path, limit: int = 8) -> list[str]:
+    """The most common failure/error messages, numbers blurred so that alike ones group."""
+    reasons: dict[str, int] = {}
+    try:
+        root = ET.parse(path).getroot()
+    except (ET.ParseError, OSError):
+        return []
+    for case in root.iter("testcase"):
+        for child in case:
+            if child.tag in ("failure", "error"):
+                msg = " ".join((child.get("message") or child.tag).split())
+                msg = re.sub(r"0x[0-9a-f]+|\d{3,}", "N", msg)[:160]
+                reasons[msg] = reasons.get(msg, 0) + 1
+    return [f"{n}x {m}" for m, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:limit]]
+
+
 def run_file(src: Path, test_file: str, timeout: int, binary: Path) -> dict:
     slug = re.sub(r"[^A-Za-z0-9]+", "_", test_file).strip("_")
     LOGS.mkdir(parents=True, exist_ok=True)
@@ -165,6 +181,9 @@ def run_file(src: Path, test_file: str, timeout: int, binary: Path) -> dict:
         reasons = skip_reasons(junit)
         if reasons:
             result["top_skip_reasons"] = reasons
+        failures = failure_reasons(junit)
+        if failures:
+            result["top_failure_reasons"] = failures
         if any("Cannot connect to MongoDB" in r for r in reasons) and result["status"] == "ok":
             result["status"] = "cannot-connect"
     else:
@@ -183,8 +202,10 @@ def compare(results: list[dict], baseline: dict) -> list[str]:
         b = baseline.get(r["file"])
         if b is None:
             continue
-        if r["passed"] < b["passed"]:
-            drops.append(f"{r['file']}: passed {r['passed']} < baseline {b['passed']} (status {r['status']})")
+        slack = SUITE.get("tolerances", {}).get(r["file"], 0)  # for files with timing-dependent tests
+        if r["passed"] < b["passed"] - slack:
+            drops.append(f"{r['file']}: passed {r['passed']} < baseline {b['passed']}"
+                         + (f" - tolerance {slack}" if slack else "") + f" (status {r['status']})")
     return drops
 
 

@@ -41,6 +41,17 @@ pub struct UpdateSpec {
 }
 
 fn check_id(v: RawBsonRef) -> Result<()> {
+    if let RawBsonRef::Document(d) = v {
+        for el in d.iter() {
+            let (k, _) = el?;
+            if k.starts_with('$') {
+                return Err(Error::new(
+                    ErrorCode::DollarPrefixedFieldName,
+                    format!("_id fields may not contain '$'-prefixed fields: {k} is not valid for storage."),
+                ));
+            }
+        }
+    }
     let kind = match v {
         RawBsonRef::Array(_) => "an array",
         RawBsonRef::RegularExpression(_) => "a regex",
