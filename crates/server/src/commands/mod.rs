@@ -5,6 +5,7 @@
 //! fail points, and counts opcounters.
 
 mod aggregate;
+mod bulk_write;
 mod ddl;
 mod find;
 mod find_and_modify;
@@ -134,6 +135,7 @@ static COMMANDS: &[Command] = &[
         counter: Counter::None,
         test_only: false,
     },
+    cmd("bulkWrite", bulk_write::bulk_write),
     cmd("findAndModify", find_and_modify::find_and_modify),
     cmd("findandmodify", find_and_modify::find_and_modify),
     Command {

@@ -50,7 +50,7 @@ impl BatchErrors {
     }
 }
 
-fn opts(ctx: &Ctx) -> WriteOpts {
+pub(super) fn opts(ctx: &Ctx) -> WriteOpts {
     WriteOpts {
         deadline: ctx.deadline,
     }
@@ -111,12 +111,12 @@ fn stmt_doc(cmd: &str, stmt: &Document, field: &str) -> Result<Document> {
     }
 }
 
-fn to_document(raw: &RawDocumentBuf) -> Result<Document> {
+pub(super) fn to_document(raw: &RawDocumentBuf) -> Result<Document> {
     raw.to_document()
         .map_err(|e| Error::new(ErrorCode::InvalidBSON, e.to_string()))
 }
 
-fn parse_update_statement(stmt: &Document) -> Result<UpdateSpec> {
+pub(super) fn parse_update_statement(stmt: &Document) -> Result<UpdateSpec> {
     const CMD: &str = "update.updates";
     for k in stmt.keys() {
         if !matches!(
@@ -228,7 +228,7 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
     Ok(errors.finish(reply))
 }
 
-fn parse_delete_statement(stmt: &Document) -> Result<(Document, bool, Option<Bson>)> {
+pub(super) fn parse_delete_statement(stmt: &Document) -> Result<(Document, bool, Option<Bson>)> {
     const CMD: &str = "delete.deletes";
     for k in stmt.keys() {
         if !matches!(k.as_str(), "q" | "limit" | "hint" | "collation") {
