@@ -16,6 +16,10 @@ use std::time::Instant;
 
 pub const MAX_USER_DOC_SIZE: usize = 16 * 1024 * 1024;
 
+/// How often a single-document update or delete looks for a new target after the one it
+/// chose was changed by another writer.
+const MAX_SINGLE_TARGET_RESTARTS: usize = 100;
+
 /// Per-operation options shared by every write.
 #[derive(Debug, Clone, Default)]
 pub struct WriteOpts {
@@ -183,10 +187,26 @@ impl Engine {
             ..FindSpec::default()
         };
         let mut outcome = UpdateOutcome::default();
-        for rid in self.target_ids(coll, find)? {
-            if let Some(modified) = self.update_record(coll, rid, &matcher, &spec.update, opts)? {
-                outcome.n_matched += 1;
-                outcome.n_modified += modified as u64;
+        // A single-document update whose target changed before it was written (it no longer
+        // matches) looks again, as MongoDB does, instead of reporting no match.
+        let attempts = if spec.multi {
+            1
+        } else {
+            MAX_SINGLE_TARGET_RESTARTS
+        };
+        for _ in 0..attempts {
+            let targets = self.target_ids(coll, find.clone())?;
+            let found_any = !targets.is_empty();
+            for rid in targets {
+                if let Some(modified) =
+                    self.update_record(coll, rid, &matcher, &spec.update, opts)?
+                {
+                    outcome.n_matched += 1;
+                    outcome.n_modified += modified as u64;
+                }
+            }
+            if outcome.n_matched > 0 || !found_any {
+                break;
             }
         }
         if outcome.n_matched == 0 && spec.upsert {
@@ -332,9 +352,17 @@ impl Engine {
             ..FindSpec::default()
         };
         let mut n = 0;
-        for rid in self.target_ids(coll, find)? {
-            if self.delete_record(coll, rid, &matcher, opts)?.is_some() {
-                n += 1;
+        let attempts = if multi { 1 } else { MAX_SINGLE_TARGET_RESTARTS };
+        for _ in 0..attempts {
+            let targets = self.target_ids(coll, find.clone())?;
+            let found_any = !targets.is_empty();
+            for rid in targets {
+                if self.delete_record(coll, rid, &matcher, opts)?.is_some() {
+                    n += 1;
+                }
+            }
+            if n > 0 || !found_any {
+                break;
             }
         }
         Ok(n)

@@ -210,3 +210,40 @@ fn concurrent_inserts_of_the_same_id_admit_exactly_one() {
     }
     assert_eq!(all(&e, &ns).len(), 20);
 }
+
+#[test]
+fn concurrent_increments_lose_no_update_and_count_conflicts() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(dir.path());
+    let ns = Namespace::new("db", "counter");
+    insert(&e, &ns, doc! {"_id": 1, "n": 0}).unwrap();
+    let (threads, per_thread) = (4, 50);
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let e = e.clone();
+            let ns = ns.clone();
+            std::thread::spawn(move || {
+                let coll = e.collection(&ns).unwrap();
+                let spec = UpdateSpec {
+                    filter: doc! {"_id": 1},
+                    update: Update::parse(&Bson::Document(doc! {"$inc": {"n": 1}}), None).unwrap(),
+                    multi: false,
+                    upsert: false,
+                    sort: None,
+                    hint: None,
+                };
+                for _ in 0..per_thread {
+                    let out = e.update(&coll, &spec, &WriteOpts::default()).unwrap();
+                    assert_eq!(out.n_modified, 1);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(
+        all(&e, &ns),
+        vec![doc! {"_id": 1, "n": threads * per_thread}]
+    );
+}
