@@ -8,6 +8,7 @@ use crate::namespace::Namespace;
 use bson::{doc, Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use parking_lot::RwLock;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -26,7 +27,10 @@ pub struct IndexMeta {
     pub sparse: bool,
     /// The spec as the user gave it, normalized (`v`, `key`, `name`, options).
     pub spec: Document,
-    pub multikey: bool,
+    /// Per key field, the positions of its path components that hold arrays in some
+    /// document (MongoDB's `multiKeyPaths`). Shared by every clone of this index's metadata,
+    /// only ever widened: writers widen it before they commit, so a plan never assumes less.
+    pub multikey_paths: Arc<RwLock<Vec<BTreeSet<usize>>>>,
 }
 
 impl IndexMeta {
@@ -40,13 +44,95 @@ impl IndexMeta {
 
     pub fn from_persisted(d: &Document) -> Result<IndexMeta> {
         let spec = d.get_document("spec").map_err(corrupt)?.clone();
-        let mut meta = IndexMeta::from_spec(d.get_i64("id").map_err(corrupt)? as u64, spec)?;
-        meta.multikey = d.get_bool("multikey").unwrap_or(false);
+        let meta = IndexMeta::from_spec(d.get_i64("id").map_err(corrupt)? as u64, spec)?;
+        if let Ok(paths) = d.get_array("multiKeyPaths") {
+            meta.widen_multikey(&parse_multikey_paths(paths));
+        }
         Ok(meta)
     }
 
     pub fn to_persisted(&self) -> Document {
-        doc! { "id": self.id as i64, "spec": self.spec.clone(), "multikey": self.multikey }
+        doc! {
+            "id": self.id as i64,
+            "spec": self.spec.clone(),
+            "multiKeyPaths": self.multikey_paths_persisted(),
+        }
+    }
+
+    /// `[[0], [], ...]`: the positions per field, as stored in the catalog.
+    pub fn multikey_paths_persisted(&self) -> Vec<Bson> {
+        self.multikey_paths
+            .read()
+            .iter()
+            .map(|set| Bson::Array(set.iter().map(|p| Bson::Int32(*p as i32)).collect()))
+            .collect()
+    }
+
+    pub fn is_multikey(&self) -> bool {
+        self.multikey_paths.read().iter().any(|s| !s.is_empty())
+    }
+
+    /// Adds path positions seen in a document; true when that widened what was known.
+    pub fn widen_multikey(&self, paths: &[Vec<usize>]) -> bool {
+        if paths.iter().all(|p| p.is_empty()) {
+            return false;
+        }
+        {
+            let known = self.multikey_paths.read();
+            let covered = paths
+                .iter()
+                .zip(known.iter())
+                .all(|(new, old)| new.iter().all(|p| old.contains(p)));
+            if covered {
+                return false;
+            }
+        }
+        let mut known = self.multikey_paths.write();
+        for (new, old) in paths.iter().zip(known.iter_mut()) {
+            old.extend(new.iter().copied());
+        }
+        true
+    }
+
+    /// The path component positions of key field `field` known to hold arrays.
+    pub fn multikey_components(&self, field: usize) -> BTreeSet<usize> {
+        self.multikey_paths
+            .read()
+            .get(field)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub fn is_hidden(&self) -> bool {
+        self.spec.get_bool("hidden").unwrap_or(false)
+    }
+
+    pub fn is_partial(&self) -> bool {
+        self.spec.contains_key("partialFilterExpression")
+    }
+
+    /// The index fields of an IXSCAN in explain: `keyPattern` ... `indexVersion`.
+    pub fn explain_fields(&self) -> Document {
+        let known = self.multikey_paths.read();
+        let mut paths = Document::new();
+        for ((field, _), positions) in self.pattern.iter().zip(known.iter()) {
+            let parts: Vec<&str> = field.split('.').collect();
+            let prefixes: Vec<Bson> = positions
+                .iter()
+                .map(|p| Bson::String(parts[..=(*p).min(parts.len() - 1)].join(".")))
+                .collect();
+            paths.insert(field.clone(), prefixes);
+        }
+        doc! {
+            "keyPattern": self.key_document(),
+            "indexName": self.name.clone(),
+            "isMultiKey": known.iter().any(|s| !s.is_empty()),
+            "multiKeyPaths": paths,
+            "isUnique": self.unique,
+            "isSparse": self.sparse,
+            "isPartial": self.is_partial(),
+            "indexVersion": self.spec.get_i32("v").unwrap_or(2),
+        }
     }
 
     /// Parses a normalized spec; key pattern validation happens in `index_spec::normalize`.
@@ -64,10 +150,23 @@ impl IndexMeta {
             name,
             pattern,
             sparse: spec.get_bool("sparse").unwrap_or(false),
+            multikey_paths: Arc::new(RwLock::new(vec![BTreeSet::new(); key.len()])),
             spec,
-            multikey: false,
         })
     }
+}
+
+fn parse_multikey_paths(paths: &[Bson]) -> Vec<Vec<usize>> {
+    paths
+        .iter()
+        .map(|p| match p {
+            Bson::Array(items) => items
+                .iter()
+                .filter_map(|i| i.as_i32().map(|n| n as usize))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect()
 }
 
 pub fn direction_is_descending(v: &Bson) -> bool {

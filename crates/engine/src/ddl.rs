@@ -241,7 +241,7 @@ impl Engine {
         &self,
         txn: &mut dyn KvTxn,
         coll: &Collection,
-        mut ix: IndexMeta,
+        ix: IndexMeta,
     ) -> Result<IndexMeta> {
         let lower = keys::u64_be(coll.id);
         let upper = keys::prefix_end(coll.id);
@@ -259,10 +259,7 @@ impl Engine {
         };
         for (rid, bytes) in docs {
             let doc = RawDocument::from_bytes(&bytes)?;
-            let ks: IndexKeySet = index::document_keys(&ix, doc)?;
-            if ks.len() > 1 {
-                ix.multikey = true;
-            }
+            let (ks, _): (IndexKeySet, bool) = index::document_keys_for_write(&ix, doc)?;
             index::insert_keys(txn, coll, &ix, &ks, rid)?;
         }
         Ok(ix)

@@ -1,10 +1,11 @@
-//! Turns a find request into a plan. For now: the `_id` express path, collection scans, and
-//! SORT / SKIP / LIMIT / PROJECTION above them; index selection arrives with the planner.
+//! Turns a find request into an executable plan.
 
-use crate::catalog::CollectionRef;
+use crate::catalog::{CollectionRef, IndexMeta};
 use crate::exec::{
-    CollScan, Eof, Executor, ExpressIxscan, Limit, ProjectionStage, Skip, Sort, Stage,
+    CollScan, Eof, Executor, ExpressIxscan, Fetch, IndexScan, Limit, ProjectionCovered,
+    ProjectionStage, Skip, Sort, Stage,
 };
+use crate::plan;
 use crate::Engine;
 use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
@@ -37,97 +38,168 @@ fn natural_direction(d: &Document) -> Option<bool> {
     }
 }
 
+/// The parsed parts of a find that every candidate plan shares.
+struct Parsed {
+    matcher: Arc<Matcher>,
+    sort: Option<(SortPattern, Document)>,
+    projection: Option<(Arc<Projection>, Document)>,
+    skip: u64,
+    limit: u64,
+}
+
+impl Parsed {
+    /// Adds SORT, SKIP, PROJECTION and LIMIT above an access path, in MongoDB's order: a
+    /// blocking SORT takes the limit (top-k) so no LIMIT stage follows it; a covered
+    /// projection sits right above the index scan.
+    fn finish(&self, mut stage: Stage, sort_needed: bool, covered: Option<&IndexMeta>) -> Stage {
+        if let (Some(ix), Some((p, doc))) = (covered, &self.projection) {
+            let paths = ix.pattern.iter().map(|(f, _)| f.clone()).collect();
+            stage = Stage::new(ProjectionCovered::new(stage, p.clone(), doc.clone(), paths));
+        }
+        let mut sorted = false;
+        if let (true, Some((p, doc))) = (sort_needed, &self.sort) {
+            let top_k = if self.limit > 0 {
+                self.limit.saturating_add(self.skip)
+            } else {
+                0
+            };
+            stage = Stage::new(Sort::new(stage, p.clone(), doc.clone(), top_k));
+            sorted = true;
+        }
+        if self.skip > 0 {
+            stage = Stage::new(Skip::new(stage, self.skip));
+        }
+        if let (None, Some((p, doc))) = (covered, &self.projection) {
+            stage = Stage::new(ProjectionStage::new(stage, p.clone(), doc.clone()));
+        }
+        if self.limit > 0 && !(sorted && self.limit > 0) {
+            stage = Stage::new(Limit::new(stage, self.limit));
+        }
+        stage
+    }
+}
+
 impl Engine {
-    /// Builds the executor for a query over `coll` (None = the collection does not exist).
+    /// Builds the executor for a query over `coll` (None = the collection does not exist):
+    /// the `_id` express path, else every relevant index plan raced by the multi-planner,
+    /// else a collection scan.
     pub fn plan_find(&self, coll: Option<&CollectionRef>, spec: &FindSpec) -> Result<Executor> {
         let matcher = Arc::new(Matcher::parse(&spec.filter)?);
         let sort_spec = spec.sort.as_ref().filter(|s| !s.is_empty());
         let natural_sort = sort_spec.and_then(natural_direction);
-        let pattern = match sort_spec {
-            Some(s) if natural_sort.is_none() => Some(SortPattern::parse(s)?),
+        let sort = match sort_spec {
+            Some(s) if natural_sort.is_none() => Some((SortPattern::parse(s)?, s.clone())),
             _ => None,
         };
         let projection = match &spec.projection {
-            Some(p) if !p.is_empty() => Some(Arc::new(Projection::parse(p)?)),
+            Some(p) if !p.is_empty() => Some((Arc::new(Projection::parse(p)?), p.clone())),
             _ => None,
         };
         let Some(coll) = coll else {
             return Ok(Executor::new(Stage::new(Eof), spec.deadline));
         };
-        let mut stage = self.access_stage(coll, spec, &matcher, natural_sort, pattern.is_some())?;
-        if let (Some(p), Some(doc)) = (pattern, sort_spec) {
-            let top_k = if spec.limit > 0 {
-                spec.limit.saturating_add(spec.skip)
-            } else {
-                0
-            };
-            stage = Stage::new(Sort::new(stage, p, doc.clone(), top_k));
-        }
-        if spec.skip > 0 {
-            stage = Stage::new(Skip::new(stage, spec.skip));
-        }
-        if spec.limit > 0 {
-            stage = Stage::new(Limit::new(stage, spec.limit));
-        }
-        if let (Some(p), Some(doc)) = (projection, &spec.projection) {
-            stage = Stage::new(ProjectionStage::new(stage, p, doc.clone()));
-        }
-        Ok(Executor::new(stage, spec.deadline))
-    }
-
-    fn access_stage(
-        &self,
-        coll: &CollectionRef,
-        spec: &FindSpec,
-        matcher: &Arc<Matcher>,
-        natural_sort: Option<bool>,
-        sorted: bool,
-    ) -> Result<Stage> {
+        let parsed = Parsed {
+            matcher,
+            sort,
+            projection,
+            skip: spec.skip,
+            limit: spec.limit,
+        };
         let meta = coll.meta.read();
-        let hinted_natural = match &spec.hint {
-            Some(Bson::Document(h)) if h.contains_key("$natural") => natural_direction(h),
-            Some(h) => {
-                self.check_hint(&meta.indexes, h)?;
-                None
+        let hinted_index = match &spec.hint {
+            Some(Bson::Document(h)) if h.contains_key("$natural") => {
+                let forward = natural_direction(h).unwrap_or(true);
+                let scan = self.collscan(coll, spec, &parsed, forward);
+                return Ok(Executor::new(
+                    parsed.finish(scan, true, None),
+                    spec.deadline,
+                ));
             }
+            Some(h) => Some(self.hinted_index(&meta.indexes, h)?),
             None => None,
         };
-        if spec.hint.is_none() && natural_sort.is_none() && !sorted {
-            if let Some(id) = matcher.id_equality() {
+        if hinted_index.is_none() && natural_sort.is_none() && parsed.sort.is_none() {
+            if let Some(id) = parsed.matcher.id_equality() {
                 if let Some(ix) = meta.indexes.iter().find(|i| i.is_id()) {
-                    return Ok(Stage::new(ExpressIxscan::new(
-                        self.kv_arc(),
-                        coll.id,
-                        ix.clone(),
-                        id,
-                    )));
+                    let express =
+                        Stage::new(ExpressIxscan::new(self.kv_arc(), coll.id, ix.clone(), id));
+                    return Ok(Executor::new(
+                        parsed.finish(express, false, None),
+                        spec.deadline,
+                    ));
                 }
             }
         }
-        let forward = hinted_natural.or(natural_sort).unwrap_or(true);
-        let filter = (!spec.filter.is_empty()).then(|| (matcher.clone(), spec.filter.clone()));
-        Ok(Stage::new(CollScan::new(
-            self.kv_arc(),
-            coll.id,
-            forward,
-            filter,
-        )))
+        let solutions = if natural_sort.is_some() {
+            Vec::new()
+        } else {
+            let query = plan::Query {
+                matcher: &parsed.matcher,
+                sort: parsed.sort.as_ref().map(|(p, _)| p),
+                projection: parsed.projection.as_ref().map(|(p, _)| p.as_ref()),
+            };
+            plan::enumerate(&meta.indexes, &query, hinted_index.as_deref())
+        };
+        if solutions.is_empty() {
+            let scan = self.collscan(coll, spec, &parsed, natural_sort.unwrap_or(true));
+            return Ok(Executor::new(
+                parsed.finish(scan, true, None),
+                spec.deadline,
+            ));
+        }
+        let candidates: Vec<Stage> = solutions
+            .iter()
+            .map(|sol| self.index_plan(coll.id, &parsed, sol))
+            .collect();
+        let num_records = coll.count.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64;
+        let outcome = plan::choose_plan(
+            candidates,
+            num_records,
+            spec.limit.saturating_add(spec.skip),
+        )?;
+        Ok(Executor::from_trial(outcome, spec.deadline))
     }
 
-    /// A hint must name an existing index (by name or key pattern).
-    fn check_hint(&self, indexes: &[crate::catalog::IndexMeta], hint: &Bson) -> Result<()> {
+    fn collscan(
+        &self,
+        coll: &CollectionRef,
+        spec: &FindSpec,
+        parsed: &Parsed,
+        forward: bool,
+    ) -> Stage {
+        let filter = (!spec.filter.is_empty())
+            .then(|| (parsed.matcher.clone(), parsed.matcher.canonical_document()));
+        Stage::new(CollScan::new(self.kv_arc(), coll.id, forward, filter))
+    }
+
+    fn index_plan(&self, coll_id: u64, parsed: &Parsed, sol: &plan::IndexSolution) -> Stage {
+        let mut stage = Stage::new(IndexScan::new(
+            self.kv_arc(),
+            sol.index.clone(),
+            sol.bounds.clone(),
+            sol.forward,
+        ));
+        if !sol.covered {
+            let filter = plan::residual_filter(&parsed.matcher, &sol.residual)
+                .map(|(m, d)| (Arc::new(m), d));
+            stage = Stage::new(Fetch::new(self.kv_arc(), coll_id, stage, filter));
+        }
+        let covered = sol.covered.then_some(&sol.index);
+        parsed.finish(stage, !sol.provides_sort, covered)
+    }
+
+    /// The index a hint names (by name or key pattern).
+    fn hinted_index(&self, indexes: &[IndexMeta], hint: &Bson) -> Result<String> {
         let found = match hint {
-            Bson::String(name) => indexes.iter().any(|i| &i.name == name),
-            Bson::Document(key) => indexes.iter().any(|i| &i.key_document() == key),
-            _ => false,
+            Bson::String(name) => indexes.iter().find(|i| &i.name == name),
+            Bson::Document(key) => indexes.iter().find(|i| &i.key_document() == key),
+            _ => None,
         };
-        if found {
-            Ok(())
-        } else {
-            Err(Error::new(
+        found.map(|i| i.name.clone()).ok_or_else(|| {
+            Error::new(
                 ErrorCode::BadValue,
                 "error processing query: planner returned error :: caused by :: hint provided does not correspond to an existing index",
-            ))
-        }
+            )
+        })
     }
 }

@@ -17,6 +17,17 @@ pub type IndexKeySet = BTreeMap<Vec<u8>, (Vec<Bson>, Vec<u8>)>;
 /// The keystrings a document contributes to an index (deduplicated), with the key values
 /// (for duplicate-key messages) and the type bits stored in the entry's value.
 pub fn document_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<IndexKeySet> {
+    Ok(generate_keys(ix, doc)?.0)
+}
+
+/// As [`document_keys`], for a document being written: also widens the index's multikey
+/// paths. Returns true when they widened (the catalog entry must be rewritten).
+pub fn document_keys_for_write(ix: &IndexMeta, doc: &RawDocument) -> Result<(IndexKeySet, bool)> {
+    let (keys, paths) = generate_keys(ix, doc)?;
+    Ok((keys, ix.widen_multikey(&paths)))
+}
+
+fn generate_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<(IndexKeySet, Vec<Vec<usize>>)> {
     let generated = nidus_doc::keys::index_keys(doc, &ix.pattern, ix.sparse)?;
     let mut out = IndexKeySet::new();
     for values in generated.keys {
@@ -33,7 +44,7 @@ pub fn document_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<IndexKeySet> {
         let (ks, type_bits) = nidus_doc::keystring::encode_key(&parts);
         out.insert(ks, (values, type_bits));
     }
-    Ok(out)
+    Ok((out, generated.multikey_paths))
 }
 
 pub fn entry_key(ix: &IndexMeta, ks: &[u8], rid: u64) -> Vec<u8> {

@@ -112,11 +112,29 @@ fn to_raw(doc: &Document) -> Result<RawDocumentBuf> {
     RawDocumentBuf::from_document(doc).map_err(|e| Error::internal(e.to_string()))
 }
 
-fn index_keys_all(meta: &CollectionMeta, doc: &RawDocument) -> Result<Vec<IndexKeySet>> {
-    meta.indexes
-        .iter()
-        .map(|ix| index::document_keys(ix, doc))
-        .collect()
+/// The keys of a document being written to every index, and whether some index's multikey
+/// paths widened.
+fn index_keys_all(meta: &CollectionMeta, doc: &RawDocument) -> Result<(Vec<IndexKeySet>, bool)> {
+    let mut widened = false;
+    let mut all = Vec::with_capacity(meta.indexes.len());
+    for ix in &meta.indexes {
+        let (keys, w) = index::document_keys_for_write(ix, doc)?;
+        widened |= w;
+        all.push(keys);
+    }
+    Ok((all, widened))
+}
+
+/// Persists widened multikey paths with the write that widened them.
+fn write_catalog_entry(
+    txn: &mut dyn KvTxn,
+    coll: &CollectionRef,
+    meta: &CollectionMeta,
+) -> Result<()> {
+    let entry = crate::catalog::entry_document(coll.id, &coll.ns, meta);
+    let bytes = bson::to_vec(&entry).map_err(|e| Error::internal(e.to_string()))?;
+    txn.put(Space::Catalog, &coll.catalog_key(), &bytes)?;
+    Ok(())
 }
 
 impl Engine {
@@ -144,12 +162,15 @@ impl Engine {
                 "collection dropped",
             ));
         }
-        let keys = index_keys_all(&meta, doc)?;
+        let (keys, widened) = index_keys_all(&meta, doc)?;
         self.retry(opts, || {
             let mut txn = self.kv.begin();
             let rid = coll.allocate_record_id();
             for (ix, ks) in meta.indexes.iter().zip(&keys) {
                 index::insert_keys(txn.as_mut(), coll, ix, ks, rid)?;
+            }
+            if widened {
+                write_catalog_entry(txn.as_mut(), coll, &meta)?;
             }
             txn.put(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
             txn.commit()?;
@@ -316,9 +337,11 @@ impl Engine {
         new: &RawDocument,
         rid: u64,
     ) -> Result<()> {
+        let mut widened = false;
         for ix in &meta.indexes {
             let before = index::document_keys(ix, old)?;
-            let after = index::document_keys(ix, new)?;
+            let (after, w) = index::document_keys_for_write(ix, new)?;
+            widened |= w;
             let removed: IndexKeySet = before
                 .iter()
                 .filter(|(k, _)| !after.contains_key(*k))
@@ -330,6 +353,9 @@ impl Engine {
                 .collect();
             index::remove_keys(txn, ix, &removed, rid)?;
             index::insert_keys(txn, coll, ix, &added, rid)?;
+        }
+        if widened {
+            write_catalog_entry(txn, coll, meta)?;
         }
         Ok(())
     }

@@ -42,8 +42,8 @@ impl Cursor {
             }
             let doc = match self.pending.take() {
                 Some(d) => d,
-                None => match self.exec.get_next()? {
-                    Some(m) => m.doc,
+                None => match self.exec.next_doc()? {
+                    Some(d) => d,
                     None => return Ok((batch, true)),
                 },
             };

@@ -108,10 +108,7 @@ impl StageImpl for CollScan {
             None => true,
         };
         if matched {
-            Ok(StageState::Advanced(Member {
-                rid: Some(rid),
-                doc,
-            }))
+            Ok(StageState::Advanced(Member::with_doc(Some(rid), doc)))
         } else {
             Ok(StageState::NeedTime)
         }

@@ -52,10 +52,10 @@ impl ExpressIxscan {
             return Ok(None);
         };
         self.docs_examined += 1;
-        Ok(Some(Member {
-            rid: Some(rid),
-            doc: RawDocumentBuf::from_bytes(bytes)?,
-        }))
+        Ok(Some(Member::with_doc(
+            Some(rid),
+            RawDocumentBuf::from_bytes(bytes)?,
+        )))
     }
 }
 

@@ -7,8 +7,11 @@
 mod collscan;
 mod eof;
 mod express;
+mod fetch;
+mod ixscan;
 mod limit;
 mod projection;
+mod projection_covered;
 mod queued_data;
 mod skip;
 mod sort;
@@ -16,21 +19,55 @@ mod sort;
 pub use collscan::CollScan;
 pub use eof::Eof;
 pub use express::ExpressIxscan;
+pub use fetch::Fetch;
+pub use ixscan::IndexScan;
 pub use limit::Limit;
 pub use projection::ProjectionStage;
+pub use projection_covered::ProjectionCovered;
 pub use queued_data::QueuedData;
 pub use skip::Skip;
 pub use sort::Sort;
 
-use bson::{Document, RawDocumentBuf};
+use bson::{Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
+use nidus_storage::KvSnapshot;
+use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Instant;
 
-/// A document flowing between stages; `rid` is set while it is still tied to a record.
-#[derive(Debug, Clone)]
+/// A result flowing between stages (MongoDB's WorkingSetMember): a record id, the document
+/// once fetched, and the index key values while it comes from an index scan.
+#[derive(Clone)]
 pub struct Member {
     pub rid: Option<u64>,
-    pub doc: RawDocumentBuf,
+    pub doc: Option<RawDocumentBuf>,
+    /// The index key's values, one per key pattern field (set by IXSCAN).
+    pub key: Option<Vec<Bson>>,
+    /// The snapshot the key was read in, so FETCH reads the document the key points at.
+    pub snapshot: Option<Arc<dyn KvSnapshot>>,
+}
+
+impl Member {
+    pub fn with_doc(rid: Option<u64>, doc: RawDocumentBuf) -> Member {
+        Member {
+            rid,
+            doc: Some(doc),
+            key: None,
+            snapshot: None,
+        }
+    }
+
+    /// The document; every stage that needs one sits above a stage that provides it.
+    pub fn doc(&self) -> Result<&RawDocumentBuf> {
+        self.doc
+            .as_ref()
+            .ok_or_else(|| Error::internal("plan stage received an index key without its document"))
+    }
+
+    pub fn into_doc(self) -> Result<RawDocumentBuf> {
+        self.doc
+            .ok_or_else(|| Error::internal("plan stage received an index key without its document"))
+    }
 }
 
 pub enum StageState {
@@ -129,11 +166,29 @@ impl Stage {
 pub struct Executor {
     pub root: Stage,
     deadline: Option<Instant>,
+    /// Results the winning plan produced during the multi-planner's trial.
+    buffered: VecDeque<Member>,
+    /// The plans that lost the trial (for explain).
+    pub rejected: Vec<Stage>,
 }
 
 impl Executor {
     pub fn new(root: Stage, deadline: Option<Instant>) -> Executor {
-        Executor { root, deadline }
+        Executor {
+            root,
+            deadline,
+            buffered: VecDeque::new(),
+            rejected: Vec::new(),
+        }
+    }
+
+    pub fn from_trial(outcome: crate::plan::TrialOutcome, deadline: Option<Instant>) -> Executor {
+        Executor {
+            root: outcome.winner,
+            deadline,
+            buffered: outcome.buffered,
+            rejected: outcome.rejected,
+        }
     }
 
     pub fn set_deadline(&mut self, deadline: Option<Instant>) {
@@ -142,6 +197,9 @@ impl Executor {
 
     /// The next result, or None at end of stream.
     pub fn get_next(&mut self) -> Result<Option<Member>> {
+        if let Some(m) = self.buffered.pop_front() {
+            return Ok(Some(m));
+        }
         let mut spins = 0u32;
         loop {
             match self.root.work()? {
@@ -155,6 +213,11 @@ impl Executor {
                 }
             }
         }
+    }
+
+    /// The next result's document, or None at end of stream.
+    pub fn next_doc(&mut self) -> Result<Option<RawDocumentBuf>> {
+        self.get_next()?.map(Member::into_doc).transpose()
     }
 
     pub fn check_deadline(&self) -> Result<()> {

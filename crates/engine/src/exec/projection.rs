@@ -36,10 +36,10 @@ impl StageImpl for ProjectionStage {
     fn work(&mut self) -> Result<StageState> {
         match self.child.work()? {
             StageState::Advanced(m) => {
-                let projected = self.projection.apply(&m.doc)?;
+                let projected = self.projection.apply(m.doc()?)?;
                 let doc = RawDocumentBuf::from_document(&projected)
                     .map_err(|e| Error::internal(e.to_string()))?;
-                Ok(StageState::Advanced(Member { rid: m.rid, doc }))
+                Ok(StageState::Advanced(Member::with_doc(m.rid, doc)))
             }
             other => Ok(other),
         }

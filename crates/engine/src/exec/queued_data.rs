@@ -21,7 +21,7 @@ impl StageImpl for QueuedData {
 
     fn work(&mut self) -> Result<StageState> {
         Ok(match self.docs.pop_front() {
-            Some(doc) => StageState::Advanced(Member { rid: None, doc }),
+            Some(doc) => StageState::Advanced(Member::with_doc(None, doc)),
             None => StageState::IsEof,
         })
     }

@@ -42,8 +42,9 @@ impl Sort {
     }
 
     fn add(&mut self, m: Member) -> Result<()> {
-        let key = self.pattern.sort_key(&m.doc);
-        self.memory += m.doc.as_bytes().len();
+        let doc = m.doc()?;
+        let key = self.pattern.sort_key(doc);
+        self.memory += doc.as_bytes().len();
         self.max_memory = self.max_memory.max(self.memory);
         if self.memory > MAX_SORT_MEMORY_BYTES {
             return Err(Error::new(
@@ -64,7 +65,10 @@ impl Sort {
         let mut items = std::mem::take(&mut self.buffered);
         items.sort_by(|a, b| self.compare(a, b));
         items.truncate(self.limit as usize);
-        self.memory = items.iter().map(|i| i.2.doc.as_bytes().len()).sum();
+        self.memory = items
+            .iter()
+            .map(|i| i.2.doc.as_ref().map_or(0, |d| d.as_bytes().len()))
+            .sum();
         self.buffered = items;
     }
 }

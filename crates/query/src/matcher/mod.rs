@@ -18,6 +18,7 @@ pub mod element;
 pub mod evaluation;
 pub mod logical;
 pub mod parse;
+pub mod serialize;
 
 #[cfg(test)]
 mod tests;
@@ -200,6 +201,18 @@ impl Matcher {
             expr,
             filter: filter.clone(),
         })
+    }
+
+    /// A matcher over an already parsed expression (e.g. the part of a filter left after
+    /// index bounds answered the rest); `filter` is its canonical document.
+    pub fn from_expr(expr: Expr) -> Matcher {
+        let filter = serialize::to_document(&expr);
+        Matcher { expr, filter }
+    }
+
+    /// The filter in MongoDB's canonical form, as explain prints `parsedQuery`.
+    pub fn canonical_document(&self) -> Document {
+        serialize::to_document(&self.expr)
     }
 
     /// The parsed tree (for the planner).

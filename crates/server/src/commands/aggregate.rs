@@ -73,10 +73,9 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
     let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
     if !stages.is_empty() {
         let mut docs = Vec::new();
-        while let Some(m) = exec.get_next()? {
+        while let Some(d) = exec.next_doc()? {
             docs.push(
-                m.doc
-                    .to_document()
+                d.to_document()
                     .map_err(|e| Error::internal(e.to_string()))?,
             );
         }

@@ -297,8 +297,8 @@ pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
     let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
     let path = nidus_doc::path::FieldPath::parse(&key);
     let mut values: Vec<Bson> = Vec::new();
-    while let Some(m) = exec.get_next()? {
-        distinct_values(&m.doc, &path, &mut values)?;
+    while let Some(d) = exec.next_doc()? {
+        distinct_values(&d, &path, &mut values)?;
     }
     values.sort_by(nidus_doc::compare::cmp_bson);
     values.dedup_by(|a, b| nidus_doc::compare::cmp_bson(a, b).is_eq());

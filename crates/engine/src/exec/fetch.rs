@@ -1,0 +1,88 @@
+use super::{Stage, StageImpl, StageState};
+use bson::{Document, RawDocumentBuf};
+use nidus_common::Result;
+use nidus_query::matcher::Matcher;
+use nidus_storage::{keys, KvEngine, Space};
+use std::sync::Arc;
+
+/// `FETCH`: reads the document an index key points at (in the snapshot the key was read
+/// in) and applies the part of the filter the index bounds did not answer.
+pub struct Fetch {
+    kv: Arc<dyn KvEngine>,
+    coll_id: u64,
+    child: Box<Stage>,
+    filter: Option<(Arc<Matcher>, Document)>,
+    docs_examined: i64,
+    already_has_obj: i64,
+}
+
+impl Fetch {
+    pub fn new(
+        kv: Arc<dyn KvEngine>,
+        coll_id: u64,
+        child: Stage,
+        filter: Option<(Arc<Matcher>, Document)>,
+    ) -> Fetch {
+        Fetch {
+            kv,
+            coll_id,
+            child: Box::new(child),
+            filter,
+            docs_examined: 0,
+            already_has_obj: 0,
+        }
+    }
+}
+
+impl StageImpl for Fetch {
+    fn name(&self) -> &'static str {
+        "FETCH"
+    }
+
+    fn work(&mut self) -> Result<StageState> {
+        let mut m = match self.child.work()? {
+            StageState::Advanced(m) => m,
+            other => return Ok(other),
+        };
+        if m.doc.is_some() {
+            self.already_has_obj += 1;
+        } else {
+            let Some(rid) = m.rid else {
+                return Ok(StageState::NeedTime);
+            };
+            let key = keys::with_id(self.coll_id, rid);
+            let bytes = match &m.snapshot {
+                Some(s) => s.get(Space::Records, &key)?,
+                None => self.kv.snapshot().get(Space::Records, &key)?,
+            };
+            // The record went away between reading the key and here (a later snapshot).
+            let Some(bytes) = bytes else {
+                return Ok(StageState::NeedTime);
+            };
+            self.docs_examined += 1;
+            m.doc = Some(RawDocumentBuf::from_bytes(bytes)?);
+        }
+        if let Some((matcher, _)) = &self.filter {
+            if !matcher.matches(m.doc()?) {
+                return Ok(StageState::NeedTime);
+            }
+        }
+        m.key = None;
+        m.snapshot = None;
+        Ok(StageState::Advanced(m))
+    }
+
+    fn specific_stats(&self) -> Document {
+        let mut d = Document::new();
+        if let Some((_, f)) = &self.filter {
+            d.insert("filter", f.clone());
+        }
+        d.insert("docsExamined", self.docs_examined);
+        d.insert("alreadyHasObj", self.already_has_obj);
+        d
+    }
+
+    fn children(&self) -> Vec<&Stage> {
+        vec![&self.child]
+    }
+}

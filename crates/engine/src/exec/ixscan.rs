@@ -1,0 +1,322 @@
+use super::{Member, StageImpl, StageState};
+use crate::catalog::IndexMeta;
+use crate::index;
+use crate::plan::bounds::{BoundsChecker, CheckResult, IndexBounds, SeekTarget};
+use bson::{Bson, Document};
+use nidus_common::Result;
+use nidus_storage::{keys, KvCursor, KvEngine, KvSnapshot, Space};
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+
+/// Keys read per storage snapshot at most; the first batch is small so `limit` queries read
+/// little ahead, later batches grow.
+const FIRST_BATCH: usize = 16;
+const MAX_BATCH: usize = 512;
+
+/// What the scan did with one key (or with the end of the index).
+struct Event {
+    /// The entry, when the key is inside the bounds.
+    entry: Option<(u64, Vec<Bson>)>,
+    /// A key was read (false only when the index ran out).
+    examined: bool,
+    /// A seek positioned the cursor before this key was read.
+    seeked: bool,
+    /// No later key can match.
+    end: bool,
+}
+
+/// Where the next batch starts.
+enum Resume {
+    Start,
+    Seek(SeekTarget),
+    After(Vec<u8>),
+}
+
+/// `IXSCAN`: index keys inside the bounds, in index order (or reversed), each work examining
+/// one key as MongoDB's IndexScan does: keys outside the bounds make the scan seek to the next
+/// interval (`seeks`) and return NEED_TIME. Multikey indexes drop repeated record ids.
+pub struct IndexScan {
+    kv: Arc<dyn KvEngine>,
+    index: IndexMeta,
+    forward: bool,
+    checker: BoundsChecker,
+    /// Per field: descending in the index.
+    directions: Vec<bool>,
+    events: VecDeque<Event>,
+    resume: Option<Resume>,
+    batch: usize,
+    snapshot: Option<Arc<dyn KvSnapshot>>,
+    seen: Option<HashSet<u64>>,
+    /// The key past the end of a single-interval scan is not examined (MongoDB stops at the
+    /// end key in the storage cursor).
+    single_interval: bool,
+    done: bool,
+    keys_examined: i64,
+    seeks: i64,
+    dups_tested: i64,
+    dups_dropped: i64,
+}
+
+impl IndexScan {
+    /// `bounds` are in index order; a backward scan reverses them.
+    pub fn new(
+        kv: Arc<dyn KvEngine>,
+        index: IndexMeta,
+        bounds: IndexBounds,
+        forward: bool,
+    ) -> Self {
+        let directions: Vec<bool> = index.pattern.iter().map(|(_, d)| *d).collect();
+        let scan_desc = directions.iter().map(|d| *d != !forward).collect();
+        let bounds = if forward { bounds } else { bounds.reversed() };
+        let empty = bounds.is_empty();
+        let single_interval = bounds.is_single_interval();
+        let multikey = index.is_multikey();
+        IndexScan {
+            kv,
+            index,
+            forward,
+            checker: BoundsChecker::new(bounds, scan_desc),
+            directions,
+            events: VecDeque::new(),
+            resume: (!empty).then_some(Resume::Start),
+            batch: FIRST_BATCH,
+            snapshot: None,
+            seen: multikey.then(HashSet::new),
+            single_interval,
+            done: empty,
+            keys_examined: 0,
+            seeks: 0,
+            dups_tested: 0,
+            dups_dropped: 0,
+        }
+    }
+
+    pub fn index(&self) -> &IndexMeta {
+        &self.index
+    }
+
+    /// Byte key of a seek target, and whether the cursor lands at the target's first key
+    /// (`seek`) or must pass all keys sharing it.
+    fn seek_bytes(&self, t: &SeekTarget) -> Result<Vec<u8>> {
+        let parts: Vec<(&Bson, bool)> = t
+            .values
+            .iter()
+            .zip(self.directions.iter().copied())
+            .collect();
+        let (ks, _) = nidus_doc::keystring::encode_key_bson(&parts)?;
+        let mut k = keys::u64_be(self.index.id).to_vec();
+        k.extend_from_slice(&ks);
+        Ok(k)
+    }
+
+    fn position(&mut self, c: &mut dyn KvCursor, t: &SeekTarget) -> Result<()> {
+        let p = self.seek_bytes(t)?;
+        // In scan order, "inclusive" means the first key with prefix `p`.
+        match (self.forward, t.inclusive) {
+            (true, true) => c.seek(&p),
+            (true, false) => seek_past(c, &p),
+            (false, true) => {
+                seek_past_backward(c, &p);
+            }
+            (false, false) => c.seek_for_prev(&p),
+        }
+        Ok(())
+    }
+
+    fn refill(&mut self) -> Result<()> {
+        let Some(resume) = self.resume.take() else {
+            return Ok(());
+        };
+        let snap: Arc<dyn KvSnapshot> = Arc::from(self.kv.snapshot());
+        let lower = keys::u64_be(self.index.id);
+        let upper = keys::prefix_end(self.index.id);
+        let mut c = snap.cursor(Space::Indexes, &lower, &upper);
+        let mut seeked = true;
+        match resume {
+            Resume::Start => {
+                let t = self.checker.start();
+                self.position(c.as_mut(), &t)?;
+            }
+            Resume::Seek(t) => self.position(c.as_mut(), &t)?,
+            Resume::After(last) => {
+                seeked = false;
+                if self.forward {
+                    c.seek(&last);
+                    if c.valid() && c.key() == last.as_slice() {
+                        c.next();
+                    }
+                } else {
+                    c.seek_for_prev(&last);
+                    if c.valid() && c.key() == last.as_slice() {
+                        c.prev();
+                    }
+                }
+            }
+        }
+        let mut produced = 0;
+        loop {
+            if !c.valid() {
+                c.status()?;
+                self.events.push_back(Event {
+                    entry: None,
+                    examined: false,
+                    seeked,
+                    end: true,
+                });
+                break;
+            }
+            let key = c.key();
+            let ks = &key[8..];
+            let (rid, type_bits) = if self.index.unique {
+                (keys::read_u64(c.value()), c.value().get(8..).unwrap_or(&[]))
+            } else {
+                (
+                    index::entry_record_id(&self.index, key, c.value()),
+                    c.value(),
+                )
+            };
+            let values = nidus_doc::keystring::decode_key(ks, type_bits, &self.directions)?;
+            let rid = rid.unwrap_or(0);
+            match self.checker.check(&values) {
+                CheckResult::Valid => {
+                    self.events.push_back(Event {
+                        entry: Some((rid, values)),
+                        examined: true,
+                        seeked,
+                        end: false,
+                    });
+                    produced += 1;
+                    if produced >= self.batch {
+                        self.resume = Some(Resume::After(key.to_vec()));
+                        break;
+                    }
+                    if self.forward {
+                        c.next();
+                    } else {
+                        c.prev();
+                    }
+                    seeked = false;
+                }
+                CheckResult::Seek(t) => {
+                    self.events.push_back(Event {
+                        entry: None,
+                        examined: true,
+                        seeked,
+                        end: false,
+                    });
+                    produced += 1;
+                    if produced >= self.batch {
+                        self.resume = Some(Resume::Seek(t));
+                        break;
+                    }
+                    self.position(c.as_mut(), &t)?;
+                    seeked = true;
+                }
+                CheckResult::Done => {
+                    self.events.push_back(Event {
+                        entry: None,
+                        examined: !self.single_interval,
+                        seeked,
+                        end: true,
+                    });
+                    break;
+                }
+            }
+        }
+        drop(c);
+        self.snapshot = Some(snap);
+        self.batch = (self.batch * 2).min(MAX_BATCH);
+        Ok(())
+    }
+}
+
+/// Positions at the first key after every key starting with `p`.
+fn seek_past(c: &mut dyn KvCursor, p: &[u8]) {
+    match prefix_successor(p) {
+        Some(s) => c.seek(&s),
+        None => {
+            c.seek_to_last();
+            c.next();
+        }
+    }
+}
+
+/// Positions (backward) at the last key starting with `p`, or the last key before them.
+fn seek_past_backward(c: &mut dyn KvCursor, p: &[u8]) {
+    match prefix_successor(p) {
+        Some(s) => {
+            c.seek_for_prev(&s);
+            if c.valid() && c.key() >= s.as_slice() {
+                c.prev();
+            }
+        }
+        None => c.seek_to_last(),
+    }
+}
+
+/// The smallest byte string greater than every string starting with `p`.
+fn prefix_successor(p: &[u8]) -> Option<Vec<u8>> {
+    let mut s = p.to_vec();
+    while let Some(last) = s.pop() {
+        if last < 0xFF {
+            s.push(last + 1);
+            return Some(s);
+        }
+    }
+    None
+}
+
+impl StageImpl for IndexScan {
+    fn name(&self) -> &'static str {
+        "IXSCAN"
+    }
+
+    fn work(&mut self) -> Result<StageState> {
+        if self.done {
+            return Ok(StageState::IsEof);
+        }
+        if self.events.is_empty() {
+            self.refill()?;
+        }
+        let Some(ev) = self.events.pop_front() else {
+            self.done = true;
+            return Ok(StageState::IsEof);
+        };
+        self.keys_examined += i64::from(ev.examined);
+        self.seeks += i64::from(ev.seeked);
+        if ev.end {
+            self.done = true;
+            return Ok(StageState::IsEof);
+        }
+        let Some((rid, values)) = ev.entry else {
+            return Ok(StageState::NeedTime);
+        };
+        if let Some(seen) = &mut self.seen {
+            self.dups_tested += 1;
+            if !seen.insert(rid) {
+                self.dups_dropped += 1;
+                return Ok(StageState::NeedTime);
+            }
+        }
+        Ok(StageState::Advanced(Member {
+            rid: Some(rid),
+            doc: None,
+            key: Some(values),
+            snapshot: self.snapshot.clone(),
+        }))
+    }
+
+    fn specific_stats(&self) -> Document {
+        let mut d = self.index.explain_fields();
+        d.insert(
+            "direction",
+            if self.forward { "forward" } else { "backward" },
+        );
+        d.insert("indexBounds", self.checker.bounds().to_document());
+        d.insert("keysExamined", self.keys_examined);
+        d.insert("seeks", self.seeks);
+        d.insert("dupsTested", self.dups_tested);
+        d.insert("dupsDropped", self.dups_dropped);
+        d
+    }
+}

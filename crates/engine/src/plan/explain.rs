@@ -1,0 +1,120 @@
+//! Explain output of stage trees with MongoDB's field names and nesting.
+
+use crate::exec::{Executor, Stage};
+use bson::{doc, Bson, Document};
+
+/// Fields only meaningful after execution, left out of `queryPlanner` plans.
+const RUNTIME_FIELDS: &[&str] = &[
+    "keysExamined",
+    "seeks",
+    "dupsTested",
+    "dupsDropped",
+    "docsExamined",
+    "alreadyHasObj",
+    "totalDataSizeSorted",
+    "usedDisk",
+    "spills",
+    "keyPatternSummary",
+];
+
+/// The plan shape: `{stage, filter?, ...stage fields, inputStage(s)}`.
+pub fn plan_document(s: &Stage) -> Document {
+    let specific = s.specific_stats();
+    let mut d = doc! { "stage": s.name() };
+    if let Some(f) = specific.get("filter") {
+        d.insert("filter", f.clone());
+    }
+    for (k, v) in specific.iter() {
+        if k != "filter" && !RUNTIME_FIELDS.contains(&k.as_str()) {
+            d.insert(k.clone(), v.clone());
+        }
+    }
+    add_children(&mut d, s, plan_document);
+    d
+}
+
+/// The executed shape with counters (`executionStages`).
+pub fn stats_document(s: &Stage) -> Document {
+    let specific = s.specific_stats();
+    let c = &s.common;
+    let mut d = doc! { "stage": s.name() };
+    if let Some(f) = specific.get("filter") {
+        d.insert("filter", f.clone());
+    }
+    d.insert("nReturned", c.advanced as i64);
+    d.insert("executionTimeMillisEstimate", 0i64);
+    d.insert("works", c.works as i64);
+    d.insert("advanced", c.advanced as i64);
+    d.insert("needTime", c.need_time as i64);
+    d.insert("needYield", c.need_yield as i64);
+    d.insert("saveState", c.save_state as i64);
+    d.insert("restoreState", c.restore_state as i64);
+    d.insert("isEOF", i32::from(c.is_eof));
+    for (k, v) in specific.iter() {
+        if k != "filter" && k != "keyPatternSummary" {
+            d.insert(k.clone(), v.clone());
+        }
+    }
+    add_children(&mut d, s, stats_document);
+    d
+}
+
+fn add_children(d: &mut Document, s: &Stage, render: fn(&Stage) -> Document) {
+    let children = s.children();
+    match children.as_slice() {
+        [] => {}
+        [one] => {
+            d.insert("inputStage", render(one));
+        }
+        many => {
+            let items: Vec<Bson> = many.iter().map(|c| Bson::Document(render(c))).collect();
+            d.insert("inputStages", items);
+        }
+    }
+}
+
+/// `queryPlanner` of an executor's plan.
+pub fn query_planner(ns: &str, parsed_query: Document, exec: &Executor) -> Document {
+    doc! {
+        "namespace": ns,
+        "parsedQuery": parsed_query,
+        "indexFilterSet": false,
+        "planCacheShapeHash": "",
+        "maxIndexedOrSolutionsReached": false,
+        "maxIndexedAndSolutionsReached": false,
+        "maxScansToExplodeReached": false,
+        "prunedSimilarIndexes": false,
+        "winningPlan": plan_document(&exec.root),
+        "rejectedPlans": exec.rejected.iter().map(|r| Bson::Document(plan_document(r))).collect::<Vec<_>>(),
+    }
+}
+
+/// `executionStats` after running the plan to completion; with `all_plans`, also the trial
+/// statistics of the rejected plans (`allPlansExecution`).
+pub fn execution_stats(exec: &Executor, n_returned: u64, millis: u64, all_plans: bool) -> Document {
+    let root = &exec.root;
+    let mut d = doc! {
+        "executionSuccess": true,
+        "nReturned": n_returned as i64,
+        "executionTimeMillis": millis as i64,
+        "totalKeysExamined": root.total("keysExamined"),
+        "totalDocsExamined": root.total("docsExamined"),
+        "executionStages": stats_document(root),
+    };
+    if all_plans {
+        let mut plans = vec![Bson::Document(summary(&exec.root))];
+        plans.extend(exec.rejected.iter().map(|r| Bson::Document(summary(r))));
+        d.insert("allPlansExecution", plans);
+    }
+    d
+}
+
+fn summary(s: &Stage) -> Document {
+    doc! {
+        "nReturned": s.common.advanced as i64,
+        "executionTimeMillisEstimate": 0i64,
+        "totalKeysExamined": s.total("keysExamined"),
+        "totalDocsExamined": s.total("docsExamined"),
+        "executionStages": stats_document(s),
+    }
+}

@@ -1,0 +1,292 @@
+//! The query planner: enumerates index scans for a filter, sort and projection, races them
+//! when there are several (MongoDB's multi-planner), and builds the winning stage tree.
+
+pub mod bounds;
+pub mod builder;
+pub mod explain;
+mod multi;
+
+use crate::catalog::IndexMeta;
+use bounds::{intersect_ascending, IndexBounds, OrderedIntervalList};
+use bson::Document;
+use nidus_query::matcher::serialize::canonical_conjuncts;
+use nidus_query::matcher::{ElemMatch, Expr, Leaf, Matcher};
+use nidus_query::projection::Projection;
+use nidus_query::sort::SortPattern;
+
+pub use multi::{choose_plan, TrialOutcome};
+
+/// What the query asks for, parsed.
+pub struct Query<'a> {
+    pub matcher: &'a Matcher,
+    pub sort: Option<&'a SortPattern>,
+    pub projection: Option<&'a Projection>,
+}
+
+/// One indexed access path: which index, its bounds and scan direction, which top-level
+/// conjuncts still need a filter, and what the index gives for free.
+#[derive(Clone)]
+pub struct IndexSolution {
+    pub index: IndexMeta,
+    pub bounds: IndexBounds,
+    pub forward: bool,
+    /// Canonical conjuncts (by position) the bounds do not answer exactly.
+    pub residual: Vec<usize>,
+    pub provides_sort: bool,
+    pub covered: bool,
+}
+
+/// A predicate on one path found among the top-level conjuncts (or inside a top-level
+/// `$elemMatch` object, whose predicates may tighten bounds but never answer it).
+struct PathPred<'a> {
+    path: String,
+    leaf: &'a Leaf,
+    negated: bool,
+    conjunct: usize,
+    /// The `$elemMatch` (by conjunct) this predicate came from.
+    elem_match: Option<usize>,
+}
+
+fn collect_preds<'a>(conjuncts: &[&'a Expr]) -> Vec<PathPred<'a>> {
+    let mut out = Vec::new();
+    for (i, e) in conjuncts.iter().enumerate() {
+        match e {
+            Expr::Path {
+                path,
+                leaf: Leaf::ElemMatch(ElemMatch::Object(inner)),
+            } => {
+                for sub in canonical_conjuncts(inner) {
+                    if let Expr::Path { path: p, leaf } = sub {
+                        if !matches!(leaf, Leaf::ElemMatch(ElemMatch::Object(_))) {
+                            out.push(PathPred {
+                                path: format!("{}.{}", path.as_str(), p.as_str()),
+                                leaf,
+                                negated: false,
+                                conjunct: i,
+                                elem_match: Some(i),
+                            });
+                        }
+                    }
+                }
+            }
+            Expr::Path { path, leaf } => out.push(PathPred {
+                path: path.as_str().to_string(),
+                leaf,
+                negated: false,
+                conjunct: i,
+                elem_match: None,
+            }),
+            Expr::Not(inner) => {
+                if let Expr::Path { path, leaf } = inner.as_ref() {
+                    if matches!(leaf, Leaf::Eq(_) | Leaf::In(_)) {
+                        out.push(PathPred {
+                            path: path.as_str().to_string(),
+                            leaf,
+                            negated: true,
+                            conjunct: i,
+                            elem_match: None,
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether two key fields share a path prefix that holds arrays, so their bounds may only be
+/// combined when both predicates come from one `$elemMatch`.
+fn share_multikey_prefix(ix: &IndexMeta, a: usize, b: usize) -> bool {
+    let pa: Vec<&str> = ix.pattern[a].0.split('.').collect();
+    let pb: Vec<&str> = ix.pattern[b].0.split('.').collect();
+    let mk = ix.multikey_components(a);
+    mk.iter()
+        .any(|&p| p < pa.len() && p < pb.len() && pa[..=p] == pb[..=p])
+}
+
+/// Candidate index solutions for the query, in index order.
+pub fn enumerate(indexes: &[IndexMeta], query: &Query, hinted: Option<&str>) -> Vec<IndexSolution> {
+    let conjuncts = canonical_conjuncts(query.matcher.expr());
+    let preds = collect_preds(&conjuncts);
+    let mut out = Vec::new();
+    for ix in indexes {
+        if let Some(name) = hinted {
+            if ix.name != name {
+                continue;
+            }
+        } else if ix.is_hidden() || ix.is_partial() {
+            continue;
+        }
+        let sol = plan_index(ix, &conjuncts, &preds, query);
+        let relevant = preds.iter().any(|p| {
+            p.path == ix.pattern[0].0
+                && builder::is_indexable(p.leaf)
+                && !(ix.sparse && matches_missing(p))
+        });
+        if hinted.is_some() || relevant || (sol.provides_sort && !ix.sparse && query.sort.is_some())
+        {
+            out.push(sol);
+        }
+    }
+    out
+}
+
+/// Predicates a missing field satisfies cannot use a sparse index.
+fn matches_missing(p: &PathPred) -> bool {
+    p.negated
+        || matches!(p.leaf, Leaf::Eq(v) if matches!(v.bson, bson::Bson::Null))
+        || matches!(p.leaf, Leaf::In(l) if l.values.iter().any(|v| matches!(v.bson, bson::Bson::Null)))
+}
+
+fn plan_index(
+    ix: &IndexMeta,
+    conjuncts: &[&Expr],
+    preds: &[PathPred],
+    query: &Query,
+) -> IndexSolution {
+    let mut exact_conjuncts = vec![false; conjuncts.len()];
+    let mut inexact_conjuncts = vec![false; conjuncts.len()];
+    let mut fields = Vec::with_capacity(ix.pattern.len());
+    // Per field, the `$elemMatch` that gave it bounds (None = a plain predicate).
+    let mut sources: Vec<Option<Option<usize>>> = Vec::with_capacity(ix.pattern.len());
+    for (fi, (field, desc)) in ix.pattern.iter().enumerate() {
+        let field_multikey = !ix.multikey_components(fi).is_empty();
+        let mut acc: Option<Vec<bounds::Interval>> = None;
+        let mut source: Option<Option<usize>> = None;
+        for p in preds
+            .iter()
+            .filter(|p| &p.path == field && builder::is_indexable_or_negated(p.leaf, p.negated))
+        {
+            // A plain predicate cannot combine with bounds of another field under the same array.
+            let blocked = (0..fi).any(|other| {
+                matches!(sources[other], Some(s) if s != p.elem_match || p.elem_match.is_none())
+                    && share_multikey_prefix(ix, other, fi)
+            });
+            if blocked {
+                continue;
+            }
+            let t = builder::translate(p.leaf, p.negated);
+            let asc = OrderedIntervalList::from_ascending(field, t.intervals, false).intervals;
+            let combined = match &acc {
+                None => asc,
+                // Two predicates on one multikey field may be met by different elements.
+                Some(_) if field_multikey && p.elem_match.is_none() => {
+                    inexact_conjuncts[p.conjunct] = true;
+                    continue;
+                }
+                Some(prev) => intersect_ascending(prev, &asc),
+            };
+            acc = Some(combined);
+            source = Some(p.elem_match);
+            let exact = t.exact && p.elem_match.is_none() && !(p.negated && field_multikey);
+            if exact {
+                exact_conjuncts[p.conjunct] = true;
+            } else {
+                inexact_conjuncts[p.conjunct] = true;
+            }
+        }
+        sources.push(source);
+        fields.push(match acc {
+            Some(ivs) => OrderedIntervalList::from_ascending(field, ivs, *desc),
+            None => OrderedIntervalList::all(field, *desc),
+        });
+    }
+    let residual: Vec<usize> = (0..conjuncts.len())
+        .filter(|&i| !exact_conjuncts[i] || inexact_conjuncts[i])
+        .collect();
+    let bounds = IndexBounds { fields };
+    let (provides_sort, forward) = match query.sort {
+        Some(s) if !s.fields.is_empty() => provided_sort(ix, &bounds, s),
+        _ => (true, true),
+    };
+    let covered = residual.is_empty() && is_covered(ix, query.projection);
+    IndexSolution {
+        index: ix.clone(),
+        bounds,
+        forward,
+        residual,
+        provides_sort,
+        covered,
+    }
+}
+
+/// Whether scanning the index (forward or backward) returns documents in sort order.
+fn provided_sort(ix: &IndexMeta, bounds: &IndexBounds, sort: &SortPattern) -> (bool, bool) {
+    let equality: Vec<bool> = bounds
+        .fields
+        .iter()
+        .map(|f| f.intervals.len() == 1 && f.intervals[0].is_point())
+        .collect();
+    let remaining: Vec<(usize, &(String, bool))> = ix
+        .pattern
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !equality[*i])
+        .collect();
+    let wanted: Vec<(&str, bool)> = sort
+        .fields
+        .iter()
+        .filter(|f| {
+            !ix.pattern
+                .iter()
+                .zip(&equality)
+                .any(|((p, _), eq)| *eq && p == f.path.as_str())
+        })
+        .map(|f| (f.path.as_str(), f.descending))
+        .collect();
+    if wanted.is_empty() {
+        return (true, true);
+    }
+    if wanted.len() > remaining.len() {
+        return (false, true);
+    }
+    let mut direction: Option<bool> = None;
+    for ((name, desc), (i, (path, ix_desc))) in wanted.iter().zip(&remaining) {
+        if name != path || !ix.multikey_components(*i).is_empty() {
+            return (false, true);
+        }
+        let forward = desc == ix_desc;
+        if *direction.get_or_insert(forward) != forward {
+            return (false, true);
+        }
+    }
+    (true, direction.unwrap_or(true))
+}
+
+/// An inclusion projection whose every field is a non-multikey key field.
+fn is_covered(ix: &IndexMeta, projection: Option<&Projection>) -> bool {
+    let Some(p) = projection else {
+        return false;
+    };
+    let Some(fields) = p.required_fields() else {
+        return false;
+    };
+    let in_index = |f: &str| {
+        ix.pattern
+            .iter()
+            .enumerate()
+            .any(|(i, (path, _))| path == f && ix.multikey_components(i).is_empty())
+    };
+    fields.iter().all(|f| in_index(f)) && (!p.includes_id() || in_index("_id"))
+}
+
+/// The filter the FETCH stage applies for a solution, with its explain document.
+pub fn residual_filter(matcher: &Matcher, residual: &[usize]) -> Option<(Matcher, Document)> {
+    if residual.is_empty() {
+        return None;
+    }
+    let conjuncts = canonical_conjuncts(matcher.expr());
+    let kept: Vec<Expr> = residual
+        .iter()
+        .filter_map(|&i| conjuncts.get(i).map(|e| (*e).clone()))
+        .collect();
+    let expr = if kept.len() == 1 {
+        kept.into_iter().next()?
+    } else {
+        Expr::And(kept)
+    };
+    let m = Matcher::from_expr(expr);
+    let doc = m.filter().clone();
+    Some((m, doc))
+}
