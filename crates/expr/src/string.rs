@@ -1,0 +1,3 @@
+//! TODO
+use crate::expression::Parser;
+pub(crate) const OPS: &[(&str, Parser)] = &[];
