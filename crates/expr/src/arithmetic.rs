@@ -10,8 +10,8 @@ use crate::accumulators;
 use crate::decimal::{self, Rounding};
 use crate::expression::{fixed, ranged, variadic, Expression, Nary, Parser};
 use crate::value::{
-    err, format_double, int_or_long, integral64, is_numeric, nullish, num_type, to_decimal,
-    to_f64, to_i64, type_name, NumType, Value,
+    err, format_double, int_or_long, integral64, is_numeric, nullish, num_type, to_decimal, to_f64,
+    to_i64, type_name, NumType, Value,
 };
 use crate::variables::{ParseContext, Variables};
 use bson::{Bson, DateTime, Decimal128};
@@ -197,15 +197,13 @@ pub(crate) fn subtract_values(l: &Value, r: &Value) -> Result<Bson> {
         return Ok(Bson::Null);
     }
     match (l, r) {
-        (Some(Bson::DateTime(a)), Some(Bson::DateTime(b))) => Ok(Bson::Int64(
-            date_millis(a).wrapping_sub(date_millis(b)),
-        )),
+        (Some(Bson::DateTime(a)), Some(Bson::DateTime(b))) => {
+            Ok(Bson::Int64(date_millis(a).wrapping_sub(date_millis(b))))
+        }
         (Some(Bson::DateTime(a)), Some(b)) if is_numeric(b) => {
             let ms = match b {
                 Bson::Double(d) => d.round() as i64,
-                Bson::Decimal128(d) => {
-                    decimal::to_i64_rounded(d, Rounding::HalfEven).unwrap_or(0)
-                }
+                Bson::Decimal128(d) => decimal::to_i64_rounded(d, Rounding::HalfEven).unwrap_or(0),
                 other => to_i64(other),
             };
             Ok(Bson::DateTime(DateTime::from_millis(
@@ -407,9 +405,9 @@ fn ceil(op: &Nary, vars: &mut Variables) -> Result<Value> {
     };
     Ok(Some(match v {
         Bson::Double(d) => Bson::Double(d.ceil()),
-        Bson::Decimal128(d) => Bson::Decimal128(
-            decimal::quantize(&d, 0, Rounding::Up).unwrap_or(d),
-        ),
+        Bson::Decimal128(d) => {
+            Bson::Decimal128(decimal::quantize(&d, 0, Rounding::Up).unwrap_or(d))
+        }
         other => other,
     }))
 }
@@ -420,9 +418,9 @@ fn floor(op: &Nary, vars: &mut Variables) -> Result<Value> {
     };
     Ok(Some(match v {
         Bson::Double(d) => Bson::Double(d.floor()),
-        Bson::Decimal128(d) => Bson::Decimal128(
-            decimal::quantize(&d, 0, Rounding::Down).unwrap_or(d),
-        ),
+        Bson::Decimal128(d) => {
+            Bson::Decimal128(decimal::quantize(&d, 0, Rounding::Down).unwrap_or(d))
+        }
         other => other,
     }))
 }
@@ -464,7 +462,10 @@ fn round_or_trunc(op: &Nary, vars: &mut Variables, mode: Rounding) -> Result<Val
         if !crate::value::integral32(&p) && !integral64(&p) {
             return Err(err(
                 51082,
-                format!("precision argument to  {} must be a integral value", op.name),
+                format!(
+                    "precision argument to  {} must be a integral value",
+                    op.name
+                ),
             ));
         }
         if !(-20..=100).contains(&precision) {
@@ -664,7 +665,12 @@ fn pow(op: &Nary, vars: &mut Variables) -> Result<Value> {
             ),
         ));
     }
-    let zero_neg = || err(28764, "$pow cannot take a base of 0 and a negative exponent");
+    let zero_neg = || {
+        err(
+            28764,
+            "$pow cannot take a base of 0 and a negative exponent",
+        )
+    };
     let (bt, et) = (num_type(&base), num_type(&ex));
     if bt == Some(NumType::Decimal) || et == Some(NumType::Decimal) {
         let (bd, ed) = (to_decimal(&base), to_decimal(&ex));
@@ -868,30 +874,54 @@ mod tests {
     #[test]
     fn arithmetic_values() {
         let d = doc! {"i": 5, "l": 7i64, "d": 2.5, "s": "x", "dt": DateTime::from_millis(1000), "n": null,
-            "big": i64::MAX, "imax": i32::MAX};
+        "big": i64::MAX, "imax": i32::MAX};
         let dec = |s: &str| Bson::Decimal128(s.parse().expect("dec"));
         let cases: Vec<(Bson, Option<Bson>)> = vec![
             (bson!({"$add": [1, 2]}), Some(bson!(3))),
             (bson!({"$add": ["$i", "$l"]}), Some(bson!(12i64))),
             (bson!({"$add": ["$i", "$d"]}), Some(bson!(7.5))),
             (bson!({"$add": ["$imax", 1]}), Some(bson!(2147483648i64))),
-            (bson!({"$add": ["$big", 1]}), Some(bson!(9.223372036854776e18))),
-            (bson!({"$add": ["$dt", 500]}), Some(Bson::DateTime(DateTime::from_millis(1500)))),
+            (
+                bson!({"$add": ["$big", 1]}),
+                Some(bson!(9.223372036854776e18)),
+            ),
+            (
+                bson!({"$add": ["$dt", 500]}),
+                Some(Bson::DateTime(DateTime::from_millis(1500))),
+            ),
             (bson!({"$add": [1, "$n"]}), Some(Bson::Null)),
             (bson!({"$add": [1, "$missing"]}), Some(Bson::Null)),
             (bson!({"$add": []}), Some(bson!(0))),
-            (bson!({"$add": [1, {"$literal": dec("1.5")}]}), Some(dec("2.5"))),
+            (
+                bson!({"$add": [1, {"$literal": dec("1.5")}]}),
+                Some(dec("2.5")),
+            ),
             (bson!({"$subtract": [10, 3]}), Some(bson!(7))),
-            (bson!({"$subtract": ["$dt", 1000]}), Some(Bson::DateTime(DateTime::from_millis(0)))),
+            (
+                bson!({"$subtract": ["$dt", 1000]}),
+                Some(Bson::DateTime(DateTime::from_millis(0))),
+            ),
             (bson!({"$subtract": ["$dt", "$dt"]}), Some(bson!(0i64))),
-            (bson!({"$subtract": [i64::MIN, 1i64]}), Some(bson!(-9.223372036854776e18))),
+            (
+                bson!({"$subtract": [i64::MIN, 1i64]}),
+                Some(bson!(-9.223372036854776e18)),
+            ),
             (bson!({"$subtract": ["$n", "$s"]}), Some(Bson::Null)),
             (bson!({"$multiply": [2, 3, 4]}), Some(bson!(24))),
-            (bson!({"$multiply": ["$imax", 2]}), Some(bson!(4294967294i64))),
-            (bson!({"$multiply": ["$big", 2]}), Some(bson!(1.8446744073709552e19))),
+            (
+                bson!({"$multiply": ["$imax", 2]}),
+                Some(bson!(4294967294i64)),
+            ),
+            (
+                bson!({"$multiply": ["$big", 2]}),
+                Some(bson!(1.8446744073709552e19)),
+            ),
             (bson!({"$multiply": [2, 1.5]}), Some(bson!(3.0))),
             (bson!({"$divide": [1, 4]}), Some(bson!(0.25))),
-            (bson!({"$divide": [{"$literal": dec("1")}, 4]}), Some(dec("0.25"))),
+            (
+                bson!({"$divide": [{"$literal": dec("1")}, 4]}),
+                Some(dec("0.25")),
+            ),
             (bson!({"$mod": [7, 3]}), Some(bson!(1))),
             (bson!({"$mod": [-7, 3]}), Some(bson!(-1))),
             (bson!({"$mod": [7i64, 3]}), Some(bson!(1i64))),
@@ -912,7 +942,10 @@ mod tests {
             (bson!({"$round": [1250i64, -2]}), Some(bson!(1200i64))),
             (bson!({"$trunc": [-1.99]}), Some(bson!(-1.0))),
             (bson!({"$trunc": [1.999, 1]}), Some(bson!(1.9))),
-            (bson!({"$round": [{"$literal": dec("1.25")}, 1]}), Some(dec("1.2"))),
+            (
+                bson!({"$round": [{"$literal": dec("1.25")}, 1]}),
+                Some(dec("1.2")),
+            ),
             (bson!({"$exp": 0}), Some(bson!(1.0))),
             (bson!({"$ln": 1}), Some(bson!(0.0))),
             (bson!({"$log": [100, 10]}), Some(bson!(2.0))),
@@ -933,9 +966,15 @@ mod tests {
             (bson!({"$max": [1, 5, 3, null]}), Some(bson!(5))),
             (bson!({"$min": [[4, 2, "a"]]}), Some(bson!(2))),
             (bson!({"$min": [null, "$missing"]}), Some(Bson::Null)),
-            (bson!({"$stdDevPop": [[1, 2, 3, 4]]}), Some(bson!(1.118033988749895))),
+            (
+                bson!({"$stdDevPop": [[1, 2, 3, 4]]}),
+                Some(bson!(1.118033988749895)),
+            ),
             (bson!({"$sin": 0}), Some(bson!(0.0))),
-            (bson!({"$degreesToRadians": 180}), Some(bson!(std::f64::consts::PI))),
+            (
+                bson!({"$degreesToRadians": 180}),
+                Some(bson!(std::f64::consts::PI)),
+            ),
         ];
         for (e, want) in cases {
             case_ok(&d, &e, want);

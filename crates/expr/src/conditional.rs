@@ -22,9 +22,7 @@ fn parse_cond(name: &'static str, arg: &Bson, ctx: &ParseContext) -> Result<Expr
                     "if" => 0,
                     "then" => 1,
                     "else" => 2,
-                    _ => {
-                        return Err(err(17083, format!("Unrecognized parameter to $cond: {k}")))
-                    }
+                    _ => return Err(err(17083, format!("Unrecognized parameter to $cond: {k}"))),
                 };
                 slots[i] = Some(Expression::parse(v, ctx)?);
             }
@@ -143,10 +141,18 @@ fn parse_switch(_name: &'static str, arg: &Bson, ctx: &ParseContext) -> Result<E
                     }
                 }
             }
-            let case =
-                case.ok_or_else(|| err(40064, "$switch requires each branch have a 'case' expression"))?;
-            let then = then
-                .ok_or_else(|| err(40065, "$switch requires each branch have a 'then' expression."))?;
+            let case = case.ok_or_else(|| {
+                err(
+                    40064,
+                    "$switch requires each branch have a 'case' expression",
+                )
+            })?;
+            let then = then.ok_or_else(|| {
+                err(
+                    40065,
+                    "$switch requires each branch have a 'then' expression.",
+                )
+            })?;
             branches.push((case, then));
         }
     }
@@ -223,15 +229,33 @@ mod tests {
     fn conditionals() {
         let d = doc! {"a": 5, "n": null};
         let cases = [
-            (bson!({"$cond": [{"$gt": ["$a", 3]}, "big", "small"]}), Some(bson!("big"))),
-            (bson!({"$cond": {"if": "$n", "then": 1, "else": 2}}), Some(bson!(2))),
-            (bson!({"$cond": {"else": 2, "if": true, "then": "$missing"}}), None),
-            (bson!({"$ifNull": ["$n", "$missing", "dflt"]}), Some(bson!("dflt"))),
+            (
+                bson!({"$cond": [{"$gt": ["$a", 3]}, "big", "small"]}),
+                Some(bson!("big")),
+            ),
+            (
+                bson!({"$cond": {"if": "$n", "then": 1, "else": 2}}),
+                Some(bson!(2)),
+            ),
+            (
+                bson!({"$cond": {"else": 2, "if": true, "then": "$missing"}}),
+                None,
+            ),
+            (
+                bson!({"$ifNull": ["$n", "$missing", "dflt"]}),
+                Some(bson!("dflt")),
+            ),
             (bson!({"$ifNull": ["$n", "$a", "dflt"]}), Some(bson!(5))),
             (bson!({"$ifNull": ["$n", "$missing"]}), None),
             (bson!({"$ifNull": ["$n", null]}), Some(Bson::Null)),
-            (bson!({"$switch": {"branches": [{"case": {"$eq": ["$a", 1]}, "then": "one"}, {"case": {"$eq": ["$a", 5]}, "then": "five"}], "default": "other"}}), Some(bson!("five"))),
-            (bson!({"$switch": {"branches": [{"case": false, "then": 1}], "default": "d"}}), Some(bson!("d"))),
+            (
+                bson!({"$switch": {"branches": [{"case": {"$eq": ["$a", 1]}, "then": "one"}, {"case": {"$eq": ["$a", 5]}, "then": "five"}], "default": "other"}}),
+                Some(bson!("five")),
+            ),
+            (
+                bson!({"$switch": {"branches": [{"case": false, "then": 1}], "default": "d"}}),
+                Some(bson!("d")),
+            ),
         ];
         for (e, want) in cases {
             case_ok(&d, &e, want);
@@ -239,9 +263,15 @@ mod tests {
         let errs = [
             (bson!({"$cond": [1, 2]}), 16020),
             (bson!({"$cond": {"if": 1, "then": 2}}), 17082),
-            (bson!({"$cond": {"if": 1, "then": 2, "else": 3, "x": 1}}), 17083),
+            (
+                bson!({"$cond": {"if": 1, "then": 2, "else": 3, "x": 1}}),
+                17083,
+            ),
             (bson!({"$ifNull": ["$a"]}), 1257300),
-            (bson!({"$switch": {"branches": [{"case": false, "then": 1}]}}), 40066),
+            (
+                bson!({"$switch": {"branches": [{"case": false, "then": 1}]}}),
+                40066,
+            ),
             (bson!({"$switch": {"branches": []}}), 40068),
             (bson!({"$switch": {"branches": [{"case": 1}]}}), 40065),
             (bson!({"$switch": 1}), 40060),

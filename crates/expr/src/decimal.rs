@@ -305,9 +305,12 @@ pub fn div(a: &Decimal128, b: &Decimal128) -> Decimal128 {
             exp: exp.min(EXP_MIN),
         },
         (Dec::Finite { coef: 0, .. }, Dec::Finite { coef: 0, .. }) => Dec::NaN,
-        (Dec::Finite { neg: x, .. }, Dec::Finite { neg: y, coef: 0, .. }) => {
-            Dec::Inf { neg: x != y }
-        }
+        (
+            Dec::Finite { neg: x, .. },
+            Dec::Finite {
+                neg: y, coef: 0, ..
+            },
+        ) => Dec::Inf { neg: x != y },
         (
             Dec::Finite {
                 neg: na,
@@ -330,8 +333,8 @@ pub fn div(a: &Decimal128, b: &Decimal128) -> Decimal128 {
                 });
             }
             // Scale the dividend so the quotient has at least 35 digits.
-            let k = (MAX_DIGITS as i32 + 1 + digits_u128(cb) as i32 - digits_u128(ca) as i32)
-                .max(0) as u32;
+            let k = (MAX_DIGITS as i32 + 1 + digits_u128(cb) as i32 - digits_u128(ca) as i32).max(0)
+                as u32;
             let num = Big::from_u128(ca).mul_pow10(k);
             let (q, r) = num.divrem(&Big::from_u128(cb));
             let exp = preferred - k as i32;
@@ -491,13 +494,7 @@ fn round_big(neg: bool, mag: Big, exp: i32, sticky: bool) -> Dec {
     } else {
         half
     };
-    let q = apply_rounding(
-        q,
-        !r.is_zero() || sticky,
-        half,
-        neg,
-        Rounding::HalfEven,
-    );
+    let q = apply_rounding(q, !r.is_zero() || sticky, half, neg, Rounding::HalfEven);
     // Rounding up may have produced 35 digits (999..9 + 1).
     if q.digits() > MAX_DIGITS {
         let (q2, _) = q.divrem_small(10);
@@ -777,8 +774,18 @@ mod tests {
             ("1.5", "2.25", add, "3.75"),
             ("1", "-1", add, "0"),
             ("0.1", "0.2", add, "0.3"),
-            ("9999999999999999999999999999999999", "1", add, "1.000000000000000000000000000000000E+34"),
-            ("1E+100", "1", add, "1.000000000000000000000000000000000E+100"),
+            (
+                "9999999999999999999999999999999999",
+                "1",
+                add,
+                "1.000000000000000000000000000000000E+34",
+            ),
+            (
+                "1E+100",
+                "1",
+                add,
+                "1.000000000000000000000000000000000E+100",
+            ),
             ("5", "3", sub, "2"),
             ("1.5", "2", mul, "3.0"),
             ("1", "4", div, "0.25"),

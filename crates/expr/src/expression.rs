@@ -172,6 +172,14 @@ impl FieldPathExpr {
         self.path.join(".")
     }
 
+    /// The path as written (`$a.b`, `$$var.x`).
+    pub fn serialize_string(&self) -> Option<String> {
+        match self.serialize() {
+            Bson::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
     fn serialize(&self) -> Bson {
         if self.var == variables::CURRENT && !self.path.is_empty() {
             Bson::String(format!("${}", self.dotted()))
@@ -186,8 +194,7 @@ impl FieldPathExpr {
         if self.path.is_empty() {
             return vars.get(self.var);
         }
-        if (self.var == variables::CURRENT && !vars.current_is_set())
-            || self.var == variables::ROOT
+        if (self.var == variables::CURRENT && !vars.current_is_set()) || self.var == variables::ROOT
         {
             return Ok(vars.root_path(&self.path));
         }
@@ -439,7 +446,10 @@ impl Expression {
 /// Checks a field name of an object expression (`FieldPath::uassertValidFieldName`).
 pub(crate) fn validate_field_name(k: &str) -> Result<()> {
     if k.is_empty() {
-        return Err(err(15998, "FieldPath field names may not be empty strings."));
+        return Err(err(
+            15998,
+            "FieldPath field names may not be empty strings.",
+        ));
     }
     if k.starts_with('$') {
         return Err(err(
@@ -448,10 +458,7 @@ pub(crate) fn validate_field_name(k: &str) -> Result<()> {
         ));
     }
     if k.contains('\0') {
-        return Err(err(
-            16411,
-            "FieldPath field names may not contain '\\0'.",
-        ));
+        return Err(err(16411, "FieldPath field names may not contain '\\0'."));
     }
     if k.contains('.') {
         return Err(err(16412, "FieldPath field names may not contain '.'."));
@@ -462,7 +469,10 @@ pub(crate) fn validate_field_name(k: &str) -> Result<()> {
 /// Splits and validates a dotted path (`FieldPath`'s constructor).
 pub(crate) fn split_path(p: &str) -> Result<Vec<String>> {
     if p.is_empty() {
-        return Err(err(40352, "FieldPath cannot be constructed with empty string"));
+        return Err(err(
+            40352,
+            "FieldPath cannot be constructed with empty string",
+        ));
     }
     if p.ends_with('.') {
         return Err(err(40353, "FieldPath must not end with a '.'."));

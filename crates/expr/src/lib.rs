@@ -32,7 +32,9 @@ pub mod variables;
 #[cfg(test)]
 mod tests;
 
-pub use expression::{is_expression_name, Dependencies, Expression, FieldPathExpr, Named, Nary, Operator};
+pub use expression::{
+    is_expression_name, Dependencies, Expression, FieldPathExpr, Named, Nary, Operator,
+};
 pub use predicate::ExprPredicate;
 pub use value::Value;
 pub use variables::{ParseContext, VarId, Variables};

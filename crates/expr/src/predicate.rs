@@ -63,8 +63,8 @@ mod tests {
 
     #[test]
     fn truthiness() {
-        let d = RawDocumentBuf::from_document(&doc! {"a": 5, "b": 3, "z": 0, "s": ""})
-            .expect("raw");
+        let d =
+            RawDocumentBuf::from_document(&doc! {"a": 5, "b": 3, "z": 0, "s": ""}).expect("raw");
         let cases = [
             (bson!({"$gt": ["$a", "$b"]}), true),
             (bson!({"$lt": ["$a", "$b"]}), false),

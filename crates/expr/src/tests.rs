@@ -51,8 +51,16 @@ fn seed_003_argument_lists() {
     case_ok(&d, &bson!({"$isArray": 42}), Some(bson!(false)));
     case_ok(&d, &bson!({"$isArray": [[42]]}), Some(bson!(true)));
     case_ok(&d, &bson!({"$isNumber": [[42]]}), Some(bson!(false)));
-    case_ok(&d, &bson!({"$isArray": {"$literal": [42]}}), Some(bson!(true)));
-    case_ok(&d, &bson!({"$isNumber": {"$literal": [42]}}), Some(bson!(false)));
+    case_ok(
+        &d,
+        &bson!({"$isArray": {"$literal": [42]}}),
+        Some(bson!(true)),
+    );
+    case_ok(
+        &d,
+        &bson!({"$isNumber": {"$literal": [42]}}),
+        Some(bson!(false)),
+    );
     case_ok(&d, &bson!({"$isArray": "$field"}), Some(bson!(true)));
     case_ok(&d, &bson!({"$isArray": ["$field"]}), Some(bson!(true)));
     case_err(&d, &bson!({"$isNumber": [42, 42]}), 16020);

@@ -271,9 +271,7 @@ fn parse_let(_name: &'static str, arg: &Bson, ctx: &ParseContext) -> Result<Expr
     let Bson::Document(vars_doc) = vars_raw else {
         return Err(err(
             10065,
-            format!(
-                "invalid parameter: expected an object (vars)"
-            ),
+            format!("invalid parameter: expected an object (vars)"),
         ));
     };
     // The definitions see only the outer scope.
@@ -288,7 +286,11 @@ fn parse_let(_name: &'static str, arg: &Bson, ctx: &ParseContext) -> Result<Expr
             ctx.restore(mark);
             return Err(e);
         }
-        let id = if k == "CURRENT" { CURRENT } else { ctx.define(&k) };
+        let id = if k == "CURRENT" {
+            CURRENT
+        } else {
+            ctx.define(&k)
+        };
         vars.push((k, id, e));
     }
     let body = Expression::parse(in_raw, ctx);
@@ -353,12 +355,24 @@ mod tests {
             (bson!("$$ROOT.a.b"), Some(bson!(1))),
             (bson!("$$CURRENT.a"), Some(bson!({"b": 1}))),
             (bson!("$$REMOVE"), None),
-            (bson!({"$let": {"vars": {"x": 2, "y": "$a.b"}, "in": {"$add": ["$$x", "$$y"]}}}), Some(bson!(3))),
-            (bson!({"$let": {"vars": {"x": {"p": [1, 2]}}, "in": "$$x.p"}}), Some(bson!([1, 2]))),
-            (bson!({"$let": {"vars": {"CURRENT": "$a"}, "in": "$b"}}), Some(bson!(1))),
+            (
+                bson!({"$let": {"vars": {"x": 2, "y": "$a.b"}, "in": {"$add": ["$$x", "$$y"]}}}),
+                Some(bson!(3)),
+            ),
+            (
+                bson!({"$let": {"vars": {"x": {"p": [1, 2]}}, "in": "$$x.p"}}),
+                Some(bson!([1, 2])),
+            ),
+            (
+                bson!({"$let": {"vars": {"CURRENT": "$a"}, "in": "$b"}}),
+                Some(bson!(1)),
+            ),
             (bson!({"$literal": "$a"}), Some(bson!("$a"))),
             (bson!({"$literal": [1, "$a"]}), Some(bson!([1, "$a"]))),
-            (bson!({"x": "$a.b", "y": "$missing", "z": [1, "$missing"]}), Some(bson!({"x": 1, "z": [1, null]}))),
+            (
+                bson!({"x": "$a.b", "y": "$missing", "z": [1, "$missing"]}),
+                Some(bson!({"x": 1, "z": [1, null]})),
+            ),
             (bson!({}), Some(bson!({}))),
         ];
         for (e, want) in cases {

@@ -5,15 +5,20 @@ use crate::value::{display_bson, err, nullish, type_name_bson, Value};
 use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_doc::compare::cmp_bson;
-use std::collections::BTreeSet;
 use std::cmp::Ordering;
+use std::collections::BTreeSet;
 
 /// Approximate in-memory size of a value (for the 100 MiB limit).
 pub(crate) fn approx_size(v: &Bson) -> usize {
     match v {
         Bson::String(s) => 16 + s.len(),
         Bson::Array(a) => 16 + a.iter().map(approx_size).sum::<usize>(),
-        Bson::Document(d) => 16 + d.iter().map(|(k, v)| k.len() + approx_size(v)).sum::<usize>(),
+        Bson::Document(d) => {
+            16 + d
+                .iter()
+                .map(|(k, v)| k.len() + approx_size(v))
+                .sum::<usize>()
+        }
         Bson::Binary(b) => 16 + b.bytes.len(),
         _ => 16,
     }
@@ -82,7 +87,7 @@ impl Accumulator for Push {
 
 /// A value ordered by MongoDB's comparison, for sets.
 #[derive(Debug, Clone)]
-pub(crate) struct Ordered(pub Bson);
+pub struct Ordered(pub Bson);
 
 impl PartialEq for Ordered {
     fn eq(&self, o: &Self) -> bool {

@@ -15,7 +15,7 @@ mod multi;
 mod stddev;
 mod sum;
 
-pub use collect::{AddToSet, MergeObjects, Push};
+pub use collect::{AddToSet, MergeObjects, Ordered, Push};
 pub use first_last::{First, Last};
 pub use minmax::MinMax;
 pub use multi::{MultiKind, MultiN};
@@ -131,16 +131,16 @@ impl AccumulatorSpec {
     }
 
     /// Parses one accumulator `{name: arg}` for output field `field`.
-    pub fn parse(field: &str, name: &str, arg: &Bson, ctx: &ParseContext) -> Result<AccumulatorSpec> {
+    pub fn parse(
+        field: &str,
+        name: &str,
+        arg: &Bson,
+        ctx: &ParseContext,
+    ) -> Result<AccumulatorSpec> {
         if name == "$count" {
             match arg {
                 Bson::Document(d) if d.is_empty() => {}
-                _ => {
-                    return Err(err(
-                        40181,
-                        "$count takes no arguments, i.e. $count:{}",
-                    ))
-                }
+                _ => return Err(err(40181, "$count takes no arguments, i.e. $count:{}")),
             }
             return Ok(AccumulatorSpec {
                 field: field.to_string(),

@@ -76,7 +76,15 @@ pub(crate) fn parse(
     let raw = named_raw(
         arg,
         allowed,
-        || err(5787900, format!("specification must be an object; found {}", display(&Some(arg.clone())))),
+        || {
+            err(
+                5787900,
+                format!(
+                    "specification must be an object; found {}",
+                    display(&Some(arg.clone()))
+                ),
+            )
+        },
         |k| err(5787901, format!("Unknown argument for 'n' operator: {k}")),
     )?;
     let get = |k: &str| allowed.iter().position(|a| *a == k).and_then(|i| raw[i]);
@@ -90,7 +98,10 @@ pub(crate) fn parse(
         let output = get("output").ok_or_else(|| err(5788004, "Missing value for 'output'"))?;
         let sort = get("sortBy").ok_or_else(|| err(5788005, "Missing value for 'sortBy'"))?;
         let Bson::Document(sd) = sort else {
-            return Err(err(5788604, format!("expected 'sortBy' to already be an object in the arguments to {name}")));
+            return Err(err(
+                5788604,
+                format!("expected 'sortBy' to already be an object in the arguments to {name}"),
+            ));
         };
         let mut fields = Vec::new();
         for (k, v) in sd {
@@ -99,7 +110,11 @@ pub(crate) fn parse(
                 Bson::Double(d) if *d == 1.0 => false,
                 Bson::Int32(-1) | Bson::Int64(-1) => true,
                 Bson::Double(d) if *d == -1.0 => true,
-                _ => return Err(Error::bad_value("$sort key ordering must be 1 (for ascending) or -1 (for descending)")),
+                _ => {
+                    return Err(Error::bad_value(
+                        "$sort key ordering must be 1 (for ascending) or -1 (for descending)",
+                    ))
+                }
             };
             fields.push((k.split('.').map(str::to_string).collect(), desc));
         }
@@ -144,12 +159,18 @@ impl MultiSpec {
                 let Some(b) = v.as_ref().filter(|b| integral64(b)) else {
                     return Err(err(
                         5787902,
-                        format!("Value for 'n' must be of integral type, but found {}", display(&v)),
+                        format!(
+                            "Value for 'n' must be of integral type, but found {}",
+                            display(&v)
+                        ),
                     ));
                 };
                 let n = to_i64(b);
                 if n <= 0 {
-                    return Err(err(5787908, format!("'n' must be greater than 0, found {n}")));
+                    return Err(err(
+                        5787908,
+                        format!("'n' must be greater than 0, found {n}"),
+                    ));
                 }
                 n as usize
             }

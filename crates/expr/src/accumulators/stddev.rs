@@ -64,7 +64,11 @@ impl Accumulator for StdDev {
     }
 
     fn finalize(&mut self) -> Result<Bson> {
-        let n = if self.sample { self.count - 1 } else { self.count };
+        let n = if self.sample {
+            self.count - 1
+        } else {
+            self.count
+        };
         if n <= 0 {
             return Ok(Bson::Null);
         }
