@@ -136,7 +136,7 @@ impl AddState {
                 NumType::Int | NumType::Long => self.long_total,
                 NumType::Double => {
                     let d = self.double_total;
-                    if !(d >= -9.223_372_036_854_776e18 && d < 9.223_372_036_854_776e18) {
+                    if !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&d) {
                         return Err(Error::new(ErrorCode::Overflow, "date overflow in $add"));
                     }
                     d.round() as i64
@@ -609,13 +609,15 @@ fn log(op: &Nary, vars: &mut Variables) -> Result<Value> {
         ));
     }
     let (x, base) = (to_f64(&a), to_f64(&b));
-    if matches!(a, Bson::Decimal128(_)) || matches!(b, Bson::Decimal128(_)) {
-        if x > 0.0 && base > 0.0 && base != 1.0 {
-            return Ok(Some(Bson::Decimal128(decimal::from_f64(
-                x.ln() / base.ln(),
-                15,
-            ))));
-        }
+    if (matches!(a, Bson::Decimal128(_)) || matches!(b, Bson::Decimal128(_)))
+        && x > 0.0
+        && base > 0.0
+        && base != 1.0
+    {
+        return Ok(Some(Bson::Decimal128(decimal::from_f64(
+            x.ln() / base.ln(),
+            15,
+        ))));
     }
     if !(x > 0.0 || x.is_nan()) {
         return Err(err(

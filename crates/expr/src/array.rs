@@ -185,12 +185,8 @@ fn index_of_array(op: &Nary, vars: &mut Variables) -> Result<Value> {
         end = end.min(index_arg(&op.arg(3, vars)?, "ending index")? as usize);
     }
     let target = op.arg(1, vars)?;
-    for i in start..end {
-        let hit = match &target {
-            Some(t) => values_equal(&a[i], t),
-            None => false,
-        };
-        if hit {
+    for (i, el) in a.iter().enumerate().take(end).skip(start) {
+        if target.as_ref().is_some_and(|t| values_equal(el, t)) {
             return Ok(Some(Bson::Int32(i as i32)));
         }
     }

@@ -7,7 +7,7 @@
 //! `UTC`/`GMT`/`Z` and fixed offsets (`+05:30`, `-0800`, `+03`); Olson names are not
 //! available yet and give MongoDB's "unrecognized time zone identifier" error.
 
-use crate::expression::{named_from, named_raw, Expression, Named, Nary, Parser};
+use crate::expression::{named_from, named_raw, Expression, Named, Parser};
 use crate::value::{display, err, integral64, nullish, to_i64, type_name, type_name_bson, Value};
 use crate::variables::{ParseContext, Variables};
 use bson::{Bson, DateTime, Document};
@@ -462,14 +462,16 @@ fn eval_date_to_string(op: &Named, vars: &mut Variables) -> Result<Value> {
                     validate_format(s)?;
                     Some(Some(s.clone()))
                 }
-                other => return Err(err(
-                    18533,
-                    format!(
+                other => {
+                    return Err(err(
+                        18533,
+                        format!(
                         "$dateToString requires that 'format' be a string, found: {} with value {}",
                         type_name(other),
                         display(other)
                     ),
-                )),
+                    ))
+                }
             }
         }
         None => None,
@@ -629,14 +631,16 @@ fn eval_date_from_string(op: &Named, vars: &mut Variables) -> Result<Value> {
     if !nullish(&fmt) {
         match &fmt {
             Some(Bson::String(f)) => validate_format(f)?,
-            other => return Err(err(
-                40684,
-                format!(
+            other => {
+                return Err(err(
+                    40684,
+                    format!(
                     "$dateFromString requires that 'format' be a string, found: {} with value {}",
                     type_name(other),
                     display(other)
                 ),
-            )),
+                ))
+            }
         }
     }
     let tz = eval_tz(op.get("timezone"), vars)?;
@@ -1300,10 +1304,6 @@ fn eval_date_trunc(op: &Named, vars: &mut Variables) -> Result<Value> {
     };
     Ok(Some(Bson::DateTime(DateTime::from_millis(tz.utc(out)))))
 }
-
-/// Keeps the `Nary` import meaningful for future single-argument date helpers.
-#[allow(dead_code)]
-fn _nary(_: &Nary) {}
 
 #[cfg(test)]
 mod tests {

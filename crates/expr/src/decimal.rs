@@ -770,7 +770,8 @@ mod tests {
 
     #[test]
     fn arithmetic() {
-        let cases: &[(&str, &str, fn(&Decimal128, &Decimal128) -> Decimal128, &str)] = &[
+        type Op = fn(&Decimal128, &Decimal128) -> Decimal128;
+        let cases: &[(&str, &str, Op, &str)] = &[
             ("1.5", "2.25", add, "3.75"),
             ("1", "-1", add, "0"),
             ("0.1", "0.2", add, "0.3"),

@@ -60,10 +60,7 @@ fn constant_field(
 ) -> Result<()> {
     match e {
         Expression::FieldPath(fp) => {
-            let p = match fp.serialize_string() {
-                Some(s) => s,
-                None => String::new(),
-            };
+            let p = fp.serialize_string().unwrap_or_default();
             Err(err(
                 path_code,
                 format!(

@@ -74,13 +74,15 @@ fn set_intersection(op: &Nary, vars: &mut Variables) -> Result<Value> {
                     Some(c) => c.intersection(&s).cloned().collect(),
                 });
             }
-            other => return Err(err(
-                17047,
-                format!(
+            other => {
+                return Err(err(
+                    17047,
+                    format!(
                     "All operands of $setIntersection must be arrays. One argument is of type: {}",
                     type_name(&other)
                 ),
-            )),
+                ))
+            }
         }
     }
     Ok(from_set(cur.unwrap_or_default()))

@@ -390,8 +390,7 @@ fn index_of_cp(op: &Nary, vars: &mut Variables) -> Result<Value> {
     if start == 0 && input.is_empty() && token.is_empty() {
         return Ok(Some(Bson::Int32(0)));
     }
-    for cp in start..end {
-        let b = offsets[cp];
+    for (cp, &b) in offsets.iter().enumerate().take(end).skip(start) {
         if input.as_bytes()[b..].starts_with(token.as_bytes()) {
             return Ok(Some(Bson::Int32(cp as i32)));
         }

@@ -5,8 +5,8 @@ use crate::date;
 use crate::decimal::{self, Rounding};
 use crate::expression::{fixed, named_raw, parse_args, Expression, Named, Nary, Parser};
 use crate::value::{
-    err, format_double, integral32, is_numeric, nullish, to_decimal, to_f64, truthy_bson,
-    type_name, type_name_bson, Value,
+    err, format_double, integral32, is_numeric, nullish, to_decimal, truthy_bson, type_name,
+    type_name_bson, Value,
 };
 use crate::variables::{ParseContext, Variables};
 use bson::oid::ObjectId;
@@ -289,7 +289,7 @@ pub fn convert(v: &Bson, target: Target) -> Result<Bson> {
         // From objectId.
         (Bson::ObjectId(o), T::String) => Bson::String(o.to_hex()),
         (Bson::ObjectId(o), T::Date) => {
-            Bson::DateTime(DateTime::from_millis(i64::from(o.timestamp().timestamp_millis() / 1000) * 1000))
+            Bson::DateTime(DateTime::from_millis((o.timestamp().timestamp_millis() / 1000) * 1000))
         }
         // From bool.
         (Bson::Boolean(b), T::Double) => Bson::Double(if *b { 1.0 } else { 0.0 }),
@@ -430,12 +430,6 @@ fn eval_convert(op: &Named, vars: &mut Variables) -> Result<Value> {
         },
         Err(e) => Err(e),
     }
-}
-
-/// Coerces to a double where MongoDB's `coerceToDouble` would (numbers only).
-#[allow(dead_code)]
-pub(crate) fn as_double(v: &Bson) -> f64 {
-    to_f64(v)
 }
 
 #[cfg(test)]

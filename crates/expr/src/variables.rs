@@ -269,10 +269,7 @@ fn parse_let(_name: &'static str, arg: &Bson, ctx: &ParseContext) -> Result<Expr
     let vars_raw = raw[0].ok_or_else(|| err(16876, "Missing 'vars' parameter to $let"))?;
     let in_raw = raw[1].ok_or_else(|| err(16877, "Missing 'in' parameter to $let"))?;
     let Bson::Document(vars_doc) = vars_raw else {
-        return Err(err(
-            10065,
-            format!("invalid parameter: expected an object (vars)"),
-        ));
+        return Err(err(10065, "invalid parameter: expected an object (vars)"));
     };
     // The definitions see only the outer scope.
     let mut parsed = Vec::with_capacity(vars_doc.len());
