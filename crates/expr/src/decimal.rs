@@ -221,10 +221,10 @@ fn add_dec(a: Dec, b: Dec) -> Dec {
                 };
             }
             if ca == 0 {
-                return round_finite(nb, Big::from_u128(cb), eb.min(ea), eb - eb.min(ea), false);
+                return zero_plus(nb, cb, eb, ea);
             }
             if cb == 0 {
-                return round_finite(na, Big::from_u128(ca), ea.min(eb), ea - ea.min(eb), false);
+                return zero_plus(na, ca, ea, eb);
             }
             // Align exponents. When they are far apart, the smaller operand only decides the
             // rounding: replace it by a tiny "sticky" amount below the 36th digit.
@@ -503,8 +503,19 @@ fn round_big(neg: bool, mag: Big, exp: i32, sticky: bool) -> Dec {
     finish(neg, q, exp + drop as i32)
 }
 
-fn round_finite(neg: bool, coef: Big, exp: i32, scale: i32, sticky: bool) -> Dec {
-    round_big(neg, coef.mul_pow10(scale.max(0) as u32), exp, sticky)
+/// `0E<zero_exp> + coef*10^exp`: the non-zero operand, with its exponent lowered toward the
+/// zero's exponent as far as 34 digits allow (IEEE's preferred exponent is the smaller one).
+fn zero_plus(neg: bool, coef: u128, exp: i32, zero_exp: i32) -> Dec {
+    let (mut c, mut e) = (coef, exp);
+    while e > zero_exp && digits_u128(c) < MAX_DIGITS {
+        c *= 10;
+        e -= 1;
+    }
+    Dec::Finite {
+        neg,
+        coef: c,
+        exp: e,
+    }
 }
 
 /// Clamps the exponent into range (overflow → infinity; large exponents are folded into the
@@ -796,6 +807,13 @@ mod tests {
             ("7", "3", rem, "1"),
             ("-7", "3", rem, "-1"),
             ("7.5", "2", rem, "1.5"),
+            ("0.00", "5", add, "5.00"),
+            (
+                "0E-6176",
+                "1E+6111",
+                add,
+                "1000000000000000000000000000000000E+6078",
+            ),
         ];
         for (a, b, f, want) in cases {
             assert_eq!(f(&d(a), &d(b)).to_string(), *want, "{a} op {b}");
