@@ -47,8 +47,26 @@ pub type ExprParser = fn(&Bson) -> Result<Arc<dyn DocPredicate>>;
 /// Options of [`Matcher::parse_with`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ParseOptions {
-    /// Parser for `$expr`; without one, `$expr` is rejected with BadValue.
+    /// Parser for `$expr` (e.g. one that knows the command's `let` variables); without one,
+    /// [`default_expr_parser`] is used.
     pub expr: Option<ExprParser>,
+}
+
+/// `$expr` through the aggregation expression language: the document matches when the
+/// expression's value is truthy. An evaluation error (e.g. `$divide` by zero) counts as no
+/// match, since [`DocPredicate::matches`] cannot report it.
+#[derive(Debug)]
+pub struct ExprMatch(pub nidus_expr::ExprPredicate);
+
+impl DocPredicate for ExprMatch {
+    fn matches(&self, doc: &RawDocument) -> bool {
+        self.0.matches(doc)
+    }
+}
+
+/// The default `$expr` parser (no `let` variables).
+pub fn default_expr_parser(arg: &Bson) -> Result<Arc<dyn DocPredicate>> {
+    Ok(Arc::new(ExprMatch(nidus_expr::ExprPredicate::parse(arg)?)))
 }
 
 /// A parsed match expression over a document.

@@ -51,7 +51,7 @@ fn parse_top_element(k: &str, v: &Bson, opts: &ParseOptions) -> Result<Option<Ex
         "$where" => return Err(Error::bad_value("no globalScriptEngine in $where parsing")),
         "$expr" => match opts.expr {
             Some(parser) => Expr::External(parser(v)?),
-            None => return Err(Error::bad_value("$expr is not supported yet")),
+            None => Expr::External(super::default_expr_parser(v)?),
         },
         "$jsonSchema" => return Err(Error::bad_value("$jsonSchema is not supported yet")),
         "$text" => {
@@ -221,6 +221,11 @@ fn parse_elem_match(arg: &Bson) -> Result<ElemMatch> {
     }
     if d.contains_key("$where") {
         return Err(Error::bad_value("$where can't be inside $elemMatch"));
+    }
+    if d.contains_key("$expr") {
+        return Err(Error::bad_value(
+            "$expr can only be applied to the top-level document",
+        ));
     }
     let expr = parse_filter(d, &ParseOptions::default())?;
     Ok(ElemMatch::Object(Box::new(expr)))

@@ -446,9 +446,14 @@ fn parse_errors() {
         ),
         (doc! {"$where": "true"}, ErrorCode::BadValue, "$where"),
         (
-            doc! {"$expr": {"$eq": ["$a", 1]}},
+            doc! {"$expr": {"$foo": 1}},
+            ErrorCode::InvalidPipelineOperator,
+            "Unrecognized expression '$foo'",
+        ),
+        (
+            doc! {"a": {"$elemMatch": {"$expr": {"$eq": ["$a", 1]}}}},
             ErrorCode::BadValue,
-            "$expr is not supported",
+            "$expr can only be applied to the top-level document",
         ),
         (
             doc! {"a": {"$bitsAllSet": "x"}},
@@ -608,5 +613,40 @@ mod prop {
             let m = Matcher::parse(&doc! {"a": {op: rhs.clone()}}).expect("parse");
             prop_assert_eq!(m.matches(&raw(&d)), naive(op, a.as_ref(), &rhs));
         }
+    }
+}
+
+#[test]
+fn expr_uses_the_expression_language() {
+    let docs = [
+        doc! {"_id": 1, "spent": 120, "budget": 100, "items": [1, 2, 3]},
+        doc! {"_id": 2, "spent": 80, "budget": 100, "items": []},
+        doc! {"_id": 3, "budget": 100},
+    ];
+    let cases = [
+        (doc! {"$expr": {"$gt": ["$spent", "$budget"]}}, vec![1]),
+        (doc! {"$expr": {"$lt": ["$spent", "$budget"]}}, vec![2, 3]),
+        (
+            doc! {"$expr": {"$size": {"$ifNull": ["$items", []]}}},
+            vec![1],
+        ),
+        (doc! {"$expr": "$spent"}, vec![1, 2]),
+        (
+            doc! {"_id": {"$gte": 2}, "$expr": {"$eq": ["$budget", 100]}},
+            vec![2, 3],
+        ),
+        (doc! {"$expr": {"$divide": [1, 0]}}, vec![]),
+    ];
+    for (filter, want) in cases {
+        let m = Matcher::parse(&filter).expect("parse");
+        let got: Vec<i32> = docs
+            .iter()
+            .filter(|d| {
+                let raw = bson::RawDocumentBuf::from_document(d).expect("raw");
+                m.matches(&raw)
+            })
+            .map(|d| d.get_i32("_id").expect("_id"))
+            .collect();
+        assert_eq!(got, want, "{filter}");
     }
 }
