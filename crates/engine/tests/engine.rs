@@ -29,7 +29,7 @@ fn find(e: &Engine, ns: &Namespace, spec: FindSpec) -> Vec<Document> {
     let mut exec = e.plan_find(coll.as_ref(), &spec).unwrap();
     let mut out = Vec::new();
     while let Some(m) = exec.get_next().unwrap() {
-        out.push(m.doc.to_document().unwrap());
+        out.push(m.doc.unwrap().to_document().unwrap());
     }
     out
 }

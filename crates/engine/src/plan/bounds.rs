@@ -547,7 +547,7 @@ mod tests {
             true,
         );
         let shown: Vec<String> = l.intervals.iter().map(Interval::display).collect();
-        assert_eq!(shown, ["[3, 3]", "[2, 1]"]);
+        assert_eq!(shown, ["[3, 3]", "(2, 1]"]);
     }
 
     #[test]

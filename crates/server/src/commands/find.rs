@@ -70,7 +70,8 @@ fn filter(ctx: &Ctx, field: &str) -> Result<Document> {
     Ok(ctx.opt_document(field)?.unwrap_or_default())
 }
 
-pub fn find(ctx: &mut Ctx) -> Result<Document> {
+/// The namespace and query of a `find` command (also what `explain` of a find runs).
+pub fn find_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
     check_fields(ctx, FIND_FIELDS)?;
     let ns = ctx.namespace("find")?;
     if ctx.opt_bool("tailable")?.unwrap_or(false) {
@@ -79,7 +80,6 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
         ));
     }
     let limit = non_negative(ctx, "limit")?.filter(|n| *n > 0);
-    let batch_size = non_negative(ctx, "batchSize")?;
     let spec = FindSpec {
         filter: filter(ctx, "filter")?,
         sort: ctx.opt_document("sort")?,
@@ -89,6 +89,13 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
         hint: hint(ctx)?,
         deadline: ctx.deadline,
     };
+    Ok((ns, spec))
+}
+
+pub fn find(ctx: &mut Ctx) -> Result<Document> {
+    let (ns, spec) = find_spec(ctx)?;
+    let limit = (spec.limit > 0).then_some(spec.limit);
+    let batch_size = non_negative(ctx, "batchSize")?;
     let coll = ctx.state.engine.collection(&ns);
     let exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
     let single_batch = ctx.opt_bool("singleBatch")?.unwrap_or(false);
@@ -226,7 +233,8 @@ pub fn kill_cursors(ctx: &mut Ctx) -> Result<Document> {
     })
 }
 
-pub fn count(ctx: &mut Ctx) -> Result<Document> {
+/// The namespace and query of a `count` command.
+pub fn count_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
     check_fields(
         ctx,
         &[
@@ -255,6 +263,11 @@ pub fn count(ctx: &mut Ctx) -> Result<Document> {
         deadline: ctx.deadline,
         ..FindSpec::default()
     };
+    Ok((ns, spec))
+}
+
+pub fn count(ctx: &mut Ctx) -> Result<Document> {
+    let (ns, spec) = count_spec(ctx)?;
     let coll = ctx.state.engine.collection(&ns);
     let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
     let mut n = 0i64;

@@ -7,6 +7,7 @@
 mod aggregate;
 mod bulk_write;
 mod ddl;
+mod explain;
 mod find;
 mod find_and_modify;
 mod hello;
@@ -115,6 +116,7 @@ static COMMANDS: &[Command] = &[
     },
     cmd("killCursors", find::kill_cursors),
     cmd("count", find::count),
+    cmd("explain", explain::explain),
     cmd("distinct", find::distinct),
     cmd("aggregate", aggregate::aggregate),
     Command {

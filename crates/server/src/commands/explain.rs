@@ -1,0 +1,95 @@
+//! `explain` of `find` and `count`: the plan the query would run with (`queryPlanner`), and
+//! with `executionStats`/`allPlansExecution` the counters of running it to completion.
+
+use super::{find, wrong_type, Ctx};
+use bson::{doc, Bson, Document};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_engine::find::FindSpec;
+use nidus_engine::namespace::Namespace;
+use nidus_engine::plan::explain;
+use nidus_query::matcher::Matcher;
+use std::time::Instant;
+
+#[derive(PartialEq, Clone, Copy)]
+enum Verbosity {
+    QueryPlanner,
+    ExecutionStats,
+    AllPlansExecution,
+}
+
+fn verbosity(ctx: &Ctx) -> Result<Verbosity> {
+    match ctx.body.get("verbosity") {
+        None => Ok(Verbosity::AllPlansExecution),
+        Some(Bson::String(v)) => match v.as_str() {
+            "queryPlanner" => Ok(Verbosity::QueryPlanner),
+            "executionStats" => Ok(Verbosity::ExecutionStats),
+            "allPlansExecution" => Ok(Verbosity::AllPlansExecution),
+            other => Err(Error::new(
+                ErrorCode::BadValue,
+                format!("Enumeration value '{other}' for field 'explain.verbosity' is not a valid value."),
+            )),
+        },
+        Some(other) => Err(wrong_type("explain", "verbosity", other, "string")),
+    }
+}
+
+pub fn explain(ctx: &mut Ctx) -> Result<Document> {
+    let verbosity = verbosity(ctx)?;
+    let inner = match ctx.body.get("explain") {
+        Some(Bson::Document(d)) => d.clone(),
+        Some(other) => return Err(wrong_type("explain", "explain", other, "object")),
+        None => return Err(Error::bad_value("explain requires a command")),
+    };
+    let name = inner.keys().next().cloned().unwrap_or_default();
+    // The inner command is parsed as if it had been sent alone.
+    let outer = std::mem::replace(&mut ctx.body, inner.clone());
+    let parsed = match name.as_str() {
+        "find" => find::find_spec(ctx),
+        "count" => find::count_spec(ctx),
+        _ => Err(Error::new(
+            ErrorCode::CommandNotFound,
+            format!("Explain failed due to unknown command: {name}"),
+        )),
+    };
+    ctx.body = outer;
+    let (ns, spec) = parsed?;
+    let mut reply = run(ctx, &ns, &spec, verbosity)?;
+    reply.insert("command", inner);
+    reply.insert("serverInfo", server_info(ctx));
+    Ok(reply)
+}
+
+fn run(ctx: &Ctx, ns: &Namespace, spec: &FindSpec, verbosity: Verbosity) -> Result<Document> {
+    let started = Instant::now();
+    let coll = ctx.state.engine.collection(ns);
+    let mut exec = ctx.state.engine.plan_find(coll.as_ref(), spec)?;
+    let parsed = Matcher::parse(&spec.filter)?.canonical_document();
+    let mut n = 0u64;
+    if verbosity != Verbosity::QueryPlanner {
+        while exec.get_next()?.is_some() {
+            n += 1;
+        }
+    }
+    let mut reply = doc! {
+        "explainVersion": "1",
+        "queryPlanner": explain::query_planner(&ns.full(), parsed, &exec),
+    };
+    if verbosity != Verbosity::QueryPlanner {
+        let millis = started.elapsed().as_millis() as u64;
+        let all = verbosity == Verbosity::AllPlansExecution;
+        reply.insert(
+            "executionStats",
+            explain::execution_stats(&exec, n, millis, all),
+        );
+    }
+    Ok(reply)
+}
+
+fn server_info(ctx: &Ctx) -> Document {
+    doc! {
+        "host": std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default(),
+        "port": i32::from(ctx.state.config.port),
+        "version": super::info::COMPATIBLE_VERSION,
+        "gitVersion": "nidus",
+    }
+}
