@@ -72,7 +72,7 @@ impl Parsed {
         if let (None, Some((p, doc))) = (covered, &self.projection) {
             stage = Stage::new(ProjectionStage::new(stage, p.clone(), doc.clone()));
         }
-        if self.limit > 0 && !(sorted && self.limit > 0) {
+        if self.limit > 0 && !sorted {
             stage = Stage::new(Limit::new(stage, self.limit));
         }
         stage

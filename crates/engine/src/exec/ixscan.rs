@@ -66,7 +66,8 @@ impl IndexScan {
         forward: bool,
     ) -> Self {
         let directions: Vec<bool> = index.pattern.iter().map(|(_, d)| *d).collect();
-        let scan_desc = directions.iter().map(|d| *d != !forward).collect();
+        // A field runs descending in scan order when it is descending XOR the scan is backward.
+        let scan_desc = directions.iter().map(|d| *d == forward).collect();
         let bounds = if forward { bounds } else { bounds.reversed() };
         let empty = bounds.is_empty();
         let single_interval = bounds.is_single_interval();
