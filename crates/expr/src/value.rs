@@ -15,32 +15,7 @@ pub fn err(code: i32, msg: impl Into<String>) -> Error {
     Error::new(ErrorCode::from_code(code), msg)
 }
 
-/// MongoDB's name of a BSON type (`typeName`), as `$type` returns it.
-pub fn type_name_bson(v: &Bson) -> &'static str {
-    match v {
-        Bson::Double(_) => "double",
-        Bson::String(_) => "string",
-        Bson::Document(_) => "object",
-        Bson::Array(_) => "array",
-        Bson::Binary(_) => "binData",
-        Bson::Undefined => "undefined",
-        Bson::ObjectId(_) => "objectId",
-        Bson::Boolean(_) => "bool",
-        Bson::DateTime(_) => "date",
-        Bson::Null => "null",
-        Bson::RegularExpression(_) => "regex",
-        Bson::DbPointer(_) => "dbPointer",
-        Bson::JavaScriptCode(_) => "javascript",
-        Bson::Symbol(_) => "symbol",
-        Bson::JavaScriptCodeWithScope(_) => "javascriptWithScope",
-        Bson::Int32(_) => "int",
-        Bson::Timestamp(_) => "timestamp",
-        Bson::Int64(_) => "long",
-        Bson::Decimal128(_) => "decimal",
-        Bson::MinKey => "minKey",
-        Bson::MaxKey => "maxKey",
-    }
-}
+pub use nidus_doc::compare::type_name as type_name_bson;
 
 /// [`type_name_bson`], with `"missing"` for a missing value.
 pub fn type_name(v: &Value) -> &'static str {

@@ -6,32 +6,7 @@ use nidus_common::shell;
 use nidus_doc::path::array_index;
 use std::cmp::Ordering;
 
-/// MongoDB's `typeName()` of a value.
-pub fn type_name(v: &Bson) -> &'static str {
-    match v {
-        Bson::Double(_) => "double",
-        Bson::String(_) => "string",
-        Bson::Document(_) => "object",
-        Bson::Array(_) => "array",
-        Bson::Binary(_) => "binData",
-        Bson::Undefined => "undefined",
-        Bson::ObjectId(_) => "objectId",
-        Bson::Boolean(_) => "bool",
-        Bson::DateTime(_) => "date",
-        Bson::Null => "null",
-        Bson::RegularExpression(_) => "regex",
-        Bson::DbPointer(_) => "dbPointer",
-        Bson::JavaScriptCode(_) => "javascript",
-        Bson::Symbol(_) => "symbol",
-        Bson::JavaScriptCodeWithScope(_) => "javascriptWithScope",
-        Bson::Int32(_) => "int",
-        Bson::Timestamp(_) => "timestamp",
-        Bson::Int64(_) => "long",
-        Bson::Decimal128(_) => "decimal",
-        Bson::MinKey => "minKey",
-        Bson::MaxKey => "maxKey",
-    }
-}
+pub use nidus_doc::compare::type_name;
 
 /// `name: value` as MongoDB's `BSONElement::toString()` prints it.
 pub fn elem(name: &str, v: &Bson) -> String {
