@@ -4,7 +4,7 @@
 use crate::value::{err, Value};
 use crate::variables::{self, ParseContext, VarId, Variables};
 use crate::{
-    arithmetic, array, boolean, comparison, conditional, date, object, set, string, types,
+    arithmetic, array, boolean, comparison, conditional, date, meta, object, set, string, types,
 };
 use bson::{Bson, Document, RawBsonRef, RawDocument};
 use nidus_common::{Error, ErrorCode, Result};
@@ -37,6 +37,10 @@ pub trait Operator: fmt::Debug + Send + Sync {
     fn serialize(&self) -> Bson;
     /// Direct sub-expressions (for dependency analysis).
     fn children(&self) -> Vec<&Expression>;
+    /// The metadata this operator reads (`$meta`'s argument).
+    fn metadata(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// Evaluation function of an operator with positional arguments.
@@ -274,6 +278,8 @@ pub struct Dependencies {
     pub need_whole_document: bool,
     /// Variables read (other than ROOT/CURRENT).
     pub variables: BTreeSet<VarId>,
+    /// Metadata read through `$meta` (`"textScore"`, `"indexKey"`, ...).
+    pub metadata: BTreeSet<&'static str>,
 }
 
 impl Expression {
@@ -424,6 +430,7 @@ impl Expression {
                 }
             }
             Expression::Op(op) => {
+                deps.metadata.extend(op.metadata());
                 for c in op.children() {
                     c.add_dependencies(deps);
                 }
@@ -530,22 +537,25 @@ pub(crate) fn parse_field_path(s: &str, ctx: &ParseContext) -> Result<Expression
 /// A parser of one operator: (name, argument, context).
 pub(crate) type Parser = fn(&'static str, &Bson, &ParseContext) -> Result<Expression>;
 
+/// Every family's operator table.
+const FAMILIES: [&[(&str, Parser)]; 12] = [
+    arithmetic::OPS,
+    comparison::OPS,
+    boolean::OPS,
+    conditional::OPS,
+    string::OPS,
+    array::OPS,
+    set::OPS,
+    types::OPS,
+    date::OPS,
+    object::OPS,
+    variables::OPS,
+    meta::OPS,
+];
+
 /// Looks an operator up in every family's table.
 fn parse_operator(name: &str, arg: &Bson, ctx: &ParseContext) -> Result<Expression> {
-    let tables: [&[(&'static str, Parser)]; 11] = [
-        arithmetic::OPS,
-        comparison::OPS,
-        boolean::OPS,
-        conditional::OPS,
-        string::OPS,
-        array::OPS,
-        set::OPS,
-        types::OPS,
-        date::OPS,
-        object::OPS,
-        variables::OPS,
-    ];
-    for table in tables {
+    for table in FAMILIES {
         if let Some((n, p)) = table.iter().find(|(n, _)| *n == name) {
             return p(n, arg, ctx);
         }
@@ -558,21 +568,7 @@ fn parse_operator(name: &str, arg: &Bson, ctx: &ParseContext) -> Result<Expressi
 
 /// All operator names this crate knows (for `$project` to tell operators from fields).
 pub fn is_expression_name(name: &str) -> bool {
-    [
-        arithmetic::OPS,
-        comparison::OPS,
-        boolean::OPS,
-        conditional::OPS,
-        string::OPS,
-        array::OPS,
-        set::OPS,
-        types::OPS,
-        date::OPS,
-        object::OPS,
-        variables::OPS,
-    ]
-    .iter()
-    .any(|t| t.iter().any(|(n, _)| *n == name))
+    FAMILIES.iter().any(|t| t.iter().any(|(n, _)| *n == name))
 }
 
 // ---- argument-list helpers ----------------------------------------------------------------

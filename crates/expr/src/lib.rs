@@ -21,6 +21,7 @@ pub mod conditional;
 pub mod date;
 pub mod decimal;
 mod expression;
+pub mod meta;
 pub mod object;
 pub mod predicate;
 pub mod set;

@@ -1,12 +1,17 @@
 //! Applying a parsed projection tree to a raw document.
 
-use super::{Expr, PNode};
-use bson::{Bson, RawBsonRef, RawDocument};
+use super::PNode;
+use bson::{Bson, DateTime, RawBsonRef, RawDocument};
 use nidus_common::{Error, ErrorCode, Result};
+use nidus_expr::{Expression, Variables};
 
 pub struct ApplyCtx<'a> {
+    /// `$$ROOT`: computed fields see the whole document at any depth.
     pub root: &'a RawDocument,
+    /// The array index the query matched (for `field.$`).
     pub position: Option<usize>,
+    /// `$$NOW`, one value for the whole projection.
+    pub now: DateTime,
 }
 
 type Children = [(String, PNode)];
@@ -99,13 +104,21 @@ pub fn exclude_doc(
         let (name, v) =
             item.map_err(|e| Error::new(ErrorCode::InvalidBSON, format!("invalid BSON: {e}")))?;
         let projected = match child(children, name) {
-            None | Some(PNode::Include) | Some(PNode::Computed(_)) => Some(to_bson(v)?),
-            Some(PNode::Exclude) => None,
+            None | Some(PNode::Include) => Some(to_bson(v)?),
+            Some(PNode::Exclude) | Some(PNode::Computed(_)) => None,
             Some(PNode::Inner(sub)) => Some(exclude_value(sub, v, ctx)?),
             Some(other) => special(other, v, ctx)?,
         };
         if let Some(p) = projected {
             out.insert(name, p);
+        }
+    }
+    // `$meta` fields, the only computed ones an exclusion allows, come last.
+    for (name, node) in children {
+        if let PNode::Computed(e) = node {
+            if let Some(v) = eval(e, ctx)? {
+                out.insert(name.clone(), v);
+            }
         }
     }
     Ok(out)
@@ -184,42 +197,7 @@ fn slice(v: Bson, skip: Option<i32>, limit: i32) -> Bson {
     Bson::Array(a.into_iter().skip(start).take(count).collect())
 }
 
-fn eval(e: &Expr, ctx: &ApplyCtx) -> Result<Option<Bson>> {
-    match e {
-        Expr::Literal(v) => Ok(Some(v.clone())),
-        Expr::FieldPath(parts) => field_path(RawBsonRef::Document(ctx.root), parts),
-        Expr::Array(items) => {
-            let mut out = Vec::with_capacity(items.len());
-            for i in items {
-                // A missing value inside an array expression is null.
-                out.push(eval(i, ctx)?.unwrap_or(Bson::Null));
-            }
-            Ok(Some(Bson::Array(out)))
-        }
-    }
-}
-
-/// The aggregation value of `$a.b`: through arrays, the values found in their documents.
-fn field_path(v: RawBsonRef, parts: &[String]) -> Result<Option<Bson>> {
-    let Some((head, rest)) = parts.split_first() else {
-        return Ok(Some(to_bson(v)?));
-    };
-    match v {
-        RawBsonRef::Document(d) => match d.get(head) {
-            Ok(Some(next)) => field_path(next, rest),
-            _ => Ok(None),
-        },
-        RawBsonRef::Array(a) => {
-            let mut out = Vec::new();
-            for e in a.into_iter().flatten() {
-                if matches!(e, RawBsonRef::Document(_) | RawBsonRef::Array(_)) {
-                    if let Some(x) = field_path(e, parts)? {
-                        out.push(x);
-                    }
-                }
-            }
-            Ok(Some(Bson::Array(out)))
-        }
-        _ => Ok(None),
-    }
+fn eval(e: &Expression, ctx: &ApplyCtx) -> Result<Option<Bson>> {
+    let mut vars = Variables::for_raw(ctx.root).with_now(ctx.now);
+    e.evaluate(&mut vars)
 }

@@ -1,7 +1,8 @@
-//! Find projections (MongoDB 4.4+ semantics): inclusion and exclusion of dotted paths
-//! (applied through arrays of documents), `_id` included by default, `$slice`, `$elemMatch`,
-//! the positional `field.$`, literal values, field-path expressions (`{a: "$b"}`) and
-//! `$literal`. Other aggregation expressions and `$meta` are rejected for now.
+//! Projections (MongoDB 4.4+ semantics), shared by `find`/`findAndModify` and the
+//! aggregation `$project`/`$unset` stages: inclusion and exclusion of dotted paths (applied
+//! through arrays of documents), `_id` included by default, computed fields (any aggregation
+//! expression, evaluated with the whole document as `$$ROOT`/`$$CURRENT`), `$meta`, and for
+//! find only (see [`Policy`]) `$slice`, `$elemMatch` and the positional `field.$`.
 //!
 //! [`Projection::parse`] builds a tree of [`PNode`]s with MongoDB's parse errors (path
 //! collisions 31249/31250, mixed inclusion/exclusion 31253/31254, ...); [`apply`] walks a
@@ -15,15 +16,15 @@ mod tests;
 use crate::matcher::Matcher;
 use bson::{doc, Bson, Document};
 use nidus_common::{shell, Error, ErrorCode, Result};
+use nidus_expr::{Expression, ParseContext};
 
-/// A value computed by a projection (the subset of the expression language supported now).
-#[derive(Debug, Clone)]
-pub enum Expr {
-    Literal(Bson),
-    /// `"$a.b"`: the value at a path of the input document.
-    FieldPath(Vec<String>),
-    /// An array whose elements are expressions.
-    Array(Vec<Expr>),
+/// Which projection language is parsed: find's (with `$slice`, `$elemMatch`, positional
+/// `.$`) or aggregation's `$project` (where those names are expressions or invalid).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Policy {
+    #[default]
+    Find,
+    Aggregate,
 }
 
 /// A node of the projection tree.
@@ -31,7 +32,8 @@ pub enum Expr {
 pub enum PNode {
     Include,
     Exclude,
-    Computed(Expr),
+    /// A computed field (an expression; `$meta` ones do not make the projection an inclusion).
+    Computed(Expression),
     /// `{a: {$slice: ...}}`: `skip` None for the single-number form.
     Slice {
         skip: Option<i32>,
@@ -73,8 +75,9 @@ pub struct Projection {
     has_dotted: bool,
 }
 
-#[derive(Default)]
-struct Ctx {
+struct Ctx<'a> {
+    policy: Policy,
+    exprs: &'a ParseContext,
     kind: Option<Kind>,
     id_specified: bool,
     id_included: bool,
@@ -93,7 +96,31 @@ fn err(code: i32, msg: impl Into<String>) -> Error {
 impl Projection {
     /// Parses a find projection document.
     pub fn parse(spec: &Document) -> Result<Projection> {
-        let mut ctx = Ctx::default();
+        Self::parse_with(spec, Policy::Find, &ParseContext::new())
+    }
+
+    /// Parses a projection under `policy`, its expressions in the variable scope `exprs`
+    /// (a command's `let`).
+    pub fn parse_with(spec: &Document, policy: Policy, exprs: &ParseContext) -> Result<Projection> {
+        let mut ctx = Ctx {
+            policy,
+            exprs,
+            kind: None,
+            id_specified: false,
+            id_included: false,
+            id_excluded: false,
+            has_positional: false,
+            has_elem_match: false,
+            has_slice: false,
+            has_computed: false,
+            has_dotted: false,
+        };
+        if policy == Policy::Aggregate && spec.is_empty() {
+            return Err(err(
+                51272,
+                "projection specification must have at least one field",
+            ));
+        }
         let mut root: Vec<(String, PNode)> = Vec::new();
         for (k, v) in spec {
             ctx.id_specified |= k == "_id" || k.starts_with("_id.");
@@ -202,6 +229,11 @@ impl Projection {
         let ctx = apply::ApplyCtx {
             root: doc,
             position: matched_index,
+            now: if self.has_computed {
+                bson::DateTime::now()
+            } else {
+                bson::DateTime::MIN
+            },
         };
         match self.kind {
             Kind::Inclusion => apply::include_doc(&self.root, doc, &ctx),
@@ -289,7 +321,10 @@ fn parse_element(
     v: &Bson,
     at_root: bool,
 ) -> Result<()> {
-    let positional = find_positional(field);
+    let positional = match ctx.policy {
+        Policy::Find => find_positional(field),
+        Policy::Aggregate => None,
+    };
     let is_root_id = at_root && field == "_id";
     if field.contains('.') {
         ctx.has_dotted = true;
@@ -323,7 +358,7 @@ fn parse_element(
                         "positional projection cannot be used with a literal",
                     ));
                 }
-                let expr = parse_operand(other)?;
+                let expr = Expression::parse(other, ctx.exprs)?;
                 add_computed(ctx, parent, field, expr, other)
             }
         },
@@ -352,11 +387,21 @@ fn add_computed(
     ctx: &mut Ctx,
     parent: &mut Vec<(String, PNode)>,
     field: &str,
-    expr: Expr,
+    expr: Expression,
     v: &Bson,
 ) -> Result<()> {
     check_field_path(field)?;
+    let meta = expr.dependencies().metadata;
+    if meta.contains("textScore") {
+        return Err(nidus_expr::meta::text_score_unavailable());
+    }
+    let is_meta = !meta.is_empty() && matches!(v, Bson::Document(d) if d.contains_key("$meta"));
     add_node(parent, field, PNode::Computed(expr))?;
+    ctx.has_computed = true;
+    if is_meta {
+        // `{$meta: ...}` adds a field to either kind of projection.
+        return Ok(());
+    }
     if ctx.kind == Some(Kind::Exclusion) {
         return Err(err(
             31310,
@@ -367,7 +412,6 @@ fn add_computed(
         ));
     }
     ctx.kind = Some(Kind::Inclusion);
-    ctx.has_computed = true;
     Ok(())
 }
 
@@ -428,10 +472,8 @@ fn parse_sub_object(
     sub: &Document,
     at_root: bool,
 ) -> Result<()> {
-    if sub.len() == 1 {
-        if let Some((op, arg)) = sub.iter().next().filter(|(k, _)| k.starts_with('$')) {
-            return parse_expression(ctx, parent, field, op, arg, sub, at_root);
-        }
+    if let Some((op, arg)) = sub.iter().next().filter(|(k, _)| k.starts_with('$')) {
+        return parse_expression(ctx, parent, field, op, arg, sub, at_root);
     }
     if sub.is_empty() {
         return Err(err(
@@ -457,14 +499,14 @@ fn parse_expression(
     at_root: bool,
 ) -> Result<()> {
     check_field_path(field)?;
-    match op {
-        "$slice" => {
+    match (op, ctx.policy) {
+        ("$slice", Policy::Find) if sub.len() == 1 => {
             let node = parse_slice(arg)?;
             add_node(parent, field, node)?;
             ctx.has_slice = true;
             Ok(())
         }
-        "$elemMatch" => {
+        ("$elemMatch", Policy::Find) if sub.len() == 1 => {
             let Bson::Document(_) = arg else {
                 return Err(err(
                     31274,
@@ -493,17 +535,11 @@ fn parse_expression(
             ctx.has_elem_match = true;
             Ok(())
         }
-        "$literal" => add_computed(
-            ctx,
-            parent,
-            field,
-            Expr::Literal(arg.clone()),
-            &Bson::Document(sub.clone()),
-        ),
-        "$meta" => Err(Error::bad_value("$meta projections are not supported yet")),
-        other => Err(Error::bad_value(format!(
-            "projection expression {other} is not supported yet"
-        ))),
+        _ => {
+            let whole = Bson::Document(sub.clone());
+            let expr = Expression::parse_object(sub, ctx.exprs)?;
+            add_computed(ctx, parent, field, expr, &whole)
+        }
     }
 }
 
@@ -569,28 +605,6 @@ fn parse_slice(arg: &Bson) -> Result<PNode> {
         skip: Some(skip),
         limit,
     })
-}
-
-/// A projection value that is neither a number, a boolean nor a sub-object.
-fn parse_operand(v: &Bson) -> Result<Expr> {
-    match v {
-        Bson::String(s) if s.starts_with("$$") => Err(Error::bad_value(format!(
-            "projection variable {s} is not supported yet"
-        ))),
-        Bson::String(s) if s.starts_with('$') => {
-            let path = &s[1..];
-            if path.is_empty() || path.split('.').any(|p| p.is_empty() || p.starts_with('$')) {
-                return Err(err(16872, format!("'{s}' is not a valid field path")));
-            }
-            Ok(Expr::FieldPath(
-                path.split('.').map(str::to_string).collect(),
-            ))
-        }
-        Bson::Array(items) => Ok(Expr::Array(
-            items.iter().map(parse_operand).collect::<Result<_>>()?,
-        )),
-        other => Ok(Expr::Literal(other.clone())),
-    }
 }
 
 /// Adds `node` at the dotted `path` below `parent` (MongoDB's `addNodeAtPath`).

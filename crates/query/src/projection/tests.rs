@@ -220,8 +220,36 @@ fn projection_errors() {
             51270,
             "An empty sub-projection is not a valid value",
         ),
-        (doc! {"a": {"$meta": "textScore"}}, 2, "not supported yet"),
-        (doc! {"a": {"$add": [1, 2]}}, 2, "not supported yet"),
+        (
+            doc! {"a": {"$meta": "textScore"}},
+            40218,
+            "query requires text score metadata, but it is not available",
+        ),
+        (
+            doc! {"a": {"$meta": "bogus"}},
+            17308,
+            "Unsupported argument to $meta: bogus",
+        ),
+        (
+            doc! {"a": {"$foo": [1, 2]}},
+            168,
+            "Unrecognized expression '$foo'",
+        ),
+        (
+            doc! {"a": 0, "b": {"$add": [1, 2]}},
+            31310,
+            "Cannot use an expression b: { $add: [ 1, 2 ] } in an exclusion projection",
+        ),
+        (
+            doc! {"a": {"$add": [1], "b": 1}},
+            15983,
+            "An object representing an expression must have exactly one field",
+        ),
+        (
+            doc! {"a": "$$nope"},
+            17276,
+            "Use of undefined variable: nope",
+        ),
         (
             doc! {"a.$": {"x": 1}},
             31271,
@@ -256,4 +284,60 @@ fn explain_hooks() {
     assert!(slice.is_exclusion() && !slice.is_simple());
     let pos = Projection::parse(&doc! {"a.$": 1}).expect("parses");
     assert!(pos.requires_match_details() && pos.is_inclusion());
+}
+
+/// Computed fields: any aggregation expression, evaluated against the whole document.
+#[test]
+fn computed_fields() {
+    let d = doc! {"_id": 1, "a": 2, "b": {"c": 3}, "arr": [{"x": 1}, {"x": 2}], "s": "Hi"};
+    let cases: Vec<(Document, Document)> = vec![
+        (
+            doc! {"sum": {"$add": ["$a", "$b.c"]}},
+            doc! {"_id": 1, "sum": 5},
+        ),
+        (
+            doc! {"_id": 0, "u": {"$toUpper": "$s"}, "a": 1},
+            doc! {"a": 2, "u": "HI"},
+        ),
+        (
+            doc! {"_id": 0, "xs": "$arr.x", "lit": {"$literal": "$a"}},
+            doc! {"xs": [1, 2], "lit": "$a"},
+        ),
+        (
+            doc! {"_id": 0, "arr": {"y": {"$multiply": ["$a", 10]}}},
+            doc! {"arr": [{"y": 20}, {"y": 20}]},
+        ),
+        (
+            doc! {"_id": 0, "n": {"$size": "$arr"}, "gone": "$$REMOVE", "r": "$$ROOT.a"},
+            doc! {"n": 2, "r": 2},
+        ),
+        (
+            doc! {"_id": 0, "t": "text", "nul": null, "arrlit": [1, "$a"]},
+            doc! {"t": "text", "nul": null, "arrlit": [1, 2]},
+        ),
+        // `$meta` adds a field to an exclusion; absent metadata is missing.
+        (
+            doc! {"arr": 0, "k": {"$meta": "indexKey"}, "s": 0},
+            doc! {"_id": 1, "a": 2, "b": {"c": 3}},
+        ),
+    ];
+    for (spec, want) in cases {
+        assert_eq!(project(&d, spec.clone(), None).ok(), Some(want), "{spec}");
+    }
+}
+
+/// `$project` (aggregate policy): `$slice`/`$elemMatch` are expressions, `.$` is not special.
+#[test]
+fn aggregate_policy() {
+    let parse =
+        |spec: &Document| Projection::parse_with(spec, Policy::Aggregate, &ParseContext::new());
+    let d = RawDocumentBuf::from_document(&doc! {"_id": 1, "arr": [1, 2, 3]}).expect("raw");
+    let p = parse(&doc! {"first": {"$slice": ["$arr", 2]}}).expect("parses");
+    assert_eq!(p.apply(&d).ok(), Some(doc! {"_id": 1, "first": [1, 2]}));
+    let e = parse(&doc! {}).expect_err("empty");
+    assert_eq!(e.code.code(), 51272);
+    let e = parse(&doc! {"a": {"$elemMatch": {"x": 1}}}).expect_err("no $elemMatch");
+    assert_eq!(e.code.code(), 168);
+    let e = parse(&doc! {"a.$": 1}).expect_err("no positional");
+    assert_eq!(e.code.code(), 16410);
 }
