@@ -9,8 +9,10 @@ use crate::plan;
 use crate::Engine;
 use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
+use nidus_expr::LetScope;
 use nidus_query::matcher::Matcher;
-use nidus_query::projection::Projection;
+use nidus_query::matcher::ParseOptions;
+use nidus_query::projection::{Policy, Projection};
 use nidus_query::sort::SortPattern;
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,6 +28,8 @@ pub struct FindSpec {
     pub limit: u64,
     pub hint: Option<Bson>,
     pub deadline: Option<Instant>,
+    /// The command's `let` variables (for `$expr` and computed projections).
+    pub let_vars: Option<Document>,
 }
 
 /// Natural order requested through `sort` or `hint` (`{$natural: -1}`).
@@ -84,7 +88,12 @@ impl Engine {
     /// the `_id` express path, else every relevant index plan raced by the multi-planner,
     /// else a collection scan.
     pub fn plan_find(&self, coll: Option<&CollectionRef>, spec: &FindSpec) -> Result<Executor> {
-        let matcher = Arc::new(Matcher::parse(&spec.filter)?);
+        let scope = LetScope::new(spec.let_vars.as_ref())?;
+        let opts = ParseOptions {
+            scope: Some(&scope),
+            ..ParseOptions::default()
+        };
+        let matcher = Arc::new(Matcher::parse_with(&spec.filter, &opts)?);
         let sort_spec = spec.sort.as_ref().filter(|s| !s.is_empty());
         let natural_sort = sort_spec.and_then(natural_direction);
         let sort = match sort_spec {
@@ -92,7 +101,10 @@ impl Engine {
             _ => None,
         };
         let projection = match &spec.projection {
-            Some(p) if !p.is_empty() => Some((Arc::new(Projection::parse(p)?), p.clone())),
+            Some(p) if !p.is_empty() => {
+                let p_parsed = Projection::parse_with(p, Policy::Find, &scope)?;
+                Some((Arc::new(p_parsed), p.clone()))
+            }
             _ => None,
         };
         let Some(coll) = coll else {

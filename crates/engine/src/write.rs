@@ -8,7 +8,8 @@ use crate::retry::with_write_conflict_retry;
 use crate::Engine;
 use bson::{oid::ObjectId, Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
-use nidus_query::matcher::Matcher;
+use nidus_expr::LetScope;
+use nidus_query::matcher::{Matcher, ParseOptions};
 use nidus_query::update::{Update, UpdateContext};
 use nidus_storage::{keys, KvTxn, Space};
 use std::sync::atomic::Ordering;
@@ -24,6 +25,20 @@ const MAX_SINGLE_TARGET_RESTARTS: usize = 100;
 #[derive(Debug, Clone, Default)]
 pub struct WriteOpts {
     pub deadline: Option<Instant>,
+    /// The command's `let` variables (for `$expr` in filters, pipeline updates).
+    pub let_vars: Option<Document>,
+}
+
+impl WriteOpts {
+    /// Parses a write's filter in the command's `let` scope.
+    pub fn filter_matcher(&self, filter: &Document) -> Result<Matcher> {
+        let scope = LetScope::new(self.let_vars.as_ref())?;
+        let opts = ParseOptions {
+            scope: Some(&scope),
+            ..ParseOptions::default()
+        };
+        Matcher::parse_with(filter, &opts)
+    }
 }
 
 /// What `update` reports per statement.
@@ -198,13 +213,14 @@ impl Engine {
         spec: &UpdateSpec,
         opts: &WriteOpts,
     ) -> Result<UpdateOutcome> {
-        let matcher = Matcher::parse(&spec.filter)?;
+        let matcher = opts.filter_matcher(&spec.filter)?;
         let find = FindSpec {
             filter: spec.filter.clone(),
             sort: spec.sort.clone(),
             limit: if spec.multi { 0 } else { 1 },
             hint: spec.hint.clone(),
             deadline: opts.deadline,
+            let_vars: opts.let_vars.clone(),
             ..FindSpec::default()
         };
         let mut outcome = UpdateOutcome::default();
@@ -287,7 +303,7 @@ impl Engine {
                 return Ok(None);
             };
             let old_raw = RawDocument::from_bytes(&bytes)?;
-            let Some(position) = matcher.matches_with_position(old_raw) else {
+            let Some(position) = matcher.matches_with_position(old_raw)? else {
                 return Ok(None);
             };
             let old_doc = Document::try_from(old_raw)?;
@@ -369,12 +385,13 @@ impl Engine {
         hint: Option<Bson>,
         opts: &WriteOpts,
     ) -> Result<u64> {
-        let matcher = Matcher::parse(filter)?;
+        let matcher = opts.filter_matcher(filter)?;
         let find = FindSpec {
             filter: filter.clone(),
             limit: if multi { 0 } else { 1 },
             hint,
             deadline: opts.deadline,
+            let_vars: opts.let_vars.clone(),
             ..FindSpec::default()
         };
         let mut n = 0;
@@ -410,7 +427,7 @@ impl Engine {
                 return Ok(None);
             };
             let raw = RawDocument::from_bytes(&bytes)?;
-            if !matcher.matches(raw) {
+            if !matcher.matches(raw)? {
                 return Ok(None);
             }
             for ix in &meta.indexes {

@@ -24,6 +24,7 @@ mod expression;
 pub mod meta;
 pub mod object;
 pub mod predicate;
+pub mod scope;
 pub mod set;
 pub mod string;
 pub mod types;
@@ -37,5 +38,6 @@ pub use expression::{
     is_expression_name, Dependencies, Expression, FieldPathExpr, Named, Nary, Operator,
 };
 pub use predicate::ExprPredicate;
+pub use scope::{Bindings, LetScope};
 pub use value::Value;
 pub use variables::{ParseContext, VarId, Variables};

@@ -1,31 +1,35 @@
 //! `$expr` as a document predicate: the expression's result is true unless it is false,
-//! null, undefined, missing or numeric zero.
-//!
-//! The `query` crate's matcher takes a parser of type `fn(&Bson) -> Result<Arc<dyn
-//! DocPredicate>>`; it wraps [`ExprPredicate`] in its own trait (this crate does not depend
-//! on `query`).
+//! null, undefined, missing or numeric zero. The `query` crate's matcher wraps
+//! [`ExprPredicate`] (this crate does not depend on `query`).
 
+use crate::scope::{Bindings, LetScope};
 use crate::value::truthy;
-use crate::{Expression, ParseContext, Variables};
-use bson::{Bson, DateTime, RawDocument};
+use crate::{Expression, Variables};
+use bson::{Bson, RawDocument};
 use nidus_common::Result;
+use std::sync::Arc;
 
-/// A parsed `$expr` argument.
+/// A parsed `$expr` argument, with the command's variable bindings.
 #[derive(Debug, Clone)]
 pub struct ExprPredicate {
     expr: Expression,
+    bindings: Option<Arc<Bindings>>,
 }
 
 impl ExprPredicate {
-    /// Parses the argument of `$expr`.
+    /// Parses the argument of `$expr` (no `let` variables).
     pub fn parse(arg: &Bson) -> Result<ExprPredicate> {
-        Self::parse_with(arg, &ParseContext::new())
+        Ok(ExprPredicate {
+            expr: Expression::parse(arg, &crate::ParseContext::new())?,
+            bindings: None,
+        })
     }
 
-    /// Parses with a context holding the command's `let` variables.
-    pub fn parse_with(arg: &Bson, ctx: &ParseContext) -> Result<ExprPredicate> {
+    /// Parses in a command's scope (its `let` variables and `$$NOW`).
+    pub fn parse_in(arg: &Bson, scope: &LetScope) -> Result<ExprPredicate> {
         Ok(ExprPredicate {
-            expr: Expression::parse(arg, ctx)?,
+            expr: Expression::parse(arg, scope.parse_context())?,
+            bindings: Some(scope.bindings().clone()),
         })
     }
 
@@ -36,23 +40,10 @@ impl ExprPredicate {
     /// Evaluates against a document; errors (e.g. `$divide` by zero) are returned.
     pub fn evaluate(&self, doc: &RawDocument) -> Result<bool> {
         let mut vars = Variables::for_raw(doc);
+        if let Some(b) = &self.bindings {
+            b.bind(&mut vars);
+        }
         Ok(truthy(&self.expr.evaluate(&mut vars)?))
-    }
-
-    /// Evaluates with given variables (`$$NOW` fixed per command, `let` values).
-    pub fn evaluate_with(&self, vars: &mut Variables) -> Result<bool> {
-        Ok(truthy(&self.expr.evaluate(vars)?))
-    }
-
-    /// Evaluates with `$$NOW` fixed.
-    pub fn evaluate_at(&self, doc: &RawDocument, now: DateTime) -> Result<bool> {
-        let mut vars = Variables::for_raw(doc).with_now(now);
-        Ok(truthy(&self.expr.evaluate(&mut vars)?))
-    }
-
-    /// Evaluates, treating an evaluation error as "no match".
-    pub fn matches(&self, doc: &RawDocument) -> bool {
-        self.evaluate(doc).unwrap_or(false)
     }
 }
 
@@ -76,7 +67,7 @@ mod tests {
         ];
         for (e, want) in cases {
             let p = ExprPredicate::parse(&e).expect("parse");
-            assert_eq!(p.matches(&d), want, "{e}");
+            assert_eq!(p.evaluate(&d).ok(), Some(want), "{e}");
         }
         let p = ExprPredicate::parse(&bson!({"$divide": [1, "$z"]})).expect("parse");
         assert!(p.evaluate(&d).is_err());

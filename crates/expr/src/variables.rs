@@ -151,7 +151,8 @@ pub struct Variables<'a> {
     root: Root<'a>,
     current: Option<Value>,
     slots: Vec<Value>,
-    now: DateTime,
+    /// `$$NOW`; read from the clock on first use when no command fixed it.
+    now: Option<DateTime>,
 }
 
 impl<'a> Variables<'a> {
@@ -161,7 +162,7 @@ impl<'a> Variables<'a> {
             root: Root::Doc(doc),
             current: None,
             slots: Vec::new(),
-            now: DateTime::now(),
+            now: None,
         }
     }
 
@@ -172,14 +173,19 @@ impl<'a> Variables<'a> {
             root: Root::Raw(doc),
             current: None,
             slots: Vec::new(),
-            now: DateTime::now(),
+            now: None,
         }
     }
 
     /// Sets `$$NOW` (one value per command, as MongoDB does).
     pub fn with_now(mut self, now: DateTime) -> Variables<'a> {
-        self.now = now;
+        self.now = Some(now);
         self
+    }
+
+    /// Sets `$$NOW` in place.
+    pub fn set_now(&mut self, now: DateTime) {
+        self.now = Some(now);
     }
 
     /// Sets a user variable (a command's `let`, or an operator binding).
@@ -229,7 +235,7 @@ impl<'a> Variables<'a> {
                 None => Ok(Some(self.root())),
             },
             REMOVE => Ok(None),
-            NOW => Ok(Some(Bson::DateTime(self.now))),
+            NOW => Ok(Some(Bson::DateTime(self.now.unwrap_or_else(DateTime::now)))),
             CLUSTER_TIME => Err(err(
                 51144,
                 "Builtin variable '$$CLUSTER_TIME' is not available",

@@ -104,7 +104,7 @@ impl StageImpl for CollScan {
         self.docs_examined += 1;
         let doc = RawDocumentBuf::from_bytes(bytes)?;
         let matched = match &self.filter {
-            Some(m) => m.matches(&doc),
+            Some(m) => m.matches(&doc)?,
             None => true,
         };
         if matched {

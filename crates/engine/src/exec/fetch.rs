@@ -63,7 +63,7 @@ impl StageImpl for Fetch {
             m.doc = Some(RawDocumentBuf::from_bytes(bytes)?);
         }
         if let Some((matcher, _)) = &self.filter {
-            if !matcher.matches(m.doc()?) {
+            if !matcher.matches(m.doc()?)? {
                 return Ok(StageState::NeedTime);
             }
         }

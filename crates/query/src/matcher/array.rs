@@ -40,7 +40,8 @@ impl ElemMatch {
                     },
                     _ => return false,
                 };
-                expr.eval(doc).is_some()
+                // Parsed without `$expr` (see `ParseOptions::nested`): cannot fail.
+                matches!(expr.eval(doc), Ok(Some(_)))
             }
             ElemMatch::Value(preds) => preds.iter().all(|p| p.matches_single(e)),
         }

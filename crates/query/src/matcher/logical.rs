@@ -5,21 +5,34 @@ use bson::{Bson, Document, RawDocument};
 use nidus_common::{Error, Result};
 
 /// All children match; the position of the last child that reports one wins.
-pub fn eval_and(es: &[Expr], doc: &RawDocument) -> MatchPos {
+pub fn eval_and(es: &[Expr], doc: &RawDocument) -> Result<MatchPos> {
     let mut pos = None;
     for e in es {
-        pos = e.eval(doc)?.or(pos);
+        match e.eval(doc)? {
+            Some(p) => pos = p.or(pos),
+            None => return Ok(None),
+        }
     }
-    Some(pos)
+    Ok(Some(pos))
 }
 
 /// The first matching child decides the position.
-pub fn eval_or(es: &[Expr], doc: &RawDocument) -> MatchPos {
-    es.iter().find_map(|e| e.eval(doc))
+pub fn eval_or(es: &[Expr], doc: &RawDocument) -> Result<MatchPos> {
+    for e in es {
+        if let Some(p) = e.eval(doc)? {
+            return Ok(Some(p));
+        }
+    }
+    Ok(None)
 }
 
-pub fn eval_nor(es: &[Expr], doc: &RawDocument) -> MatchPos {
-    es.iter().all(|e| e.eval(doc).is_none()).then_some(None)
+pub fn eval_nor(es: &[Expr], doc: &RawDocument) -> Result<MatchPos> {
+    for e in es {
+        if e.eval(doc)?.is_some() {
+            return Ok(None);
+        }
+    }
+    Ok(Some(None))
 }
 
 /// The documents of a `$and/$or/$nor` argument, with MongoDB's errors.

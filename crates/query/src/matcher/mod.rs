@@ -26,6 +26,7 @@ mod tests;
 use bson::{Bson, Document, RawBsonRef, RawDocument};
 use nidus_common::Result;
 use nidus_doc::path::{walk, FieldPath};
+use nidus_expr::LetScope;
 use std::fmt;
 use std::sync::Arc;
 
@@ -38,35 +39,39 @@ pub use evaluation::{ModPred, RegexPred};
 /// A document-level predicate supplied from outside this crate (the hook `$expr` uses: the
 /// aggregation crate parses the expression and hands back one of these).
 pub trait DocPredicate: Send + Sync + fmt::Debug {
-    fn matches(&self, doc: &RawDocument) -> bool;
+    /// Whether the document satisfies the predicate; an evaluation error fails the query.
+    fn matches(&self, doc: &RawDocument) -> Result<bool>;
 }
-
-/// Parses the argument of `$expr` into a predicate (see [`ParseOptions::expr`]).
-pub type ExprParser = fn(&Bson) -> Result<Arc<dyn DocPredicate>>;
 
 /// Options of [`Matcher::parse_with`].
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ParseOptions {
-    /// Parser for `$expr` (e.g. one that knows the command's `let` variables); without one,
-    /// [`default_expr_parser`] is used.
-    pub expr: Option<ExprParser>,
+pub struct ParseOptions<'a> {
+    /// The command's `let` variables and `$$NOW`, for `$expr`.
+    pub scope: Option<&'a LetScope>,
+    /// Parsing inside `$elemMatch`, where `$expr` is refused (so nothing below it can fail
+    /// at evaluation).
+    pub nested: bool,
 }
 
 /// `$expr` through the aggregation expression language: the document matches when the
-/// expression's value is truthy. An evaluation error (e.g. `$divide` by zero) counts as no
-/// match, since [`DocPredicate::matches`] cannot report it.
+/// expression's value is truthy; an evaluation error (e.g. `$divide` by zero) fails the
+/// query, as in MongoDB.
 #[derive(Debug)]
 pub struct ExprMatch(pub nidus_expr::ExprPredicate);
 
 impl DocPredicate for ExprMatch {
-    fn matches(&self, doc: &RawDocument) -> bool {
-        self.0.matches(doc)
+    fn matches(&self, doc: &RawDocument) -> Result<bool> {
+        self.0.evaluate(doc)
     }
 }
 
-/// The default `$expr` parser (no `let` variables).
-pub fn default_expr_parser(arg: &Bson) -> Result<Arc<dyn DocPredicate>> {
-    Ok(Arc::new(ExprMatch(nidus_expr::ExprPredicate::parse(arg)?)))
+/// Parses the argument of `$expr`.
+fn parse_expr(arg: &Bson, opts: &ParseOptions) -> Result<Arc<dyn DocPredicate>> {
+    let p = match opts.scope {
+        Some(scope) => nidus_expr::ExprPredicate::parse_in(arg, scope)?,
+        None => nidus_expr::ExprPredicate::parse(arg)?,
+    };
+    Ok(Arc::new(ExprMatch(p)))
 }
 
 /// A parsed match expression over a document.
@@ -167,17 +172,17 @@ impl Leaf {
 pub type MatchPos = Option<Option<usize>>;
 
 impl Expr {
-    /// Evaluates against a document.
-    pub fn eval(&self, doc: &RawDocument) -> MatchPos {
-        match self {
-            Expr::And(es) => logical::eval_and(es, doc),
-            Expr::Or(es) => logical::eval_or(es, doc),
-            Expr::Nor(es) => logical::eval_nor(es, doc),
-            Expr::Not(e) => e.eval(doc).is_none().then_some(None),
+    /// Evaluates against a document (only `$expr` can fail).
+    pub fn eval(&self, doc: &RawDocument) -> Result<MatchPos> {
+        Ok(match self {
+            Expr::And(es) => return logical::eval_and(es, doc),
+            Expr::Or(es) => return logical::eval_or(es, doc),
+            Expr::Nor(es) => return logical::eval_nor(es, doc),
+            Expr::Not(e) => e.eval(doc)?.is_none().then_some(None),
             Expr::Const(b) => b.then_some(None),
             Expr::Path { path, leaf } => eval_path(doc, path, leaf),
-            Expr::External(p) => p.matches(doc).then_some(None),
-        }
+            Expr::External(p) => p.matches(doc)?.then_some(None),
+        })
     }
 }
 
@@ -212,7 +217,7 @@ impl Matcher {
         Self::parse_with(filter, &ParseOptions::default())
     }
 
-    /// Parses a filter with options (e.g. a `$expr` parser).
+    /// Parses a filter with options (e.g. the command's `let` scope).
     pub fn parse_with(filter: &Document, opts: &ParseOptions) -> Result<Matcher> {
         let expr = parse::parse_filter(filter, opts)?;
         Ok(Matcher {
@@ -243,9 +248,9 @@ impl Matcher {
         &self.filter
     }
 
-    /// True when the document matches.
-    pub fn matches(&self, doc: &RawDocument) -> bool {
-        self.expr.eval(doc).is_some()
+    /// True when the document matches; `$expr` evaluation errors are returned.
+    pub fn matches(&self, doc: &RawDocument) -> Result<bool> {
+        Ok(self.expr.eval(doc)?.is_some())
     }
 
     /// `None` when the document does not match; `Some(Some(i))` when it matches and a
@@ -253,7 +258,7 @@ impl Matcher {
     /// such array (what the positional `$` update operator replaces); `Some(None)` when it
     /// matches without an array position. With several array leaves under `$and`, the last
     /// one evaluated wins (as MongoDB's elemMatchKey).
-    pub fn matches_with_position(&self, doc: &RawDocument) -> MatchPos {
+    pub fn matches_with_position(&self, doc: &RawDocument) -> Result<MatchPos> {
         self.expr.eval(doc)
     }
 

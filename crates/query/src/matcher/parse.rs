@@ -49,10 +49,12 @@ fn parse_top_element(k: &str, v: &Bson, opts: &ParseOptions) -> Result<Option<Ex
         "$alwaysTrue" => Expr::Const(true),
         "$alwaysFalse" => Expr::Const(false),
         "$where" => return Err(Error::bad_value("no globalScriptEngine in $where parsing")),
-        "$expr" => match opts.expr {
-            Some(parser) => Expr::External(parser(v)?),
-            None => Expr::External(super::default_expr_parser(v)?),
-        },
+        "$expr" if opts.nested => {
+            return Err(Error::bad_value(
+                "$expr can only be applied to the top-level document",
+            ))
+        }
+        "$expr" => Expr::External(super::parse_expr(v, opts)?),
         "$jsonSchema" => return Err(Error::bad_value("$jsonSchema is not supported yet")),
         "$text" => {
             return Err(Error::new(
@@ -222,11 +224,10 @@ fn parse_elem_match(arg: &Bson) -> Result<ElemMatch> {
     if d.contains_key("$where") {
         return Err(Error::bad_value("$where can't be inside $elemMatch"));
     }
-    if d.contains_key("$expr") {
-        return Err(Error::bad_value(
-            "$expr can only be applied to the top-level document",
-        ));
-    }
-    let expr = parse_filter(d, &ParseOptions::default())?;
+    let nested = ParseOptions {
+        nested: true,
+        ..ParseOptions::default()
+    };
+    let expr = parse_filter(d, &nested)?;
     Ok(ElemMatch::Object(Box::new(expr)))
 }

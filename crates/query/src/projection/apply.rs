@@ -1,17 +1,17 @@
 //! Applying a parsed projection tree to a raw document.
 
 use super::PNode;
-use bson::{Bson, DateTime, RawBsonRef, RawDocument};
+use bson::{Bson, RawBsonRef, RawDocument};
 use nidus_common::{Error, ErrorCode, Result};
-use nidus_expr::{Expression, Variables};
+use nidus_expr::{Bindings, Expression, Variables};
 
 pub struct ApplyCtx<'a> {
     /// `$$ROOT`: computed fields see the whole document at any depth.
     pub root: &'a RawDocument,
     /// The array index the query matched (for `field.$`).
     pub position: Option<usize>,
-    /// `$$NOW`, one value for the whole projection.
-    pub now: DateTime,
+    /// The command's `let` values and `$$NOW`.
+    pub bindings: Option<&'a Bindings>,
 }
 
 type Children = [(String, PNode)];
@@ -149,7 +149,7 @@ fn special(node: &PNode, v: RawBsonRef, ctx: &ApplyCtx) -> Result<Option<Bson>> 
             let RawBsonRef::Array(arr) = v else {
                 return Ok(None);
             };
-            match m.matches_with_position(ctx.root).flatten() {
+            match m.matches_with_position(ctx.root)?.flatten() {
                 Some(i) => match arr.into_iter().nth(i) {
                     Some(Ok(e)) => Ok(Some(Bson::Array(vec![to_bson(e)?]))),
                     _ => Ok(None),
@@ -198,6 +198,9 @@ fn slice(v: Bson, skip: Option<i32>, limit: i32) -> Bson {
 }
 
 fn eval(e: &Expression, ctx: &ApplyCtx) -> Result<Option<Bson>> {
-    let mut vars = Variables::for_raw(ctx.root).with_now(ctx.now);
+    let mut vars = Variables::for_raw(ctx.root);
+    if let Some(b) = ctx.bindings {
+        b.bind(&mut vars);
+    }
     e.evaluate(&mut vars)
 }

@@ -16,7 +16,8 @@ mod tests;
 use crate::matcher::Matcher;
 use bson::{doc, Bson, Document};
 use nidus_common::{shell, Error, ErrorCode, Result};
-use nidus_expr::{Expression, ParseContext};
+use nidus_expr::{Bindings, Expression, LetScope, ParseContext};
+use std::sync::Arc;
 
 /// Which projection language is parsed: find's (with `$slice`, `$elemMatch`, positional
 /// `.$`) or aggregation's `$project` (where those names are expressions or invalid).
@@ -73,6 +74,8 @@ pub struct Projection {
     has_slice: bool,
     has_computed: bool,
     has_dotted: bool,
+    /// The command's `let` values and `$$NOW` (computed fields only).
+    bindings: Option<Arc<Bindings>>,
 }
 
 struct Ctx<'a> {
@@ -96,12 +99,20 @@ fn err(code: i32, msg: impl Into<String>) -> Error {
 impl Projection {
     /// Parses a find projection document.
     pub fn parse(spec: &Document) -> Result<Projection> {
-        Self::parse_with(spec, Policy::Find, &ParseContext::new())
+        let mut p = Self::parse_in(spec, Policy::Find, &ParseContext::new())?;
+        p.bindings = None;
+        Ok(p)
     }
 
-    /// Parses a projection under `policy`, its expressions in the variable scope `exprs`
-    /// (a command's `let`).
-    pub fn parse_with(spec: &Document, policy: Policy, exprs: &ParseContext) -> Result<Projection> {
+    /// Parses a projection under `policy` in a command's scope (its `let` variables and
+    /// `$$NOW`).
+    pub fn parse_with(spec: &Document, policy: Policy, scope: &LetScope) -> Result<Projection> {
+        let mut p = Self::parse_in(spec, policy, scope.parse_context())?;
+        p.bindings = Some(scope.bindings().clone());
+        Ok(p)
+    }
+
+    fn parse_in(spec: &Document, policy: Policy, exprs: &ParseContext) -> Result<Projection> {
         let mut ctx = Ctx {
             policy,
             exprs,
@@ -142,6 +153,7 @@ impl Projection {
             has_slice: ctx.has_slice,
             has_computed: ctx.has_computed,
             has_dotted: ctx.has_dotted,
+            bindings: None,
         })
     }
 
@@ -229,11 +241,7 @@ impl Projection {
         let ctx = apply::ApplyCtx {
             root: doc,
             position: matched_index,
-            now: if self.has_computed {
-                bson::DateTime::now()
-            } else {
-                bson::DateTime::MIN
-            },
+            bindings: self.bindings.as_deref(),
         };
         match self.kind {
             Kind::Inclusion => apply::include_doc(&self.root, doc, &ctx),

@@ -329,10 +329,10 @@ fn computed_fields() {
 /// `$project` (aggregate policy): `$slice`/`$elemMatch` are expressions, `.$` is not special.
 #[test]
 fn aggregate_policy() {
-    let parse =
-        |spec: &Document| Projection::parse_with(spec, Policy::Aggregate, &ParseContext::new());
+    let scope = nidus_expr::LetScope::new(Some(&doc! {"two": 2})).expect("let");
+    let parse = |spec: &Document| Projection::parse_with(spec, Policy::Aggregate, &scope);
     let d = RawDocumentBuf::from_document(&doc! {"_id": 1, "arr": [1, 2, 3]}).expect("raw");
-    let p = parse(&doc! {"first": {"$slice": ["$arr", 2]}}).expect("parses");
+    let p = parse(&doc! {"first": {"$slice": ["$arr", "$$two"]}}).expect("parses");
     assert_eq!(p.apply(&d).ok(), Some(doc! {"_id": 1, "first": [1, 2]}));
     let e = parse(&doc! {}).expect_err("empty");
     assert_eq!(e.code.code(), 51272);

@@ -340,33 +340,40 @@ pub fn parse_pull(arg: &Bson) -> Result<PullCond> {
     }
 }
 
-fn raw_matches(m: &Matcher, d: &Document) -> bool {
-    RawDocumentBuf::from_document(d)
-        .map(|raw| m.matches(&raw))
-        .unwrap_or(false)
+fn raw_matches(m: &Matcher, d: &Document) -> Result<bool> {
+    match RawDocumentBuf::from_document(d) {
+        Ok(raw) => m.matches(&raw),
+        Err(_) => Ok(false),
+    }
 }
 
 impl PullCond {
-    pub fn matches(&self, v: &Bson) -> bool {
+    pub fn matches(&self, v: &Bson) -> Result<bool> {
         match self {
-            PullCond::Eq(x) => values_equal_bson(x, v),
+            PullCond::Eq(x) => Ok(values_equal_bson(x, v)),
             PullCond::Object(m) => match v {
                 Bson::Document(d) => raw_matches(m, d),
-                _ => false,
+                _ => Ok(false),
             },
             PullCond::Wrapped(m) => raw_matches(m, &doc! {"": v.clone()}),
         }
     }
 }
 
-fn cull(v: &mut Bson, op: &str, remove: impl Fn(&Bson) -> bool) -> Result<bool> {
+fn cull(v: &mut Bson, op: &str, remove: impl Fn(&Bson) -> Result<bool>) -> Result<bool> {
     let Bson::Array(arr) = v else {
         return Err(Error::bad_value(format!(
             "Cannot apply {op} to a non-array value"
         )));
     };
     let before = arr.len();
-    arr.retain(|e| !remove(e));
+    let mut kept = Vec::with_capacity(before);
+    for e in arr.drain(..) {
+        if !remove(&e)? {
+            kept.push(e);
+        }
+    }
+    *arr = kept;
     Ok(arr.len() != before)
 }
 
@@ -386,6 +393,6 @@ pub fn parse_pull_all(arg: &Bson) -> Result<Op> {
 
 pub fn pull_all_existing(vals: &[Bson], v: &mut Bson) -> Result<bool> {
     cull(v, "$pullAll", |e| {
-        vals.iter().any(|x| values_equal_bson(x, e))
+        Ok(vals.iter().any(|x| values_equal_bson(x, e)))
     })
 }

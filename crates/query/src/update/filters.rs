@@ -34,15 +34,16 @@ impl ArrayFilters {
     }
 
     /// Whether the element matches the filter of `id` (false for an unknown identifier).
-    pub fn matches(&self, id: &str, element: &Bson) -> bool {
+    pub fn matches(&self, id: &str, element: &Bson) -> Result<bool> {
         let Some(m) = self.filters.get(id) else {
-            return false;
+            return Ok(false);
         };
         let mut d = Document::new();
         d.insert(id, element.clone());
-        RawDocumentBuf::from_document(&d)
-            .map(|raw| m.matches(&raw))
-            .unwrap_or(false)
+        match RawDocumentBuf::from_document(&d) {
+            Ok(raw) => m.matches(&raw),
+            Err(_) => Ok(false),
+        }
     }
 }
 

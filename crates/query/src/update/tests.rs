@@ -615,7 +615,10 @@ fn seed_001_examples() {
         crate::matcher::Matcher::parse(&doc! {"employee": "Smith", "Skills.skill": "typing"})
             .expect("filter");
     let raw = bson::RawDocumentBuf::from_document(&smith).expect("raw");
-    let pos = filter.matches_with_position(&raw).flatten();
+    let pos = filter
+        .matches_with_position(&raw)
+        .expect("matches")
+        .flatten();
     let c = UpdateContext {
         matched_array_index: pos,
         ..ctx()

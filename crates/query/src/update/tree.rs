@@ -357,19 +357,20 @@ fn apply_array(a: &ArrayNode, v: &mut Bson, name: &str, path: &str, env: &Env) -
             elem(name, v)
         )));
     };
-    let plan: Vec<Vec<&Node>> = arr
-        .iter()
-        .map(|e| {
-            a.children
-                .iter()
-                .filter(|(sel, _)| match sel {
-                    None => true,
-                    Some(id) => env.filters.matches(id, e),
-                })
-                .map(|(_, n)| n)
-                .collect()
-        })
-        .collect();
+    let mut plan: Vec<Vec<&Node>> = Vec::with_capacity(arr.len());
+    for e in arr.iter() {
+        let mut nodes = Vec::new();
+        for (sel, n) in &a.children {
+            let selected = match sel {
+                None => true,
+                Some(id) => env.filters.matches(id, e)?,
+            };
+            if selected {
+                nodes.push(n);
+            }
+        }
+        plan.push(nodes);
+    }
     let mut modified = false;
     for (i, (e, nodes)) in arr.iter_mut().zip(plan).enumerate() {
         let idx = i.to_string();

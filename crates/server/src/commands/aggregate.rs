@@ -321,7 +321,7 @@ impl PipelineStage {
             PipelineStage::Match(m) => {
                 let mut out = Vec::new();
                 for d in docs {
-                    if m.matches(&raw(&d)?) {
+                    if m.matches(&raw(&d)?)? {
                         out.push(d);
                     }
                 }

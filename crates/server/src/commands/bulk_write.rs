@@ -75,7 +75,7 @@ fn run_op(
     totals: &mut Totals,
 ) -> Result<Document> {
     let engine = ctx.state.engine.clone();
-    let wopts = opts(ctx);
+    let wopts = opts(ctx)?;
     let kind = op.keys().next().cloned().unwrap_or_default();
     match kind.as_str() {
         "insert" => {

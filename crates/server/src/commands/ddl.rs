@@ -45,7 +45,7 @@ pub fn list_databases(ctx: &mut Ctx) -> Result<Document> {
         if let Some(m) = &filter {
             let raw = RawDocumentBuf::from_document(&entry)
                 .map_err(|e| Error::internal(e.to_string()))?;
-            if !m.matches(&raw) {
+            if !m.matches(&raw)? {
                 continue;
             }
         }
@@ -81,7 +81,7 @@ pub fn list_collections(ctx: &mut Ctx) -> Result<Document> {
         if let Some(m) = &filter {
             let raw = RawDocumentBuf::from_document(&entry)
                 .map_err(|e| Error::internal(e.to_string()))?;
-            if !m.matches(&raw) {
+            if !m.matches(&raw)? {
                 continue;
             }
         }

@@ -88,6 +88,7 @@ pub fn find_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
         limit: limit.unwrap_or(0),
         hint: hint(ctx)?,
         deadline: ctx.deadline,
+        let_vars: ctx.opt_document("let")?,
     };
     Ok((ns, spec))
 }

@@ -5,8 +5,7 @@ use super::{wrong_type, Ctx};
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::find::FindSpec;
-use nidus_engine::write::{prepare_insert, WriteOpts};
-use nidus_query::matcher::Matcher;
+use nidus_engine::write::prepare_insert;
 use nidus_query::projection::Projection;
 use nidus_query::update::Update;
 
@@ -109,10 +108,8 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace(&ctx.command_name())?;
     let req = parse(ctx)?;
     let engine = &ctx.state.engine;
-    let opts = WriteOpts {
-        deadline: ctx.deadline,
-    };
-    let matcher = Matcher::parse(&req.filter)?;
+    let opts = super::write::opts(ctx)?;
+    let matcher = opts.filter_matcher(&req.filter)?;
     let coll = match engine.collection(&ns) {
         Some(c) => Some(c),
         None if req.upsert => Some(engine.ensure_collection(&ns)?),
@@ -125,6 +122,7 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
             limit: 1,
             hint: req.hint.clone(),
             deadline: ctx.deadline,
+            let_vars: opts.let_vars.clone(),
             ..FindSpec::default()
         };
         for _ in 0..MAX_RESTARTS {

@@ -50,10 +50,11 @@ impl BatchErrors {
     }
 }
 
-pub(super) fn opts(ctx: &Ctx) -> WriteOpts {
-    WriteOpts {
+pub(super) fn opts(ctx: &Ctx) -> Result<WriteOpts> {
+    Ok(WriteOpts {
         deadline: ctx.deadline,
-    }
+        let_vars: ctx.opt_document("let")?,
+    })
 }
 
 pub fn insert(ctx: &mut Ctx) -> Result<Document> {
@@ -66,7 +67,7 @@ pub fn insert(ctx: &mut Ctx) -> Result<Document> {
     check_batch_size(docs.len())?;
     let mut errors = BatchErrors::new(ctx)?;
     let coll = ctx.state.engine.ensure_collection(&ns)?;
-    let opts = opts(ctx);
+    let opts = opts(ctx)?;
     let mut n = 0i32;
     for (i, raw) in docs.iter().enumerate() {
         ctx.state.opcounters.insert.fetch_add(1, Ordering::Relaxed);
@@ -190,7 +191,7 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
     let stmts = ctx.documents("updates")?;
     check_batch_size(stmts.len())?;
     let mut errors = BatchErrors::new(ctx)?;
-    let opts = opts(ctx);
+    let opts = opts(ctx)?;
     let (mut n, mut modified) = (0i64, 0i64);
     let mut upserted = Vec::new();
     for (i, raw) in stmts.iter().enumerate() {
@@ -264,7 +265,7 @@ pub fn delete(ctx: &mut Ctx) -> Result<Document> {
     let stmts = ctx.documents("deletes")?;
     check_batch_size(stmts.len())?;
     let mut errors = BatchErrors::new(ctx)?;
-    let opts = opts(ctx);
+    let opts = opts(ctx)?;
     let mut n = 0i64;
     for (i, raw) in stmts.iter().enumerate() {
         ctx.state.opcounters.delete.fetch_add(1, Ordering::Relaxed);
