@@ -67,7 +67,7 @@ impl StringKeyword {
 }
 
 /// The elements of an array, stopping at the first malformed one.
-fn elements(a: &RawArray) -> impl Iterator<Item = RawBsonRef<'_>> {
+pub(super) fn elements(a: &RawArray) -> impl Iterator<Item = RawBsonRef<'_>> {
     a.into_iter().map_while(|r| r.ok())
 }
 
@@ -76,7 +76,7 @@ impl ArrayKeyword {
         match self {
             ArrayKeyword::MinItems(n) => elements(a).count() as u64 >= *n,
             ArrayKeyword::MaxItems(n) => elements(a).count() as u64 <= *n,
-            ArrayKeyword::UniqueItems => all_unique(a),
+            ArrayKeyword::UniqueItems => first_duplicate(a).is_none(),
             ArrayKeyword::Items(s) => elements(a).all(|e| s.matches(e)),
             ArrayKeyword::TupleItems { items, additional } => {
                 elements(a).enumerate().all(|(i, e)| match items.get(i) {
@@ -88,14 +88,15 @@ impl ArrayKeyword {
     }
 }
 
-/// Pairwise comparison: arrays under `uniqueItems` are small, and the unordered equality has
-/// no total order to sort by.
-fn all_unique(a: &RawArray) -> bool {
+/// The first element equal to an earlier one. Pairwise comparison: arrays under
+/// `uniqueItems` are small, and the unordered equality has no total order to sort by.
+pub(super) fn first_duplicate(a: &RawArray) -> Option<RawBsonRef<'_>> {
     let items: Vec<RawBsonRef> = elements(a).collect();
     items
         .iter()
         .enumerate()
-        .all(|(i, x)| items[i + 1..].iter().all(|y| !unordered_eq(*x, *y)))
+        .find(|(i, x)| items[..*i].iter().any(|y| unordered_eq(**x, *y)))
+        .map(|(_, x)| *x)
 }
 
 impl Additional {
@@ -109,7 +110,7 @@ impl Additional {
 
 /// The values of property `name` in `obj`: the field itself, or for a dotted name the values
 /// its path reaches (through embedded documents and arrays, arrays at the end kept whole).
-fn property_values<'a>(obj: &'a RawDocument, name: &str) -> Vec<RawBsonRef<'a>> {
+pub(super) fn property_values<'a>(obj: &'a RawDocument, name: &str) -> Vec<RawBsonRef<'a>> {
     if !name.contains('.') {
         return obj.get(name).ok().flatten().into_iter().collect();
     }
@@ -121,12 +122,12 @@ fn property_values<'a>(obj: &'a RawDocument, name: &str) -> Vec<RawBsonRef<'a>> 
     out
 }
 
-fn has_property(obj: &RawDocument, name: &str) -> bool {
+pub(super) fn has_property(obj: &RawDocument, name: &str) -> bool {
     !property_values(obj, name).is_empty()
 }
 
 /// The fields of an object, stopping at the first malformed one.
-fn fields(d: &RawDocument) -> impl Iterator<Item = (&str, RawBsonRef<'_>)> {
+pub(super) fn fields(d: &RawDocument) -> impl Iterator<Item = (&str, RawBsonRef<'_>)> {
     d.into_iter().map_while(|r| r.ok())
 }
 
@@ -175,7 +176,7 @@ fn field_allowed(
 }
 
 impl Dependency {
-    fn holds(&self, d: &RawDocument) -> bool {
+    pub(super) fn holds(&self, d: &RawDocument) -> bool {
         match self {
             Dependency::Properties(names) => names.iter().all(|n| has_property(d, n)),
             Dependency::Schema(s) => s.matches(RawBsonRef::Document(d)),

@@ -5,13 +5,15 @@
 //! alone decides whether a keyword is checked at all.
 
 use crate::matcher::{RegexPred, TypeSet, Value};
-use bson::{Decimal128, RawBson};
+use bson::{Decimal128, Document, RawBson};
 
 /// What one value must satisfy: its type (`bsonType` or `type`) and every keyword.
 #[derive(Debug, Clone, Default)]
 pub struct Schema {
     pub types: Option<TypeSet>,
     pub keywords: Vec<Keyword>,
+    /// The schema document as given (what validation errors quote).
+    pub spec: Document,
 }
 
 /// One keyword, by the kind of value it applies to.

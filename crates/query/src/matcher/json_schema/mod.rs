@@ -7,14 +7,18 @@
 //! accepts an array), and a missing property only fails `required`.
 //!
 //! [`parse`] builds the [`keywords`] tree once; [`evaluate`] runs it over raw BSON without
-//! deserializing the document. The filter prints back as `{$jsonSchema: <spec as given>}`.
+//! deserializing the document; [`details`] explains a failure as MongoDB's document
+//! validation errors do. The filter prints back as `{$jsonSchema: <spec as given>}`.
 
+pub mod details;
 pub mod equality;
 pub mod evaluate;
 pub mod keywords;
 pub mod multiple_of;
 pub mod parse;
 
+#[cfg(test)]
+mod details_tests;
 #[cfg(test)]
 mod tests;
 
@@ -26,7 +30,6 @@ use parse::{parse_schema, Level};
 /// A parsed `$jsonSchema` argument.
 #[derive(Debug, Clone)]
 pub struct JsonSchema {
-    spec: Document,
     root: Schema,
 }
 
@@ -38,13 +41,12 @@ impl JsonSchema {
         };
         Ok(JsonSchema {
             root: parse_schema(spec, Level::Root)?,
-            spec: spec.clone(),
         })
     }
 
     /// The schema document as given.
     pub fn spec(&self) -> &Document {
-        &self.spec
+        &self.root.spec
     }
 
     /// True when the document satisfies the schema.

@@ -93,7 +93,11 @@ pub fn parse_schema(spec: &Document, level: Level) -> Result<Schema> {
     check_encryption_keywords(spec)?;
     keywords.extend(object_keywords(spec, level)?);
     keywords.extend(logical_keywords(spec, level)?);
-    Ok(Schema { types, keywords })
+    Ok(Schema {
+        types,
+        keywords,
+        spec: spec.clone(),
+    })
 }
 
 fn check_keyword_names(spec: &Document) -> Result<()> {
