@@ -335,11 +335,14 @@ fn object_errors(
     }
 }
 
-/// A present property whose value fails its schema (the first value, for a dotted name).
+/// A present property whose value fails its schema (for a dotted name reaching several
+/// values, when none satisfies it; the first one is explained).
 fn property_error(name: &str, sub: &Schema, d: &RawDocument) -> Option<Bson> {
-    let v = property_values(d, name)
-        .into_iter()
-        .find(|v| !sub.matches(*v))?;
+    let values: Vec<RawBsonRef> = property_values(d, name).collect();
+    if values.iter().any(|v| sub.matches(*v)) {
+        return None;
+    }
+    let v = *values.first()?;
     let details = schema_errors(sub, v, Level::Nested);
     if details.is_empty() {
         return None;

@@ -110,20 +110,26 @@ impl Additional {
 
 /// The values of property `name` in `obj`: the field itself, or for a dotted name the values
 /// its path reaches (through embedded documents and arrays, arrays at the end kept whole).
-pub(super) fn property_values<'a>(obj: &'a RawDocument, name: &str) -> Vec<RawBsonRef<'a>> {
-    if !name.contains('.') {
-        return obj.get(name).ok().flatten().into_iter().collect();
-    }
-    let mut out = Vec::new();
-    walk(obj, &FieldPath::parse(name), false, &mut |item| {
-        out.extend(item.value);
-        false
-    });
-    out
+/// A plain name, the usual case, allocates nothing.
+pub(super) fn property_values<'a>(
+    obj: &'a RawDocument,
+    name: &str,
+) -> impl Iterator<Item = RawBsonRef<'a>> {
+    let (field, reached) = if name.contains('.') {
+        let mut reached = Vec::new();
+        walk(obj, &FieldPath::parse(name), false, &mut |item| {
+            reached.extend(item.value);
+            false
+        });
+        (None, reached)
+    } else {
+        (obj.get(name).ok().flatten(), Vec::new())
+    };
+    field.into_iter().chain(reached)
 }
 
 pub(super) fn has_property(obj: &RawDocument, name: &str) -> bool {
-    !property_values(obj, name).is_empty()
+    property_values(obj, name).next().is_some()
 }
 
 /// The fields of an object, stopping at the first malformed one.
@@ -136,8 +142,8 @@ impl ObjectKeyword {
         match self {
             ObjectKeyword::Required(names) => names.iter().all(|n| has_property(d, n)),
             ObjectKeyword::Properties(props) => props.iter().all(|(name, s)| {
-                let values = property_values(d, name);
-                values.is_empty() || values.into_iter().any(|v| s.matches(v))
+                let mut values = property_values(d, name).peekable();
+                values.peek().is_none() || values.any(|v| s.matches(v))
             }),
             ObjectKeyword::AllowedProperties {
                 named,

@@ -312,6 +312,17 @@ fn object_keywords() {
             doc! {"a": {"b": "x"}},
             false,
         ),
+        // Through an array, one reached value satisfying the subschema is enough.
+        (
+            doc! {"properties": {"a.b": {"bsonType": "int"}}},
+            doc! {"a": [{"b": 1}, {"b": "x"}]},
+            true,
+        ),
+        (
+            doc! {"required": ["a.b"]},
+            doc! {"a": [{"c": 1}, {"b": 1}]},
+            true,
+        ),
         (
             doc! {"properties": {"_id": {}, "a": {}}, "additionalProperties": false},
             doc! {"_id": 1, "a": 1},
