@@ -50,6 +50,11 @@ const ALIASES: &[(&str, u8)] = &[
     ("maxKey", 0x7F),
 ];
 
+/// The BSON type code of a `$type` alias (`"number"` excluded: it names several types).
+pub fn alias_code(name: &str) -> Option<u8> {
+    ALIASES.iter().find(|(n, _)| *n == name).map(|(_, c)| *c)
+}
+
 fn valid_code(n: i64) -> Option<u8> {
     match n {
         1..=19 => Some(n as u8),
@@ -86,10 +91,7 @@ impl TypeSet {
                     self.all_numbers = true;
                     return Ok(());
                 }
-                let code = ALIASES
-                    .iter()
-                    .find(|(name, _)| name == s)
-                    .map(|(_, c)| *c)
+                let code = alias_code(s)
                     .ok_or_else(|| Error::bad_value(format!("Unknown type name alias: {s}")))?;
                 self.codes.push(code);
             }

@@ -8,14 +8,15 @@
 //!
 //! One file per operator family: [`comparison`] (`$eq $ne $gt $gte $lt $lte $in $nin`),
 //! [`element`] (`$exists $type`), [`evaluation`] (`$mod $regex`), [`array`] (`$all
-//! $elemMatch $size`), [`bits`] (`$bitsAllSet` ...), [`logical`] (`$and $or $nor $not`);
-//! [`parse`] dispatches on operator names.
+//! $elemMatch $size`), [`bits`] (`$bitsAllSet` ...), [`logical`] (`$and $or $nor $not`),
+//! [`json_schema`] (`$jsonSchema`); [`parse`] dispatches on operator names.
 
 pub mod array;
 pub mod bits;
 pub mod comparison;
 pub mod element;
 pub mod evaluation;
+pub mod json_schema;
 pub mod logical;
 pub mod parse;
 pub mod serialize;
@@ -35,6 +36,7 @@ pub use bits::{BitTest, BitsOp};
 pub use comparison::{CmpOp, InList, Value};
 pub use element::TypeSet;
 pub use evaluation::{ModPred, RegexPred};
+pub use json_schema::JsonSchema;
 
 /// A document-level predicate supplied from outside this crate (the hook `$expr` uses: the
 /// aggregation crate parses the expression and hands back one of these).
@@ -92,6 +94,8 @@ pub enum Expr {
     },
     /// `$expr` (or another external predicate).
     External(Arc<dyn DocPredicate>),
+    /// `$jsonSchema`: the whole document satisfies the schema.
+    Schema(Arc<JsonSchema>),
 }
 
 /// A predicate on one value (`None` = the path is missing).
@@ -182,6 +186,7 @@ impl Expr {
             Expr::Const(b) => b.then_some(None),
             Expr::Path { path, leaf } => eval_path(doc, path, leaf),
             Expr::External(p) => p.matches(doc)?.then_some(None),
+            Expr::Schema(s) => s.matches(doc).then_some(None),
         })
     }
 }

@@ -6,10 +6,11 @@ use super::comparison::{is_dbref, CmpOp, InList, Value};
 use super::element::{true_value, TypeSet};
 use super::evaluation::{parse_regex_operator, ModPred, RegexPred};
 use super::logical::clauses;
-use super::{Expr, Leaf, ParseOptions, Pred};
+use super::{Expr, JsonSchema, Leaf, ParseOptions, Pred};
 use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_doc::path::FieldPath;
+use std::sync::Arc;
 
 /// How a value prints in error messages.
 pub fn display(v: &Bson) -> String {
@@ -55,7 +56,7 @@ fn parse_top_element(k: &str, v: &Bson, opts: &ParseOptions) -> Result<Option<Ex
             ))
         }
         "$expr" => Expr::External(super::parse_expr(v, opts)?),
-        "$jsonSchema" => return Err(Error::bad_value("$jsonSchema is not supported yet")),
+        "$jsonSchema" => Expr::Schema(Arc::new(JsonSchema::parse(v)?)),
         "$text" => {
             return Err(Error::new(
                 ErrorCode::IndexNotFound,

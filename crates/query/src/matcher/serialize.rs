@@ -31,6 +31,8 @@ fn rank(e: &Expr) -> u8 {
         Expr::External(_) => 23,
         Expr::Const(false) => 24,
         Expr::Const(true) => 25,
+        // MongoDB's internal schema expressions come after every other match type.
+        Expr::Schema(_) => 26,
     }
 }
 
@@ -86,6 +88,7 @@ pub fn to_document(e: &Expr) -> Document {
         Expr::Const(false) => doc! { "$alwaysFalse": 1 },
         Expr::Path { path, leaf } => doc! { path.as_str(): leaf_document(leaf) },
         Expr::External(p) => doc! { "$expr": format!("{p:?}") },
+        Expr::Schema(s) => doc! { "$jsonSchema": s.spec().clone() },
     }
 }
 
