@@ -115,6 +115,7 @@ error_codes! {
     ExceededMemoryLimit = 146,
     ZLibError = 147,
     DurationOverflow = 159,
+    IncompatibleCollationVersion = 161,
     ViewDepthLimitExceeded = 165,
     CommandNotSupportedOnView = 166,
     OptionNotSupportedOnView = 167,

@@ -1,10 +1,16 @@
-//! MongoDB's BSON total order (`BSONElement::woCompare` without collation).
+//! MongoDB's BSON total order (`BSONElement::woCompare`).
 //!
 //! Values are first ordered by canonical type (see [`canonical_type`]), then within a type
 //! bracket by value: numbers of all four types by mathematical value, strings and symbols by
 //! bytes, documents field by field (type, name, value), arrays element by element, binData by
 //! length then subtype then bytes, regexes by pattern then flags, and so on.
+//!
+//! The `_with` variants take an optional [`Collation`]; `None` is the binary order above. A
+//! collation compares strings and symbols at any depth inside documents and arrays, as
+//! MongoDB's string comparator does; field names, JavaScript code, regexes, DBPointer
+//! namespaces and everything inside a code-with-scope's scope stay binary.
 
+use crate::collation::Collation;
 use crate::number::{cmp_num, decode_decimal, Num};
 use bson::{Bson, RawBsonRef, RawDocument};
 use std::cmp::Ordering;
@@ -134,16 +140,23 @@ pub fn bson_num(v: &Bson) -> Option<Num> {
 
 /// MongoDB's BSON total order over raw values.
 pub fn cmp_raw(a: RawBsonRef, b: RawBsonRef) -> Ordering {
+    cmp_raw_with(a, b, None)
+}
+
+/// [`cmp_raw`] with strings compared under `collation` (`None`: binary).
+pub fn cmp_raw_with(a: RawBsonRef, b: RawBsonRef, collation: Option<&Collation>) -> Ordering {
     let (ta, tb) = (canonical_type(a), canonical_type(b));
     if ta != tb {
         return ta.cmp(&tb);
     }
     match (a, b) {
-        (RawBsonRef::Document(x), RawBsonRef::Document(y)) => cmp_raw_docs(x, y),
+        (RawBsonRef::Document(x), RawBsonRef::Document(y)) => cmp_raw_docs_with(x, y, collation),
         (RawBsonRef::Array(x), RawBsonRef::Array(y)) => cmp_raw_seq(
             x.into_iter().map_while(|r| r.ok()),
             y.into_iter().map_while(|r| r.ok()),
+            collation,
         ),
+        // A scope's strings are never collated.
         (RawBsonRef::JavaScriptCodeWithScope(x), RawBsonRef::JavaScriptCodeWithScope(y)) => x
             .code
             .as_bytes()
@@ -152,27 +165,33 @@ pub fn cmp_raw(a: RawBsonRef, b: RawBsonRef) -> Ordering {
         (RawBsonRef::DbPointer(_), RawBsonRef::DbPointer(_)) => {
             cmp_db_pointer(&raw_db_pointer_bytes(a), &raw_db_pointer_bytes(b))
         }
-        _ => cmp_scalar(&scalar_raw(a), &scalar_raw(b)),
+        _ => cmp_scalar(&scalar_raw(a), &scalar_raw(b), collation),
     }
 }
 
 /// MongoDB's BSON total order over owned values (same order as [`cmp_raw`]).
 pub fn cmp_bson(a: &Bson, b: &Bson) -> Ordering {
+    cmp_bson_with(a, b, None)
+}
+
+/// [`cmp_bson`] with strings compared under `collation` (`None`: binary).
+pub fn cmp_bson_with(a: &Bson, b: &Bson, collation: Option<&Collation>) -> Ordering {
     let (ta, tb) = (canonical_type_bson(a), canonical_type_bson(b));
     if ta != tb {
         return ta.cmp(&tb);
     }
     match (a, b) {
-        (Bson::Document(x), Bson::Document(y)) => cmp_bson_docs(x, y),
+        (Bson::Document(x), Bson::Document(y)) => cmp_bson_docs_with(x, y, collation),
         (Bson::Array(x), Bson::Array(y)) => {
             for (ex, ey) in x.iter().zip(y.iter()) {
-                let o = cmp_bson(ex, ey);
+                let o = cmp_bson_with(ex, ey, collation);
                 if o != Ordering::Equal {
                     return o;
                 }
             }
             x.len().cmp(&y.len())
         }
+        // A scope's strings are never collated.
         (Bson::JavaScriptCodeWithScope(x), Bson::JavaScriptCodeWithScope(y)) => x
             .code
             .as_bytes()
@@ -181,12 +200,21 @@ pub fn cmp_bson(a: &Bson, b: &Bson) -> Ordering {
         (Bson::DbPointer(_), Bson::DbPointer(_)) => {
             cmp_db_pointer(&bson_db_pointer_bytes(a), &bson_db_pointer_bytes(b))
         }
-        _ => cmp_scalar(&scalar_bson(a), &scalar_bson(b)),
+        _ => cmp_scalar(&scalar_bson(a), &scalar_bson(b), collation),
     }
 }
 
 /// Compares two owned documents field by field: canonical type, then name, then value.
 pub fn cmp_bson_docs(a: &bson::Document, b: &bson::Document) -> Ordering {
+    cmp_bson_docs_with(a, b, None)
+}
+
+/// [`cmp_bson_docs`] with string values (not field names) compared under `collation`.
+pub fn cmp_bson_docs_with(
+    a: &bson::Document,
+    b: &bson::Document,
+    collation: Option<&Collation>,
+) -> Ordering {
     let mut ia = a.iter();
     let mut ib = b.iter();
     loop {
@@ -198,7 +226,7 @@ pub fn cmp_bson_docs(a: &bson::Document, b: &bson::Document) -> Ordering {
                 let o = canonical_type_bson(va)
                     .cmp(&canonical_type_bson(vb))
                     .then_with(|| ka.as_bytes().cmp(kb.as_bytes()))
-                    .then_with(|| cmp_bson(va, vb));
+                    .then_with(|| cmp_bson_with(va, vb, collation));
                 if o != Ordering::Equal {
                     return o;
                 }
@@ -210,6 +238,15 @@ pub fn cmp_bson_docs(a: &bson::Document, b: &bson::Document) -> Ordering {
 /// Compares two raw documents field by field: canonical type, then name, then value.
 /// A malformed tail ends the document.
 pub fn cmp_raw_docs(a: &RawDocument, b: &RawDocument) -> Ordering {
+    cmp_raw_docs_with(a, b, None)
+}
+
+/// [`cmp_raw_docs`] with string values (not field names) compared under `collation`.
+pub fn cmp_raw_docs_with(
+    a: &RawDocument,
+    b: &RawDocument,
+    collation: Option<&Collation>,
+) -> Ordering {
     let mut ia = a.into_iter().map_while(|r| r.ok());
     let mut ib = b.into_iter().map_while(|r| r.ok());
     loop {
@@ -221,7 +258,7 @@ pub fn cmp_raw_docs(a: &RawDocument, b: &RawDocument) -> Ordering {
                 let o = canonical_type(va)
                     .cmp(&canonical_type(vb))
                     .then_with(|| ka.as_bytes().cmp(kb.as_bytes()))
-                    .then_with(|| cmp_raw(va, vb));
+                    .then_with(|| cmp_raw_with(va, vb, collation));
                 if o != Ordering::Equal {
                     return o;
                 }
@@ -233,6 +270,7 @@ pub fn cmp_raw_docs(a: &RawDocument, b: &RawDocument) -> Ordering {
 fn cmp_raw_seq<'a>(
     mut a: impl Iterator<Item = RawBsonRef<'a>>,
     mut b: impl Iterator<Item = RawBsonRef<'a>>,
+    collation: Option<&Collation>,
 ) -> Ordering {
     loop {
         match (a.next(), b.next()) {
@@ -240,7 +278,7 @@ fn cmp_raw_seq<'a>(
             (None, Some(_)) => return Ordering::Less,
             (Some(_), None) => return Ordering::Greater,
             (Some(x), Some(y)) => {
-                let o = cmp_raw(x, y);
+                let o = cmp_raw_with(x, y, collation);
                 if o != Ordering::Equal {
                     return o;
                 }
@@ -254,13 +292,28 @@ pub fn values_equal_raw(a: RawBsonRef, b: RawBsonRef) -> bool {
     cmp_raw(a, b) == Ordering::Equal
 }
 
+/// [`values_equal_raw`] under `collation`.
+pub fn values_equal_raw_with(a: RawBsonRef, b: RawBsonRef, collation: Option<&Collation>) -> bool {
+    cmp_raw_with(a, b, collation) == Ordering::Equal
+}
+
 /// True when the two owned values are equal in MongoDB's order.
 pub fn values_equal_bson(a: &Bson, b: &Bson) -> bool {
     cmp_bson(a, b) == Ordering::Equal
 }
 
+/// [`values_equal_bson`] under `collation`.
+pub fn values_equal_bson_with(a: &Bson, b: &Bson, collation: Option<&Collation>) -> bool {
+    cmp_bson_with(a, b, collation) == Ordering::Equal
+}
+
 /// Compares a raw value with an owned one.
 pub fn cmp_raw_bson(a: RawBsonRef, b: &Bson) -> Ordering {
+    cmp_raw_bson_with(a, b, None)
+}
+
+/// [`cmp_raw_bson`] with strings compared under `collation` (`None`: binary).
+pub fn cmp_raw_bson_with(a: RawBsonRef, b: &Bson, collation: Option<&Collation>) -> Ordering {
     let (ta, tb) = (canonical_type(a), canonical_type_bson(b));
     if ta != tb {
         return ta.cmp(&tb);
@@ -270,10 +323,10 @@ pub fn cmp_raw_bson(a: RawBsonRef, b: &Bson) -> Ordering {
         | (RawBsonRef::Array(_), _)
         | (RawBsonRef::JavaScriptCodeWithScope(_), _)
         | (RawBsonRef::DbPointer(_), _) => match Bson::try_from(a) {
-            Ok(owned) => cmp_bson(&owned, b),
+            Ok(owned) => cmp_bson_with(&owned, b, collation),
             Err(_) => Ordering::Less,
         },
-        _ => cmp_scalar(&scalar_raw(a), &scalar_bson(b)),
+        _ => cmp_scalar(&scalar_raw(a), &scalar_bson(b), collation),
     }
 }
 
@@ -281,7 +334,10 @@ pub fn cmp_raw_bson(a: RawBsonRef, b: &Bson) -> Ordering {
 enum Scalar<'a> {
     Unit,
     Num(Num),
+    /// A string or symbol: collated when a collation is given.
     Str(&'a str),
+    /// JavaScript code: always binary.
+    Code(&'a str),
     Bin(u8, &'a [u8]),
     Oid([u8; 12]),
     Bool(bool),
@@ -295,9 +351,8 @@ fn scalar_raw(v: RawBsonRef<'_>) -> Scalar<'_> {
         return Scalar::Num(n);
     }
     match v {
-        RawBsonRef::String(s) | RawBsonRef::Symbol(s) | RawBsonRef::JavaScriptCode(s) => {
-            Scalar::Str(s)
-        }
+        RawBsonRef::String(s) | RawBsonRef::Symbol(s) => Scalar::Str(s),
+        RawBsonRef::JavaScriptCode(s) => Scalar::Code(s),
         RawBsonRef::Binary(b) => Scalar::Bin(u8::from(b.subtype), b.bytes),
         RawBsonRef::ObjectId(o) => Scalar::Oid(o.bytes()),
         RawBsonRef::Boolean(b) => Scalar::Bool(b),
@@ -313,7 +368,8 @@ fn scalar_bson(v: &Bson) -> Scalar<'_> {
         return Scalar::Num(n);
     }
     match v {
-        Bson::String(s) | Bson::Symbol(s) | Bson::JavaScriptCode(s) => Scalar::Str(s),
+        Bson::String(s) | Bson::Symbol(s) => Scalar::Str(s),
+        Bson::JavaScriptCode(s) => Scalar::Code(s),
         Bson::Binary(b) => Scalar::Bin(u8::from(b.subtype), &b.bytes),
         Bson::ObjectId(o) => Scalar::Oid(o.bytes()),
         Bson::Boolean(b) => Scalar::Bool(*b),
@@ -325,10 +381,14 @@ fn scalar_bson(v: &Bson) -> Scalar<'_> {
 }
 
 /// Compares two scalars of the same canonical type.
-fn cmp_scalar(a: &Scalar, b: &Scalar) -> Ordering {
+fn cmp_scalar(a: &Scalar, b: &Scalar, collation: Option<&Collation>) -> Ordering {
     match (a, b) {
         (Scalar::Num(x), Scalar::Num(y)) => cmp_num(*x, *y),
-        (Scalar::Str(x), Scalar::Str(y)) => x.as_bytes().cmp(y.as_bytes()),
+        (Scalar::Str(x), Scalar::Str(y)) => match collation {
+            None => x.as_bytes().cmp(y.as_bytes()),
+            Some(c) => c.compare_str(x, y),
+        },
+        (Scalar::Code(x), Scalar::Code(y)) => x.as_bytes().cmp(y.as_bytes()),
         (Scalar::Bin(sx, bx), Scalar::Bin(sy, by)) => bx
             .len()
             .cmp(&by.len())
@@ -381,6 +441,7 @@ fn cmp_db_pointer(a: &[u8], b: &[u8]) -> Ordering {
 mod tests {
     use super::*;
     use bson::{doc, oid::ObjectId, Binary, DateTime, Decimal128, Regex, Timestamp};
+    use proptest::prelude::*;
 
     fn ascending() -> Vec<Bson> {
         vec![
@@ -479,5 +540,174 @@ mod tests {
             &Bson::String("x".into()),
             &Bson::Symbol("x".into())
         ));
+    }
+
+    fn collation(spec: bson::Document) -> Collation {
+        match Collation::parse(&spec) {
+            Ok(Some(c)) => c,
+            other => panic!("{spec}: {other:?}"),
+        }
+    }
+
+    fn code_w_scope(code: &str, scope: bson::Document) -> Bson {
+        Bson::JavaScriptCodeWithScope(bson::JavaScriptCodeWithScope {
+            code: code.into(),
+            scope,
+        })
+    }
+
+    /// Asserts `a` vs `b` gives `want` (and the reverse) through every entry point.
+    fn assert_collated(c: Option<&Collation>, a: &Bson, b: &Bson, want: Ordering) {
+        let (ra, rb) = (to_raw(a), to_raw(b));
+        let (ra, rb) = (ra.as_raw_bson_ref(), rb.as_raw_bson_ref());
+        assert_eq!(
+            cmp_bson_with(a, b, c),
+            want,
+            "owned {a:?} vs {b:?} under {c:?}"
+        );
+        assert_eq!(
+            cmp_bson_with(b, a, c),
+            want.reverse(),
+            "owned {b:?} vs {a:?}"
+        );
+        assert_eq!(
+            cmp_raw_with(ra, rb, c),
+            want,
+            "raw {a:?} vs {b:?} under {c:?}"
+        );
+        assert_eq!(
+            cmp_raw_bson_with(ra, b, c),
+            want,
+            "mixed {a:?} vs {b:?} under {c:?}"
+        );
+        assert_eq!(values_equal_bson_with(a, b, c), want == Ordering::Equal);
+        assert_eq!(values_equal_raw_with(ra, rb, c), want == Ordering::Equal);
+    }
+
+    #[test]
+    fn collated_order_table() {
+        use Ordering::{Equal, Greater, Less};
+        let s = |v: &str| Bson::String(v.into());
+        let primary = collation(doc! {"locale": "en", "strength": 1});
+        let secondary = collation(doc! {"locale": "en", "strength": 2});
+        let numeric = collation(doc! {"locale": "en", "numericOrdering": true});
+        let cases: Vec<(Option<&Collation>, Bson, Bson, Ordering)> = vec![
+            (None, s("a"), s("A"), Greater),
+            (Some(&secondary), s("a"), s("A"), Equal),
+            (Some(&secondary), s("a"), s("á"), Less),
+            (Some(&primary), s("a"), s("á"), Equal),
+            (Some(&secondary), Bson::Symbol("a".into()), s("A"), Equal),
+            // Strings at any depth.
+            (
+                Some(&secondary),
+                Bson::Document(doc! {"a": "x"}),
+                Bson::Document(doc! {"a": "X"}),
+                Equal,
+            ),
+            (
+                Some(&secondary),
+                Bson::Array(vec![s("a"), s("B")]),
+                Bson::Array(vec![s("A"), s("b")]),
+                Equal,
+            ),
+            (
+                Some(&primary),
+                Bson::Document(doc! {"a": [{"b": "é"}, "Z"]}),
+                Bson::Document(doc! {"a": [{"b": "E"}, "z"]}),
+                Equal,
+            ),
+            (
+                Some(&numeric),
+                Bson::Array(vec![s("10")]),
+                Bson::Array(vec![s("9")]),
+                Greater,
+            ),
+            (
+                None,
+                Bson::Array(vec![s("10")]),
+                Bson::Array(vec![s("9")]),
+                Less,
+            ),
+            // Field names stay binary.
+            (
+                Some(&primary),
+                Bson::Document(doc! {"a": 1}),
+                Bson::Document(doc! {"A": 1}),
+                Greater,
+            ),
+            // Other types are unaffected.
+            (Some(&primary), Bson::Int32(1), Bson::Double(1.0), Equal),
+            (Some(&primary), Bson::Int32(2), Bson::Int64(10), Less),
+            (Some(&primary), s("A"), Bson::Int32(1), Greater),
+            (
+                Some(&primary),
+                Bson::JavaScriptCode("a".into()),
+                Bson::JavaScriptCode("A".into()),
+                Greater,
+            ),
+            (
+                Some(&primary),
+                code_w_scope("f", doc! {"x": "a"}),
+                code_w_scope("f", doc! {"x": "A"}),
+                Greater,
+            ),
+            (
+                Some(&primary),
+                Bson::RegularExpression(Regex {
+                    pattern: "a".into(),
+                    options: "".into(),
+                }),
+                Bson::RegularExpression(Regex {
+                    pattern: "A".into(),
+                    options: "".into(),
+                }),
+                Greater,
+            ),
+        ];
+        for (c, a, b, want) in &cases {
+            assert_collated(*c, a, b, *want);
+        }
+    }
+
+    fn leaf() -> impl Strategy<Value = Bson> {
+        prop_oneof![
+            "[aAáb 1-]{0,3}".prop_map(Bson::String),
+            "[aA]{0,2}".prop_map(Bson::Symbol),
+            (0..3i32).prop_map(Bson::Int32),
+            Just(Bson::Null),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = Bson> {
+        leaf().prop_recursive(3, 16, 3, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Bson::Array),
+                proptest::collection::vec(("[aA]", inner), 0..3)
+                    .prop_map(|kvs| { Bson::Document(kvs.into_iter().collect()) }),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// Without a collation, strings keep their byte order.
+        #[test]
+        fn no_collation_is_binary(a in ".{0,4}", b in ".{0,4}") {
+            let want = a.as_bytes().cmp(b.as_bytes());
+            prop_assert_eq!(cmp_bson_with(&Bson::String(a), &Bson::String(b), None), want);
+        }
+
+        /// Raw, owned and mixed comparisons agree under a collation, and stay antisymmetric.
+        #[test]
+        fn collated_representations_agree(a in value(), b in value()) {
+            let c = collation(doc! {"locale": "en", "strength": 2, "alternate": "shifted"});
+            let want = cmp_bson_with(&a, &b, Some(&c));
+            let (ra, rb) = (to_raw(&a), to_raw(&b));
+            let (ra, rb) = (ra.as_raw_bson_ref(), rb.as_raw_bson_ref());
+            prop_assert_eq!(cmp_bson_with(&b, &a, Some(&c)), want.reverse());
+            prop_assert_eq!(cmp_raw_with(ra, rb, Some(&c)), want);
+            prop_assert_eq!(cmp_raw_bson_with(ra, &b, Some(&c)), want);
+        }
     }
 }

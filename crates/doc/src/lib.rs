@@ -1,8 +1,9 @@
-//! Pure BSON layers: MongoDB's value order, dotted paths over arrays, index key generation
-//! and the order-preserving keystring encoding.
+//! Pure BSON layers: MongoDB's value order (binary or under an ICU collation), dotted paths
+//! over arrays, index key generation and the order-preserving keystring encoding.
 
 // `nidus_common::Error` carries MongoDB reply fields; it is returned by value everywhere.
 
+pub mod collation;
 pub mod compare;
 pub mod keys;
 pub mod keystring;
