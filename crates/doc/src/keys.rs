@@ -4,7 +4,8 @@
 //! path (one level of implicit traversal, as queries), `null` for a missing field and
 //! `undefined` for an empty array at the end of the path.
 
-use crate::compare::{cmp_raw, values_equal_bson};
+use crate::collation::Collation;
+use crate::compare::{cmp_raw_with, values_equal_bson};
 use crate::path::{array_index, walk, FieldPath};
 use bson::{Bson, RawBsonRef, RawDocument};
 use nidus_common::{Error, ErrorCode, Result};
@@ -38,11 +39,23 @@ pub fn sort_key_value<'a>(
     path: &FieldPath,
     descending: bool,
 ) -> RawBsonRef<'a> {
+    sort_key_value_with(doc, path, descending, None)
+}
+
+/// [`sort_key_value`] with strings ordered by a collation.
+pub fn sort_key_value_with<'a>(
+    doc: &'a RawDocument,
+    path: &FieldPath,
+    descending: bool,
+    collation: Option<&Collation>,
+) -> RawBsonRef<'a> {
     let vals = path_key_values(doc, path);
     let pick = if descending {
-        vals.into_iter().max_by(|a, b| cmp_raw(*a, *b))
+        vals.into_iter()
+            .max_by(|a, b| cmp_raw_with(*a, *b, collation))
     } else {
-        vals.into_iter().min_by(|a, b| cmp_raw(*a, *b))
+        vals.into_iter()
+            .min_by(|a, b| cmp_raw_with(*a, *b, collation))
     };
     pick.unwrap_or(RawBsonRef::Null)
 }

@@ -9,6 +9,7 @@ use crate::plan;
 use crate::Engine;
 use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
+use nidus_doc::collation::Collation;
 use nidus_expr::LetScope;
 use nidus_query::matcher::Matcher;
 use nidus_query::matcher::ParseOptions;
@@ -30,6 +31,16 @@ pub struct FindSpec {
     pub deadline: Option<Instant>,
     /// The command's `let` variables (for `$expr` and computed projections).
     pub let_vars: Option<Document>,
+    /// The query's collation document (strings in the filter and the sort compare under it).
+    pub collation: Option<Document>,
+}
+
+/// Parses a command's `collation` (None for absent or `{locale: "simple"}`).
+pub fn parse_collation(spec: Option<&Document>) -> Result<Option<Collation>> {
+    match spec {
+        Some(d) => Collation::parse(d),
+        None => Ok(None),
+    }
 }
 
 /// Natural order requested through `sort` or `hint` (`{$natural: -1}`).
@@ -89,15 +100,20 @@ impl Engine {
     /// else a collection scan.
     pub fn plan_find(&self, coll: Option<&CollectionRef>, spec: &FindSpec) -> Result<Executor> {
         let scope = LetScope::new(spec.let_vars.as_ref())?;
+        let collation = parse_collation(spec.collation.as_ref())?;
         let opts = ParseOptions {
             scope: Some(&scope),
+            collation: collation.as_ref(),
             ..ParseOptions::default()
         };
         let matcher = Arc::new(Matcher::parse_with(&spec.filter, &opts)?);
         let sort_spec = spec.sort.as_ref().filter(|s| !s.is_empty());
         let natural_sort = sort_spec.and_then(natural_direction);
         let sort = match sort_spec {
-            Some(s) if natural_sort.is_none() => Some((SortPattern::parse(s)?, s.clone())),
+            Some(s) if natural_sort.is_none() => Some((
+                SortPattern::parse(s)?.with_collation(collation.clone()),
+                s.clone(),
+            )),
             _ => None,
         };
         let projection = match &spec.projection {
@@ -119,6 +135,15 @@ impl Engine {
         };
         let meta = coll.meta.read();
         let hinted_index = match &spec.hint {
+            // Indexes hold binary string keys: under a collation only a scan answers
+            // string predicates and sorts correctly (until indexes carry collations).
+            _ if collation.is_some() => {
+                let scan = self.collscan(coll, spec, &parsed, natural_sort.unwrap_or(true));
+                return Ok(Executor::new(
+                    parsed.finish(scan, true, None),
+                    spec.deadline,
+                ));
+            }
             Some(Bson::Document(h)) if h.contains_key("$natural") => {
                 let forward = natural_direction(h).unwrap_or(true);
                 let scan = self.collscan(coll, spec, &parsed, forward);

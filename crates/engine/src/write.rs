@@ -2,7 +2,7 @@
 //! transaction, retried internally on write conflicts with MongoDB's backoff.
 
 use crate::catalog::{CollectionMeta, CollectionRef};
-use crate::find::FindSpec;
+use crate::find::{parse_collation, FindSpec};
 use crate::index::{self, IndexKeySet};
 use crate::retry::with_write_conflict_retry;
 use crate::Engine;
@@ -27,17 +27,29 @@ pub struct WriteOpts {
     pub deadline: Option<Instant>,
     /// The command's `let` variables (for `$expr` in filters, pipeline updates).
     pub let_vars: Option<Document>,
+    /// The statement's collation (the filter's string comparisons and the sort).
+    pub collation: Option<Document>,
 }
 
 impl WriteOpts {
     /// Parses a write's filter in the command's `let` scope.
     pub fn filter_matcher(&self, filter: &Document) -> Result<Matcher> {
         let scope = LetScope::new(self.let_vars.as_ref())?;
+        let collation = parse_collation(self.collation.as_ref())?;
         let opts = ParseOptions {
             scope: Some(&scope),
+            collation: collation.as_ref(),
             ..ParseOptions::default()
         };
         Matcher::parse_with(filter, &opts)
+    }
+
+    /// These options with a statement's own collation.
+    pub fn with_collation(&self, collation: Option<Document>) -> WriteOpts {
+        WriteOpts {
+            collation,
+            ..self.clone()
+        }
     }
 }
 
@@ -221,6 +233,7 @@ impl Engine {
             hint: spec.hint.clone(),
             deadline: opts.deadline,
             let_vars: opts.let_vars.clone(),
+            collation: opts.collation.clone(),
             ..FindSpec::default()
         };
         let mut outcome = UpdateOutcome::default();
@@ -392,6 +405,7 @@ impl Engine {
             hint,
             deadline: opts.deadline,
             let_vars: opts.let_vars.clone(),
+            collation: opts.collation.clone(),
             ..FindSpec::default()
         };
         let mut n = 0;

@@ -7,8 +7,9 @@
 
 use bson::{Bson, Document, RawDocument};
 use nidus_common::{Error, ErrorCode, Result};
-use nidus_doc::compare::{bson_num, cmp_bson, cmp_raw};
-use nidus_doc::keys::sort_key_value;
+use nidus_doc::collation::Collation;
+use nidus_doc::compare::{bson_num, cmp_bson_with, cmp_raw_with};
+use nidus_doc::keys::sort_key_value_with;
 use nidus_doc::number::{cmp_num, Num};
 use nidus_doc::path::FieldPath;
 use std::cmp::Ordering;
@@ -27,6 +28,8 @@ pub struct SortPattern {
     /// `{$natural: 1 | -1}`: `Some(descending)`; not part of the keys (the planner scans the
     /// collection in that direction).
     pub natural: Option<bool>,
+    /// Strings compare under this collation (None = binary).
+    pub collation: Option<Collation>,
 }
 
 fn direction(field: &str, v: &Bson) -> Result<bool> {
@@ -90,12 +93,19 @@ impl SortPattern {
         self.fields.is_empty()
     }
 
+    /// The same pattern with strings ordered by `collation`.
+    pub fn with_collation(mut self, collation: Option<Collation>) -> SortPattern {
+        self.collation = collation;
+        self
+    }
+
     /// Compares two documents by the pattern.
     pub fn compare(&self, a: &RawDocument, b: &RawDocument) -> Ordering {
         for f in &self.fields {
-            let ka = sort_key_value(a, &f.path, f.descending);
-            let kb = sort_key_value(b, &f.path, f.descending);
-            let o = cmp_raw(ka, kb);
+            let c = self.collation.as_ref();
+            let ka = sort_key_value_with(a, &f.path, f.descending, c);
+            let kb = sort_key_value_with(b, &f.path, f.descending, c);
+            let o = cmp_raw_with(ka, kb, c);
             let o = if f.descending { o.reverse() } else { o };
             if o != Ordering::Equal {
                 return o;
@@ -110,7 +120,8 @@ impl SortPattern {
         self.fields
             .iter()
             .map(|f| {
-                Bson::try_from(sort_key_value(doc, &f.path, f.descending)).unwrap_or(Bson::Null)
+                let v = sort_key_value_with(doc, &f.path, f.descending, self.collation.as_ref());
+                Bson::try_from(v).unwrap_or(Bson::Null)
             })
             .collect()
     }
@@ -118,7 +129,7 @@ impl SortPattern {
     /// Compares two keys produced by [`SortPattern::sort_key`].
     pub fn compare_keys(&self, a: &[Bson], b: &[Bson]) -> Ordering {
         for ((f, x), y) in self.fields.iter().zip(a).zip(b) {
-            let o = cmp_bson(x, y);
+            let o = cmp_bson_with(x, y, self.collation.as_ref());
             let o = if f.descending { o.reverse() } else { o };
             if o != Ordering::Equal {
                 return o;

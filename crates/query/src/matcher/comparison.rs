@@ -8,14 +8,17 @@
 use super::evaluation::RegexPred;
 use bson::{Bson, RawBson, RawBsonRef};
 use nidus_common::{Error, Result};
-use nidus_doc::compare::{canonical_type, cmp_raw, raw_num};
+use nidus_doc::collation::Collation;
+use nidus_doc::compare::{canonical_type, cmp_raw_with, raw_num};
 use std::cmp::Ordering;
 
-/// A constant operand, kept both owned (for callers) and raw (for fast comparison).
+/// A constant operand, kept both owned (for callers) and raw (for fast comparison), with
+/// the collation its strings compare under.
 #[derive(Debug, Clone)]
 pub struct Value {
     pub bson: Bson,
     pub raw: RawBson,
+    pub collation: Option<Collation>,
 }
 
 impl Value {
@@ -29,6 +32,7 @@ impl Value {
         Ok(Value {
             bson: bson.clone(),
             raw,
+            collation: None,
         })
     }
 
@@ -79,7 +83,8 @@ pub fn eq_matches(val: &Value, v: Option<RawBsonRef>) -> bool {
     match v {
         None => val.is_null(),
         Some(v) => {
-            canonical_type(v) == canonical_type(val.as_ref()) && cmp_raw(v, val.as_ref()).is_eq()
+            canonical_type(v) == canonical_type(val.as_ref())
+                && cmp_raw_with(v, val.as_ref(), val.collation.as_ref()).is_eq()
         }
     }
 }
@@ -104,7 +109,7 @@ pub fn cmp_matches(op: CmpOp, val: &Value, v: Option<RawBsonRef>) -> bool {
     if is_nan(v) || is_nan(rhs) {
         return op.includes_equal() && is_nan(v) && is_nan(rhs);
     }
-    op.holds(cmp_raw(v, rhs))
+    op.holds(cmp_raw_with(v, rhs, val.collation.as_ref()))
 }
 
 /// The operand list of `$in` (values and regexes).

@@ -13,6 +13,7 @@
 
 pub mod array;
 pub mod bits;
+pub mod collation;
 pub mod comparison;
 pub mod element;
 pub mod evaluation;
@@ -50,6 +51,8 @@ pub trait DocPredicate: Send + Sync + fmt::Debug {
 pub struct ParseOptions<'a> {
     /// The command's `let` variables and `$$NOW`, for `$expr`.
     pub scope: Option<&'a LetScope>,
+    /// The query's collation (None = binary string comparison).
+    pub collation: Option<&'a nidus_doc::collation::Collation>,
     /// Parsing inside `$elemMatch`, where `$expr` is refused (so nothing below it can fail
     /// at evaluation).
     pub nested: bool,
@@ -224,7 +227,10 @@ impl Matcher {
 
     /// Parses a filter with options (e.g. the command's `let` scope).
     pub fn parse_with(filter: &Document, opts: &ParseOptions) -> Result<Matcher> {
-        let expr = parse::parse_filter(filter, opts)?;
+        let mut expr = parse::parse_filter(filter, opts)?;
+        if let Some(c) = opts.collation {
+            collation::apply(&mut expr, c);
+        }
         Ok(Matcher {
             expr,
             filter: filter.clone(),

@@ -1,7 +1,9 @@
 //! `bulkWrite` (MongoDB 8.0): inserts, updates and deletes across namespaces in one command,
 //! with one result per operation returned through a cursor.
 
-use super::write::{opts, parse_delete_statement, parse_update_statement, to_document};
+use super::write::{
+    opts, parse_delete_statement, parse_update_statement, statement_opts, to_document,
+};
 use super::{wrong_type, Ctx};
 use bson::{doc, Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
@@ -107,6 +109,7 @@ fn run_op(
                 ],
             );
             let spec = parse_update_statement(&stmt)?;
+            let wopts = statement_opts(&wopts, "bulkWrite.ops", &stmt)?;
             ctx.state.opcounters.update.fetch_add(1, Ordering::Relaxed);
             let out = match engine.collection(&ns) {
                 Some(c) => engine.update(&c, &spec, &wopts)?,
@@ -137,6 +140,7 @@ fn run_op(
             );
             stmt.insert("limit", if multi { 0 } else { 1 });
             let (filter, multi, hint) = parse_delete_statement(&stmt)?;
+            let wopts = statement_opts(&wopts, "bulkWrite.ops", &stmt)?;
             ctx.state.opcounters.delete.fetch_add(1, Ordering::Relaxed);
             let n = match engine.collection(&ns) {
                 Some(c) => engine.delete(&c, &filter, multi, hint, &wopts)?,

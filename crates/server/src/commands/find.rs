@@ -89,6 +89,7 @@ pub fn find_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
         hint: hint(ctx)?,
         deadline: ctx.deadline,
         let_vars: ctx.opt_document("let")?,
+        collation: ctx.opt_document("collation")?,
     };
     Ok((ns, spec))
 }
@@ -262,6 +263,7 @@ pub fn count_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
         limit,
         hint: hint(ctx)?,
         deadline: ctx.deadline,
+        collation: ctx.opt_document("collation")?,
         ..FindSpec::default()
     };
     Ok((ns, spec))
@@ -305,6 +307,7 @@ pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
         filter: filter(ctx, "query")?,
         hint: hint(ctx)?,
         deadline: ctx.deadline,
+        collation: ctx.opt_document("collation")?,
         ..FindSpec::default()
     };
     let coll = ctx.state.engine.collection(&ns);
@@ -314,8 +317,11 @@ pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
     while let Some(d) = exec.next_doc()? {
         distinct_values(&d, &path, &mut values)?;
     }
-    values.sort_by(nidus_doc::compare::cmp_bson);
-    values.dedup_by(|a, b| nidus_doc::compare::cmp_bson(a, b).is_eq());
+    // Values equal under the collation are one value (the first in sort order is kept).
+    let collation = nidus_engine::find::parse_collation(spec.collation.as_ref())?;
+    let cmp = |a: &Bson, b: &Bson| nidus_doc::compare::cmp_bson_with(a, b, collation.as_ref());
+    values.sort_by(cmp);
+    values.dedup_by(|a, b| cmp(a, b).is_eq());
     Ok(doc! { "values": values })
 }
 

@@ -108,7 +108,7 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace(&ctx.command_name())?;
     let req = parse(ctx)?;
     let engine = &ctx.state.engine;
-    let opts = super::write::opts(ctx)?;
+    let opts = super::write::opts(ctx)?.with_collation(ctx.opt_document("collation")?);
     let matcher = opts.filter_matcher(&req.filter)?;
     let coll = match engine.collection(&ns) {
         Some(c) => Some(c),
@@ -123,6 +123,7 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
             hint: req.hint.clone(),
             deadline: ctx.deadline,
             let_vars: opts.let_vars.clone(),
+            collation: opts.collation.clone(),
             ..FindSpec::default()
         };
         for _ in 0..MAX_RESTARTS {

@@ -54,7 +54,17 @@ pub(super) fn opts(ctx: &Ctx) -> Result<WriteOpts> {
     Ok(WriteOpts {
         deadline: ctx.deadline,
         let_vars: ctx.opt_document("let")?,
+        collation: None,
     })
+}
+
+/// The command's options with one statement's `collation`.
+pub(super) fn statement_opts(opts: &WriteOpts, cmd: &str, stmt: &Document) -> Result<WriteOpts> {
+    match stmt.get("collation") {
+        None | Some(Bson::Null) => Ok(opts.clone()),
+        Some(Bson::Document(c)) => Ok(opts.with_collation(Some(c.clone()))),
+        Some(other) => Err(wrong_type(cmd, "collation", other, "object")),
+    }
 }
 
 pub fn insert(ctx: &mut Ctx) -> Result<Document> {
@@ -198,6 +208,7 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
         ctx.state.opcounters.update.fetch_add(1, Ordering::Relaxed);
         let result = to_document(raw).and_then(|stmt| {
             let spec = parse_update_statement(&stmt)?;
+            let opts = statement_opts(&opts, "update.updates", &stmt)?;
             let engine = &ctx.state.engine;
             let coll = match engine.collection(&ns) {
                 Some(c) => c,
@@ -271,6 +282,7 @@ pub fn delete(ctx: &mut Ctx) -> Result<Document> {
         ctx.state.opcounters.delete.fetch_add(1, Ordering::Relaxed);
         let result = to_document(raw).and_then(|stmt| {
             let (filter, multi, hint) = parse_delete_statement(&stmt)?;
+            let opts = statement_opts(&opts, "delete.deletes", &stmt)?;
             match ctx.state.engine.collection(&ns) {
                 Some(coll) => ctx.state.engine.delete(&coll, &filter, multi, hint, &opts),
                 None => Ok(0),
