@@ -8,7 +8,9 @@
 //! collisions 31249/31250, mixed inclusion/exclusion 31253/31254, ...); [`apply`] walks a
 //! `&RawDocument` against that tree.
 
+pub mod add_fields;
 pub mod apply;
+pub mod replace_root;
 
 #[cfg(test)]
 mod tests;

@@ -341,3 +341,44 @@ fn aggregate_policy() {
     let e = parse(&doc! {"a.$": 1}).expect_err("no positional");
     assert_eq!(e.code.code(), 16410);
 }
+
+/// `$addFields`: existing fields replaced in place, new ones appended, dotted paths through
+/// arrays and scalars, `$$REMOVE` drops.
+#[test]
+fn add_fields() {
+    use super::add_fields::AddFields;
+    let scope = nidus_expr::LetScope::empty();
+    let d = doc! {"_id": 1, "a": [{"x": 1}, 5, [{"x": 2}]], "s": 3, "t": 4};
+    let cases: Vec<(Document, Document)> = vec![
+        (
+            doc! {"s": {"$add": ["$s", 1]}, "n": 1},
+            doc! {"_id": 1, "a": [{"x": 1}, 5, [{"x": 2}]], "s": 4, "t": 4, "n": 1},
+        ),
+        (
+            doc! {"a.y": "$s"},
+            doc! {"_id": 1, "a": [{"x": 1, "y": 3}, {"y": 3}, [{"x": 2, "y": 3}]], "s": 3, "t": 4},
+        ),
+        (
+            doc! {"s": {"k": 1}, "t": "$$REMOVE"},
+            doc! {"_id": 1, "a": [{"x": 1}, 5, [{"x": 2}]], "s": {"k": 1}},
+        ),
+        (
+            doc! {"e": {}, "o": {"$literal": {"$x": 1}}},
+            doc! {"_id": 1, "a": [{"x": 1}, 5, [{"x": 2}]], "s": 3, "t": 4, "e": {}, "o": {"$x": 1}},
+        ),
+    ];
+    let raw = RawDocumentBuf::from_document(&d).expect("raw");
+    for (spec, want) in cases {
+        let a = AddFields::parse("$addFields", &spec, &scope).expect("parses");
+        assert_eq!(a.apply(&raw).ok(), Some(want), "{spec}");
+    }
+    let errors = [
+        (doc! {}, 40177),
+        (doc! {"a.b": 1, "a": 2}, 31250),
+        (doc! {"$x": 1}, 16410),
+    ];
+    for (spec, code) in errors {
+        let e = AddFields::parse("$addFields", &spec, &scope).expect_err("bad spec");
+        assert_eq!(e.code.code(), code, "{spec}: {}", e.message);
+    }
+}

@@ -17,6 +17,7 @@ pub mod fields;
 pub mod filters;
 pub mod leaf;
 pub mod path;
+pub mod pipeline;
 pub mod tree;
 pub mod upsert;
 pub mod util;
@@ -29,7 +30,9 @@ use fields::{parse_rename, take_rename_sources, Rename};
 use filters::ArrayFilters;
 use leaf::{Env, Op, OPERATORS};
 use nidus_common::{Error, ErrorCode, Result};
+use nidus_expr::LetScope;
 use path::{parse_path, Comp};
+use pipeline::UpdatePipeline;
 use std::collections::HashSet;
 use tree::{apply_object, Leaf, Node, ObjectNode};
 pub use upsert::upsert_seed;
@@ -85,15 +88,28 @@ pub enum Update {
     Replacement(Document),
     /// Update operators.
     Operators(OperatorUpdate),
-    /// An aggregation-pipeline update (not supported yet: [`Update::parse`] rejects it).
-    Pipeline(Vec<Document>),
+    /// An aggregation-pipeline update.
+    Pipeline(UpdatePipeline),
 }
 
 impl Update {
-    /// Parses the `u` of an update statement.
+    /// Parses the `u` of an update statement (no `let` variables).
     pub fn parse(update: &Bson, array_filters: Option<&[Document]>) -> Result<Update> {
+        Self::parse_in(update, array_filters, &LetScope::empty())
+    }
+
+    /// Parses the `u` of an update statement; a pipeline's expressions see `scope` (the
+    /// command's `let` and the statement's constants `c`).
+    pub fn parse_in(
+        update: &Bson,
+        array_filters: Option<&[Document]>,
+        scope: &LetScope,
+    ) -> Result<Update> {
         match update {
-            Bson::Array(_) => Err(Error::bad_value("pipeline updates not supported yet")),
+            Bson::Array(_) if array_filters.is_some() => Err(Error::failed_to_parse(
+                "arrayFilters may not be specified for pipeline-style updates",
+            )),
+            Bson::Array(stages) => Ok(Update::Pipeline(UpdatePipeline::parse(stages, scope)?)),
             Bson::Document(d) if d.keys().next().is_some_and(|k| k.starts_with('$')) => {
                 parse_operators(d, array_filters).map(Update::Operators)
             }
@@ -131,7 +147,10 @@ impl Update {
         match self {
             Update::Replacement(r) => apply_replacement(r, doc, ctx),
             Update::Operators(u) => apply_operators(u, doc, ctx),
-            Update::Pipeline(_) => Err(Error::bad_value("pipeline updates not supported yet")),
+            Update::Pipeline(p) => {
+                let new = p.transform(doc)?;
+                apply_replacement(&new, doc, ctx)
+            }
         }
     }
 

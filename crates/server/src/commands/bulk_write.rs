@@ -108,7 +108,7 @@ fn run_op(
                     ("sort", "sort"),
                 ],
             );
-            let spec = parse_update_statement(&stmt)?;
+            let spec = parse_update_statement(&stmt, &wopts)?;
             let wopts = statement_opts(&wopts, "bulkWrite.ops", &stmt)?;
             ctx.state.opcounters.update.fetch_add(1, Ordering::Relaxed);
             let out = match engine.collection(&ns) {

@@ -60,7 +60,10 @@ fn parse(ctx: &Ctx) -> Result<Request> {
     };
     let update = match ctx.body.get("update") {
         None | Some(Bson::Null) => None,
-        Some(u) => Some(Update::parse(u, array_filters.as_deref())?),
+        Some(u) => {
+            let scope = nidus_expr::LetScope::new(ctx.opt_document("let")?.as_ref())?;
+            Some(Update::parse_in(u, array_filters.as_deref(), &scope)?)
+        }
     };
     let fail = |m: &str| Err(Error::new(ErrorCode::FailedToParse, m.to_string()));
     match (remove, &update) {

@@ -6,6 +6,7 @@ use super::{wrong_type, Ctx};
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::write::{prepare_insert, UpdateSpec, WriteOpts};
+use nidus_expr::LetScope;
 use nidus_query::update::Update;
 use std::sync::atomic::Ordering;
 
@@ -127,7 +128,25 @@ pub(super) fn to_document(raw: &RawDocumentBuf) -> Result<Document> {
         .map_err(|e| Error::new(ErrorCode::InvalidBSON, e.to_string()))
 }
 
-pub(super) fn parse_update_statement(stmt: &Document) -> Result<UpdateSpec> {
+/// The scope a statement's pipeline update is parsed in: the command's `let` and the
+/// statement's constants `c` (only pipeline updates may have constants).
+fn update_scope(opts: &WriteOpts, stmt: &Document, u: &Bson) -> Result<LetScope> {
+    let constants = match stmt.get("c") {
+        None | Some(Bson::Null) => None,
+        Some(Bson::Document(c)) => Some(c),
+        Some(other) => return Err(wrong_type("update.updates", "c", other, "object")),
+    };
+    if constants.is_some() && !matches!(u, Bson::Array(_)) {
+        return Err(Error::failed_to_parse(
+            "Constant values may only be specified for pipeline updates",
+        ));
+    }
+    let mut vars = opts.let_vars.clone().unwrap_or_default();
+    vars.extend(constants.cloned().unwrap_or_default());
+    LetScope::new(Some(&vars))
+}
+
+pub(super) fn parse_update_statement(stmt: &Document, opts: &WriteOpts) -> Result<UpdateSpec> {
     const CMD: &str = "update.updates";
     for k in stmt.keys() {
         if !matches!(
@@ -162,7 +181,8 @@ pub(super) fn parse_update_statement(stmt: &Document) -> Result<UpdateSpec> {
         ),
         Some(other) => return Err(wrong_type(CMD, "arrayFilters", other, "array")),
     };
-    let update = Update::parse(u, array_filters.as_deref())?;
+    let scope = update_scope(opts, stmt, u)?;
+    let update = Update::parse_in(u, array_filters.as_deref(), &scope)?;
     let multi = stmt_bool(CMD, stmt, "multi")?;
     if multi && update.is_replacement() {
         return Err(Error::new(
@@ -207,7 +227,7 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
     for (i, raw) in stmts.iter().enumerate() {
         ctx.state.opcounters.update.fetch_add(1, Ordering::Relaxed);
         let result = to_document(raw).and_then(|stmt| {
-            let spec = parse_update_statement(&stmt)?;
+            let spec = parse_update_statement(&stmt, &opts)?;
             let opts = statement_opts(&opts, "update.updates", &stmt)?;
             let engine = &ctx.state.engine;
             let coll = match engine.collection(&ns) {

@@ -1,0 +1,186 @@
+//! Pipeline-style updates (`u: [{$set: ...}, {$unset: ...}, {$replaceWith: ...}]`): the
+//! document goes through the stages an update allows (`$addFields`/`$set`, `$project`/
+//! `$unset`, `$replaceRoot`/`$replaceWith`) and the result replaces it, keeping `_id`.
+
+use crate::projection::add_fields::AddFields;
+use crate::projection::replace_root::ReplaceRoot;
+use crate::projection::{Policy, Projection};
+use bson::{Bson, Document, RawDocumentBuf};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_expr::LetScope;
+
+/// One stage of an update pipeline.
+#[derive(Debug, Clone)]
+enum Stage {
+    AddFields(AddFields),
+    Project(Projection),
+    ReplaceRoot(ReplaceRoot),
+}
+
+/// A parsed update pipeline.
+#[derive(Debug, Clone)]
+pub struct UpdatePipeline {
+    stages: Vec<Stage>,
+}
+
+/// Aggregation stages that exist but are not allowed in an update (InvalidOptions), as
+/// opposed to names no stage has (40324).
+const OTHER_STAGES: &[&str] = &[
+    "$match",
+    "$group",
+    "$sort",
+    "$limit",
+    "$skip",
+    "$unwind",
+    "$lookup",
+    "$graphLookup",
+    "$facet",
+    "$bucket",
+    "$bucketAuto",
+    "$count",
+    "$sortByCount",
+    "$sample",
+    "$redact",
+    "$out",
+    "$merge",
+    "$unionWith",
+    "$geoNear",
+    "$collStats",
+    "$indexStats",
+    "$currentOp",
+    "$listSessions",
+    "$listLocalSessions",
+    "$planCacheStats",
+    "$documents",
+    "$densify",
+    "$setWindowFields",
+    "$changeStream",
+    "$search",
+    "$searchMeta",
+    "$vectorSearch",
+];
+
+impl UpdatePipeline {
+    /// Parses the stages of `u` in the command's scope (`let` and the statement's `c`).
+    pub fn parse(stages: &[Bson], scope: &LetScope) -> Result<UpdatePipeline> {
+        let stages = stages
+            .iter()
+            .map(|s| parse_stage(s, scope))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(UpdatePipeline { stages })
+    }
+
+    /// The document after every stage (before `_id` is restored and checked).
+    pub fn transform(&self, doc: &Document) -> Result<Document> {
+        let mut current = doc.clone();
+        for stage in &self.stages {
+            let raw = RawDocumentBuf::from_document(&current)
+                .map_err(|e| Error::new(ErrorCode::BSONObjectTooLarge, e.to_string()))?;
+            current = match stage {
+                Stage::AddFields(a) => a.apply(&raw)?,
+                Stage::Project(p) => p.apply(&raw)?,
+                Stage::ReplaceRoot(r) => r.apply(&raw)?,
+            };
+        }
+        Ok(current)
+    }
+}
+
+fn parse_stage(stage: &Bson, scope: &LetScope) -> Result<Stage> {
+    let Bson::Document(d) = stage else {
+        return Err(Error::new(
+            ErrorCode::TypeMismatch,
+            "Each element of the 'pipeline' array must be an object",
+        ));
+    };
+    let mut fields = d.iter();
+    let (Some((name, arg)), None) = (fields.next(), fields.next()) else {
+        return Err(Error::new(
+            ErrorCode::Location(40323),
+            "A pipeline stage specification object must contain exactly one field.",
+        ));
+    };
+    match name.as_str() {
+        "$addFields" | "$set" => Ok(Stage::AddFields(AddFields::parse(
+            name,
+            &object_arg(name, arg)?,
+            scope,
+        )?)),
+        "$project" => {
+            let p = Projection::parse_with(&object_arg(name, arg)?, Policy::Aggregate, scope)
+                .map_err(|e| {
+                    Error::new(
+                        e.code,
+                        format!("Invalid $project :: caused by :: {}", e.message),
+                    )
+                })?;
+            Ok(Stage::Project(p))
+        }
+        "$unset" => Ok(Stage::Project(parse_unset(arg, scope)?)),
+        "$replaceRoot" => Ok(Stage::ReplaceRoot(ReplaceRoot::parse_replace_root(
+            arg, scope,
+        )?)),
+        "$replaceWith" => Ok(Stage::ReplaceRoot(ReplaceRoot::parse_replace_with(
+            arg, scope,
+        )?)),
+        other if OTHER_STAGES.contains(&other) => Err(Error::new(
+            ErrorCode::InvalidOptions,
+            format!("{other} is not allowed to be used within an update"),
+        )),
+        other => Err(Error::new(
+            ErrorCode::Location(40324),
+            format!("Unrecognized pipeline stage name: '{other}'"),
+        )),
+    }
+}
+
+fn object_arg(stage: &str, arg: &Bson) -> Result<Document> {
+    match arg {
+        Bson::Document(d) => Ok(d.clone()),
+        _ if stage == "$project" => Err(Error::new(
+            ErrorCode::Location(15969),
+            "$project specification must be an object",
+        )),
+        _ => Err(Error::new(
+            ErrorCode::Location(40272),
+            format!(
+                "{stage} specification stage must be an object, got {}",
+                crate::update::util::type_name(arg)
+            ),
+        )),
+    }
+}
+
+/// `$unset: "a"` / `["a", "b.c"]`: an exclusion projection.
+pub fn parse_unset(arg: &Bson, scope: &LetScope) -> Result<Projection> {
+    let names: Vec<&String> = match arg {
+        Bson::String(s) => vec![s],
+        Bson::Array(a) if a.is_empty() => {
+            return Err(Error::new(
+                ErrorCode::Location(31119),
+                "$unset specification must be a string or an array with at least one field",
+            ))
+        }
+        Bson::Array(a) => a
+            .iter()
+            .map(|v| match v {
+                Bson::String(s) => Ok(s),
+                _ => Err(Error::new(
+                    ErrorCode::Location(31120),
+                    "$unset specification must be a string or an array containing only string values",
+                )),
+            })
+            .collect::<Result<_>>()?,
+        _ => {
+            return Err(Error::new(
+                ErrorCode::Location(31002),
+                "$unset specification must be a string or an array",
+            ))
+        }
+    };
+    let mut spec = Document::new();
+    for n in names {
+        spec.insert(n.clone(), 0);
+    }
+    Projection::parse_with(&spec, Policy::Aggregate, scope)
+}
