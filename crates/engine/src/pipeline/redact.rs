@@ -2,7 +2,7 @@
 //! `$$PRUNE` drops it, `$$DESCEND` keeps its scalar fields and applies the expression to its
 //! embedded documents (also inside arrays), with `$$CURRENT` bound to each of them.
 //!
-//! The three variables are written into the expression as string literals before parsing
+//! The three variables are written into the expression as `$literal` strings before parsing
 //! (the expression parser has no such builtins); a result is compared with those strings.
 
 use super::{DocStream, DocumentSource, ExpCtx, ParseCtx, StageRef, Stream};
@@ -12,9 +12,11 @@ use nidus_expr::Expression;
 use std::any::Any;
 use std::sync::Arc;
 
-const KEEP: &str = "keep";
-const PRUNE: &str = "prune";
-const DESCEND: &str = "descend";
+// The variables' names themselves: a string only `$literal` can spell, so no ordinary
+// string result is taken for one of them.
+const KEEP: &str = "$$KEEP";
+const PRUNE: &str = "$$PRUNE";
+const DESCEND: &str = "$$DESCEND";
 
 #[derive(Debug, Clone)]
 pub struct Redact {
@@ -24,9 +26,7 @@ pub struct Redact {
 fn substitute(v: &Bson) -> Bson {
     match v {
         Bson::String(s) => match s.as_str() {
-            "$$KEEP" => bson::bson!({"$literal": KEEP}),
-            "$$PRUNE" => bson::bson!({"$literal": PRUNE}),
-            "$$DESCEND" => bson::bson!({"$literal": DESCEND}),
+            KEEP | PRUNE | DESCEND => bson::bson!({"$literal": s.clone()}),
             _ => v.clone(),
         },
         Bson::Document(d) => {
