@@ -28,6 +28,8 @@ mod group;
 mod limit;
 mod lookup;
 mod r#match;
+mod merge;
+mod out;
 mod project;
 mod redact;
 mod replace_root;
@@ -148,6 +150,8 @@ const STAGES: &[(&str, StageParser)] = &[
     ("$sample", sample::parse),
     ("$redact", redact::parse),
     ("$documents", documents::parse),
+    ("$out", out::parse),
+    ("$merge", merge::parse),
 ];
 
 /// Parses one `{$stage: arg}` document.
