@@ -302,3 +302,35 @@ fn optimizer_moves_independent_matches_only() {
         doc! {"$sort": {"sortKey": {"a": 1}, "limit": 2i64}}
     );
 }
+
+#[test]
+fn blocking_stage_memory_limit_needs_allow_disk_use() {
+    let (_dir, e) = engine();
+    let mut ctx = ExpCtx::new(e, "test");
+    let over = super::MAX_BLOCKING_STAGE_BYTES + 1;
+    let err = ctx.memory("$group").add(over).expect_err("over the limit");
+    assert_eq!(err.code.code(), 292);
+    assert_eq!(
+        err.message,
+        "Exceeded memory limit for $group, but didn't allow external spilling. Pass allowDiskUse:true to opt in."
+    );
+    let err = ctx.memory("$sort").add(over).expect_err("over the limit");
+    assert_eq!(err.code.code(), 292);
+    ctx.allow_disk_use = true;
+    assert!(ctx.memory("$group").add(over).is_ok());
+}
+
+#[test]
+fn output_documents_over_16_mib_fail() {
+    let (_dir, e) = engine();
+    let big = "x".repeat(1024 * 1024);
+    let input: Vec<Bson> = (0..17)
+        .map(|i| Bson::Document(doc! {"i": i, "s": big.clone()}))
+        .collect();
+    let got = run_over(
+        &e,
+        Bson::Array(input),
+        bson!([{"$group": {"_id": null, "all": {"$push": "$s"}}}]),
+    );
+    assert_eq!(got, Err(10334));
+}

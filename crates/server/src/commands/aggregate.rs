@@ -9,7 +9,7 @@ use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::namespace::Namespace;
 use nidus_engine::pipeline::explain::Verbosity;
-use nidus_engine::pipeline::{self, run, ExpCtx, ParseCtx, StageRef};
+use nidus_engine::pipeline::{self, run, ExpCtx, ParseCtx, Position, StageRef};
 use std::time::Instant;
 
 const FIELDS: &[&str] = &[
@@ -74,6 +74,18 @@ pub fn explain(ctx: &mut Ctx, verbosity: Verbosity) -> Result<Document> {
 }
 
 fn explain_request(req: &Request, verbosity: Verbosity) -> Result<Document> {
+    // Explain never writes: a pipeline ending in $out/$merge is only explained, not run.
+    if let Some(w) = req.stages.last().filter(|s| s.position() == Position::Last) {
+        if verbosity != Verbosity::QueryPlanner {
+            return Err(Error::new(
+                ErrorCode::Location(51029),
+                format!(
+                    "{} is not supported with explain verbosity other than queryPlanner",
+                    w.name()
+                ),
+            ));
+        }
+    }
     let started = Instant::now();
     let mut opened = run::open(&req.ctx, req.coll.as_ref(), &req.stages, None)?;
     let mut n = 0u64;
