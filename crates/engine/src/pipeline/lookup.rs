@@ -10,7 +10,7 @@
 
 use super::context::{check_size, Binding};
 use super::r#match::Match;
-use super::unwind::set_nested;
+use super::unwind::{set_nested, Unwind};
 use super::{run, stage_document, DocStream, DocumentSource, ExpCtx, Modified, ParseCtx};
 use super::{StageRef, Stream};
 use crate::namespace::Namespace;
@@ -18,6 +18,7 @@ use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_expr::{Expression, VarId};
 use std::any::Any;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 #[derive(Debug, Clone)]
@@ -28,6 +29,8 @@ pub struct Lookup {
     pub foreign_field: Option<String>,
     pub let_vars: Vec<(String, VarId, Expression)>,
     pub pipeline: Vec<StageRef>,
+    /// A following `$unwind` of the `as` field, folded in by the optimizer.
+    pub unwind: Option<Unwind>,
 }
 
 fn parse_err(msg: impl Into<String>) -> Error {
@@ -135,6 +138,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         foreign_field: foreign,
         let_vars: bound,
         pipeline,
+        unwind: None,
     })])
 }
 
@@ -249,6 +253,13 @@ impl DocumentSource for Lookup {
                 .collect();
             d.insert("pipeline", items);
         }
+        if let Some(u) = &self.unwind {
+            let mut unwinding = bson::doc! {"preserveNullAndEmptyArrays": u.preserve};
+            if let Some(ix) = &u.include_array_index {
+                unwinding.insert("includeArrayIndex", ix.join("."));
+            }
+            d.insert("unwinding", unwinding);
+        }
         Bson::Document(d)
     }
 
@@ -257,11 +268,20 @@ impl DocumentSource for Lookup {
             input,
             stage: self.clone(),
             ctx: ctx.clone(),
+            pending: VecDeque::new(),
         }))
     }
 
     fn modified(&self) -> Modified {
-        Modified::Paths(vec![self.as_field.clone()])
+        let mut paths = vec![self.as_field.clone()];
+        if let Some(ix) = self
+            .unwind
+            .as_ref()
+            .and_then(|u| u.include_array_index.as_ref())
+        {
+            paths.push(ix.join("."));
+        }
+        Modified::Paths(paths)
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -273,14 +293,25 @@ struct LookupStream {
     input: Stream,
     stage: Lookup,
     ctx: ExpCtx,
+    /// Unwound results of the current input document.
+    pending: VecDeque<Document>,
 }
 
 impl DocStream for LookupStream {
     fn next(&mut self) -> Result<Option<Document>> {
-        let Some(d) = self.input.next()? else {
-            return Ok(None);
-        };
-        self.ctx.check_interrupt()?;
-        Ok(Some(self.stage.lookup(d, &self.ctx)?))
+        loop {
+            if let Some(d) = self.pending.pop_front() {
+                return Ok(Some(d));
+            }
+            let Some(d) = self.input.next()? else {
+                return Ok(None);
+            };
+            self.ctx.check_interrupt()?;
+            let joined = self.stage.lookup(d, &self.ctx)?;
+            match &self.stage.unwind {
+                Some(u) => u.unwind(joined, &mut self.pending),
+                None => return Ok(Some(joined)),
+            }
+        }
     }
 }

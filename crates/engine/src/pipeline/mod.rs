@@ -26,7 +26,7 @@ mod documents;
 mod facet;
 mod group;
 mod limit;
-mod lookup;
+pub(crate) mod lookup;
 mod r#match;
 mod merge;
 mod out;
@@ -39,7 +39,7 @@ mod sort;
 mod sort_by_count;
 mod union_with;
 mod unset;
-mod unwind;
+pub(crate) mod unwind;
 
 #[cfg(test)]
 mod tests;

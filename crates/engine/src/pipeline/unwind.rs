@@ -178,7 +178,7 @@ fn remove_nested(d: &mut Document, path: &[String]) {
 
 impl Unwind {
     /// The documents one input produces.
-    fn unwind(&self, mut doc: Document, out: &mut VecDeque<Document>) {
+    pub(crate) fn unwind(&self, mut doc: Document, out: &mut VecDeque<Document>) {
         let value = get_nested(&doc, &self.path).cloned();
         match value {
             Some(Bson::Array(items)) if !items.is_empty() => {

@@ -4,6 +4,7 @@
 
 pub mod coalesce_limits;
 pub mod cursor_pushdown;
+pub mod lookup_unwind;
 pub mod match_coalesce;
 pub mod match_swap;
 pub mod sort_limit;
@@ -22,6 +23,7 @@ const RULES: &[Rule] = &[
     match_coalesce::RULE,
     sort_limit::RULE,
     coalesce_limits::RULE,
+    lookup_unwind::RULE,
 ];
 
 /// Each rewrite moves a stage earlier or removes one, so the loop ends; the bound is a
