@@ -111,8 +111,14 @@ impl DocumentSource for Sort {
         )))
     }
 
+    /// A plain sort changes no path, so a `$match` may run before it; a top-k sort drops
+    /// documents, so one may not.
     fn modified(&self) -> super::Modified {
-        super::Modified::Paths(Vec::new())
+        if self.limit == 0 {
+            super::Modified::Paths(Vec::new())
+        } else {
+            super::Modified::All
+        }
     }
 
     fn as_any(&self) -> &dyn Any {

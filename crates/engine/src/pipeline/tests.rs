@@ -275,6 +275,10 @@ fn optimizer_moves_independent_matches_only() {
             vec!["$limit", "$match"],
         ),
         (
+            bson!([{"$sort": {"a": 1}}, {"$limit": 5}, {"$match": {"a": 1}}]),
+            vec!["$sort", "$match"],
+        ),
+        (
             bson!([{"$group": {"_id": "$a"}}, {"$match": {"_id": 1}}]),
             vec!["$group", "$match"],
         ),
