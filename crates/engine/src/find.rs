@@ -33,6 +33,9 @@ pub struct FindSpec {
     pub let_vars: Option<Document>,
     /// The query's collation document (strings in the filter and the sort compare under it).
     pub collation: Option<Document>,
+    /// Which projection language `projection` is in: find's, or `$project`'s when an
+    /// aggregation pushed its projection down.
+    pub projection_policy: Policy,
 }
 
 /// Parses a command's `collation` (None for absent or `{locale: "simple"}`).
@@ -118,7 +121,7 @@ impl Engine {
         };
         let projection = match &spec.projection {
             Some(p) if !p.is_empty() => {
-                let p_parsed = Projection::parse_with(p, Policy::Find, &scope)?;
+                let p_parsed = Projection::parse_with(p, spec.projection_policy, &scope)?;
                 Some((Arc::new(p_parsed), p.clone()))
             }
             _ => None,

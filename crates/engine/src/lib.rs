@@ -8,6 +8,7 @@ pub mod find;
 pub mod index;
 pub mod index_spec;
 pub mod namespace;
+pub mod pipeline;
 pub mod plan;
 pub mod retry;
 pub mod write;

@@ -38,6 +38,6 @@ pub use expression::{
     is_expression_name, Dependencies, Expression, FieldPathExpr, Named, Nary, Operator,
 };
 pub use predicate::ExprPredicate;
-pub use scope::{Bindings, LetScope};
+pub use scope::{Bind, Bindings, LetScope, NoBindings};
 pub use value::Value;
 pub use variables::{ParseContext, VarId, Variables};

@@ -2,7 +2,7 @@
 //! null, undefined, missing or numeric zero. The `query` crate's matcher wraps
 //! [`ExprPredicate`] (this crate does not depend on `query`).
 
-use crate::scope::{Bindings, LetScope};
+use crate::scope::{Bind, Bindings, LetScope};
 use crate::value::truthy;
 use crate::{Expression, Variables};
 use bson::{Bson, RawDocument};

@@ -12,6 +12,20 @@ use bson::{Bson, DateTime, Document};
 use nidus_common::Result;
 use std::sync::Arc;
 
+/// Something that sets variable values (and `$$NOW`) before an evaluation: a command's
+/// [`Bindings`], or a pipeline's run-time context (which adds `$lookup`'s per-document
+/// `let` values).
+pub trait Bind {
+    fn bind(&self, vars: &mut Variables);
+}
+
+/// No variables beyond the builtins.
+pub struct NoBindings;
+
+impl Bind for NoBindings {
+    fn bind(&self, _vars: &mut Variables) {}
+}
+
 /// Values bound to variables for a whole command.
 #[derive(Debug, Clone)]
 pub struct Bindings {
@@ -28,16 +42,18 @@ impl Bindings {
         }
     }
 
+    pub fn now(&self) -> DateTime {
+        self.now
+    }
+}
+
+impl Bind for Bindings {
     /// Sets these values (and `$$NOW`) in `vars`.
-    pub fn bind(&self, vars: &mut Variables) {
+    fn bind(&self, vars: &mut Variables) {
         vars.set_now(self.now);
         for (id, v) in &self.values {
             vars.set(*id, Some(v.clone()));
         }
-    }
-
-    pub fn now(&self) -> DateTime {
-        self.now
     }
 }
 
@@ -92,7 +108,7 @@ impl LetScope {
 
 #[cfg(test)]
 mod tests {
-    use super::LetScope;
+    use super::{Bind, LetScope};
     use crate::{Expression, Variables};
     use bson::{bson, doc};
 

@@ -18,7 +18,8 @@ pub const REMOVE: VarId = VarId(2);
 pub const NOW: VarId = VarId(3);
 pub const CLUSTER_TIME: VarId = VarId(4);
 pub const USER_ROLES: VarId = VarId(5);
-const FIRST_USER: u32 = 8;
+/// The first slot of user variables (below it: the builtins).
+pub const FIRST_USER: u32 = 8;
 
 const BUILTINS: &[(&str, VarId)] = &[
     ("ROOT", ROOT),

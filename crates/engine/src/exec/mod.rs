@@ -100,6 +100,9 @@ pub trait StageImpl: Send {
     fn children(&self) -> Vec<&Stage> {
         Vec::new()
     }
+    /// Hears the executor's deadline (stages that check it themselves, such as an
+    /// aggregation pipeline's output, whose blocking stages run inside one `work`).
+    fn set_deadline(&mut self, _deadline: Option<Instant>) {}
 }
 
 pub struct Stage {
@@ -193,6 +196,7 @@ impl Executor {
 
     pub fn set_deadline(&mut self, deadline: Option<Instant>) {
         self.deadline = deadline;
+        self.root.imp.set_deadline(deadline);
     }
 
     /// The next result, or None at end of stream.

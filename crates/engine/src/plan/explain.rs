@@ -84,9 +84,16 @@ pub fn query_planner(ns: &str, parsed_query: Document, exec: &Executor) -> Docum
         "maxIndexedAndSolutionsReached": false,
         "maxScansToExplodeReached": false,
         "prunedSimilarIndexes": false,
-        "winningPlan": plan_document(&exec.root),
+        "winningPlan": winning_plan(&exec.root),
         "rejectedPlans": exec.rejected.iter().map(|r| Bson::Document(plan_document(r))).collect::<Vec<_>>(),
     }
+}
+
+/// The winning plan with MongoDB 8.0's `isCached` flag first (no plan cache yet: false).
+fn winning_plan(root: &Stage) -> Document {
+    let mut d = doc! {"isCached": false};
+    d.extend(plan_document(root));
+    d
 }
 
 /// `executionStats` after running the plan to completion; with `all_plans`, also the trial

@@ -11,19 +11,30 @@
 use super::{add_node, check_field_path, err, PNode};
 use bson::{Bson, Document, RawBsonRef, RawDocument};
 use nidus_common::{Error, ErrorCode, Result};
-use nidus_expr::{Bindings, Expression, LetScope, Variables};
+use nidus_expr::{Bind, Bindings, Expression, LetScope, NoBindings, ParseContext, Variables};
 use std::sync::Arc;
 
 /// A parsed `$addFields` specification.
 #[derive(Debug, Clone)]
 pub struct AddFields {
     root: Vec<(String, PNode)>,
-    bindings: Arc<Bindings>,
+    bindings: Option<Arc<Bindings>>,
 }
 
 impl AddFields {
     /// Parses the argument of `$addFields`/`$set` (`stage` names it in errors).
     pub fn parse(stage: &str, spec: &Document, scope: &LetScope) -> Result<AddFields> {
+        let mut a = Self::parse_in_context(stage, spec, scope.parse_context())?;
+        a.bindings = Some(scope.bindings().clone());
+        Ok(a)
+    }
+
+    /// Parses in an expression scope whose values the caller binds at apply time.
+    pub fn parse_in_context(
+        stage: &str,
+        spec: &Document,
+        exprs: &ParseContext,
+    ) -> Result<AddFields> {
         if spec.is_empty() {
             return Err(err(
                 40177,
@@ -33,18 +44,38 @@ impl AddFields {
             ));
         }
         let mut root = Vec::new();
-        parse_fields(spec, "", &mut root, scope).map_err(|e| caused_by(stage, e))?;
+        parse_fields(spec, "", &mut root, exprs).map_err(|e| caused_by(stage, e))?;
         Ok(AddFields {
             root,
-            bindings: scope.bindings().clone(),
+            bindings: None,
         })
     }
 
     /// The input with the fields set.
     pub fn apply(&self, doc: &RawDocument) -> Result<Document> {
+        match self.bindings.as_deref() {
+            Some(b) => self.apply_bound(doc, b),
+            None => self.apply_bound(doc, &NoBindings),
+        }
+    }
+
+    /// [`AddFields::apply`] with variables set by `binder`.
+    pub fn apply_bound(&self, doc: &RawDocument, binder: &dyn Bind) -> Result<Document> {
         let mut vars = Variables::for_raw(doc);
-        self.bindings.bind(&mut vars);
+        binder.bind(&mut vars);
         add_to_doc(&self.root, doc, &mut vars)
+    }
+
+    /// The spec as MongoDB prints it (dotted paths nested, expressions serialized).
+    pub fn serialize(&self) -> Document {
+        serialize_nodes(&self.root)
+    }
+
+    /// The dotted paths the stage sets.
+    pub fn paths(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        collect_paths(&self.root, "", &mut out);
+        out
     }
 }
 
@@ -56,11 +87,37 @@ fn caused_by(stage: &str, e: Error) -> Error {
     )
 }
 
+fn serialize_nodes(nodes: &[(String, PNode)]) -> Document {
+    let mut d = Document::new();
+    for (k, n) in nodes {
+        match n {
+            PNode::Computed(e) => d.insert(k.clone(), e.serialize()),
+            PNode::Inner(sub) => d.insert(k.clone(), serialize_nodes(sub)),
+            _ => None,
+        };
+    }
+    d
+}
+
+fn collect_paths(nodes: &[(String, PNode)], prefix: &str, out: &mut Vec<String>) {
+    for (k, n) in nodes {
+        let p = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match n {
+            PNode::Inner(sub) => collect_paths(sub, &p, out),
+            _ => out.push(p),
+        }
+    }
+}
+
 fn parse_fields(
     spec: &Document,
     prefix: &str,
     root: &mut Vec<(String, PNode)>,
-    scope: &LetScope,
+    exprs: &ParseContext,
 ) -> Result<()> {
     for (k, v) in spec {
         check_field_path(k)?;
@@ -71,10 +128,10 @@ fn parse_fields(
         };
         match v {
             Bson::Document(d) if !d.is_empty() && !d.keys().any(|f| f.starts_with('$')) => {
-                parse_fields(d, &path, root, scope)?
+                parse_fields(d, &path, root, exprs)?
             }
             other => {
-                let e = Expression::parse(other, scope.parse_context())?;
+                let e = Expression::parse(other, exprs)?;
                 add_node(root, &path, PNode::Computed(e))?
             }
         }

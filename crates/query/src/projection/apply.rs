@@ -3,15 +3,15 @@
 use super::PNode;
 use bson::{Bson, RawBsonRef, RawDocument};
 use nidus_common::{Error, ErrorCode, Result};
-use nidus_expr::{Bindings, Expression, Variables};
+use nidus_expr::{Bind, Expression, Variables};
 
 pub struct ApplyCtx<'a> {
     /// `$$ROOT`: computed fields see the whole document at any depth.
     pub root: &'a RawDocument,
     /// The array index the query matched (for `field.$`).
     pub position: Option<usize>,
-    /// The command's `let` values and `$$NOW`.
-    pub bindings: Option<&'a Bindings>,
+    /// Sets the variables (`let` values, `$$NOW`) computed fields see.
+    pub binder: &'a dyn Bind,
 }
 
 type Children = [(String, PNode)];
@@ -199,8 +199,6 @@ fn slice(v: Bson, skip: Option<i32>, limit: i32) -> Bson {
 
 fn eval(e: &Expression, ctx: &ApplyCtx) -> Result<Option<Bson>> {
     let mut vars = Variables::for_raw(ctx.root);
-    if let Some(b) = ctx.bindings {
-        b.bind(&mut vars);
-    }
+    ctx.binder.bind(&mut vars);
     e.evaluate(&mut vars)
 }

@@ -18,7 +18,7 @@ mod tests;
 use crate::matcher::Matcher;
 use bson::{doc, Bson, Document};
 use nidus_common::{shell, Error, ErrorCode, Result};
-use nidus_expr::{Bindings, Expression, LetScope, ParseContext};
+use nidus_expr::{Bind, Bindings, Expression, LetScope, NoBindings, ParseContext};
 use std::sync::Arc;
 
 /// Which projection language is parsed: find's (with `$slice`, `$elemMatch`, positional
@@ -101,20 +101,24 @@ fn err(code: i32, msg: impl Into<String>) -> Error {
 impl Projection {
     /// Parses a find projection document.
     pub fn parse(spec: &Document) -> Result<Projection> {
-        let mut p = Self::parse_in(spec, Policy::Find, &ParseContext::new())?;
-        p.bindings = None;
-        Ok(p)
+        Self::parse_in_context(spec, Policy::Find, &ParseContext::new())
     }
 
     /// Parses a projection under `policy` in a command's scope (its `let` variables and
     /// `$$NOW`).
     pub fn parse_with(spec: &Document, policy: Policy, scope: &LetScope) -> Result<Projection> {
-        let mut p = Self::parse_in(spec, policy, scope.parse_context())?;
+        let mut p = Self::parse_in_context(spec, policy, scope.parse_context())?;
         p.bindings = Some(scope.bindings().clone());
         Ok(p)
     }
 
-    fn parse_in(spec: &Document, policy: Policy, exprs: &ParseContext) -> Result<Projection> {
+    /// Parses in an expression scope whose values the caller binds at apply time (see
+    /// [`Projection::apply_bound`]).
+    pub fn parse_in_context(
+        spec: &Document,
+        policy: Policy,
+        exprs: &ParseContext,
+    ) -> Result<Projection> {
         let mut ctx = Ctx {
             policy,
             exprs,
@@ -202,6 +206,23 @@ impl Projection {
         self.has_slice
     }
 
+    /// Whether a computed field reads a user variable (`$$x`; builtins like `$$ROOT` do not
+    /// count): such a projection needs its caller's variable bindings.
+    pub fn uses_user_variables(&self) -> bool {
+        fn any(children: &[(String, PNode)]) -> bool {
+            children.iter().any(|(_, n)| match n {
+                PNode::Computed(e) => e
+                    .dependencies()
+                    .variables
+                    .iter()
+                    .any(|v| v.0 >= nidus_expr::variables::FIRST_USER),
+                PNode::Inner(c) => any(c),
+                _ => false,
+            })
+        }
+        any(&self.root)
+    }
+
     /// Whether `_id` is in the output (when the document has one).
     pub fn includes_id(&self) -> bool {
         match self.root.iter().find(|(k, _)| k == "_id") {
@@ -240,10 +261,23 @@ impl Projection {
         doc: &bson::RawDocument,
         matched_index: Option<usize>,
     ) -> Result<Document> {
+        match self.bindings.as_deref() {
+            Some(b) => self.apply_bound(doc, matched_index, b),
+            None => self.apply_bound(doc, matched_index, &NoBindings),
+        }
+    }
+
+    /// Applies with variables set by `binder` (a pipeline's run-time context).
+    pub fn apply_bound(
+        &self,
+        doc: &bson::RawDocument,
+        matched_index: Option<usize>,
+        binder: &dyn Bind,
+    ) -> Result<Document> {
         let ctx = apply::ApplyCtx {
             root: doc,
             position: matched_index,
-            bindings: self.bindings.as_deref(),
+            binder,
         };
         match self.kind {
             Kind::Inclusion => apply::include_doc(&self.root, doc, &ctx),

@@ -3,7 +3,9 @@
 
 use bson::{Bson, Document, RawDocument};
 use nidus_common::{shell, Error, ErrorCode, Result};
-use nidus_expr::{value::type_name, Bindings, Expression, LetScope, Variables};
+use nidus_expr::{
+    value::type_name, Bind, Bindings, Expression, LetScope, NoBindings, ParseContext, Variables,
+};
 use std::sync::Arc;
 
 /// A parsed `$replaceRoot: {newRoot: <expr>}` or `$replaceWith: <expr>`.
@@ -12,15 +14,31 @@ pub struct ReplaceRoot {
     new_root: Expression,
     /// How errors name the expression: `'newRoot'` or `'replacement document'`.
     what: &'static str,
-    bindings: Arc<Bindings>,
+    bindings: Option<Arc<Bindings>>,
 }
 
 impl ReplaceRoot {
     /// Parses `{newRoot: <expr>}` (the argument of `$replaceRoot`).
     pub fn parse_replace_root(arg: &Bson, scope: &LetScope) -> Result<ReplaceRoot> {
+        Self::bound(Self::replace_root_in(arg, scope.parse_context()), scope)
+    }
+
+    /// Parses the argument of `$replaceWith`.
+    pub fn parse_replace_with(arg: &Bson, scope: &LetScope) -> Result<ReplaceRoot> {
+        Self::bound(Self::replace_with_in(arg, scope.parse_context()), scope)
+    }
+
+    fn bound(parsed: Result<ReplaceRoot>, scope: &LetScope) -> Result<ReplaceRoot> {
+        let mut r = parsed?;
+        r.bindings = Some(scope.bindings().clone());
+        Ok(r)
+    }
+
+    /// `$replaceRoot`'s argument in an expression scope the caller binds at apply time.
+    pub fn replace_root_in(arg: &Bson, exprs: &ParseContext) -> Result<ReplaceRoot> {
         let Bson::Document(d) = arg else {
             return Err(Error::new(
-                ErrorCode::Location(40228),
+                ErrorCode::Location(40229),
                 format!(
                     "expected an object as specification for $replaceRoot stage, got {}",
                     type_name(&Some(arg.clone()))
@@ -39,26 +57,39 @@ impl ReplaceRoot {
                 "BSON field '$replaceRoot.newRoot' is missing but a required field",
             ));
         };
-        Self::parse(new_root, "'newRoot'", scope)
+        Self::parse(new_root, "'newRoot'", exprs)
     }
 
-    /// Parses the argument of `$replaceWith`.
-    pub fn parse_replace_with(arg: &Bson, scope: &LetScope) -> Result<ReplaceRoot> {
-        Self::parse(arg, "'replacement document'", scope)
+    /// `$replaceWith`'s argument in an expression scope the caller binds at apply time.
+    pub fn replace_with_in(arg: &Bson, exprs: &ParseContext) -> Result<ReplaceRoot> {
+        Self::parse(arg, "'replacement document'", exprs)
     }
 
-    fn parse(expr: &Bson, what: &'static str, scope: &LetScope) -> Result<ReplaceRoot> {
+    fn parse(expr: &Bson, what: &'static str, exprs: &ParseContext) -> Result<ReplaceRoot> {
         Ok(ReplaceRoot {
-            new_root: Expression::parse(expr, scope.parse_context())?,
+            new_root: Expression::parse(expr, exprs)?,
             what,
-            bindings: scope.bindings().clone(),
+            bindings: None,
         })
+    }
+
+    /// The expression, as explain prints it.
+    pub fn new_root(&self) -> &Expression {
+        &self.new_root
     }
 
     /// The replacement document.
     pub fn apply(&self, doc: &RawDocument) -> Result<Document> {
+        match self.bindings.as_deref() {
+            Some(b) => self.apply_bound(doc, b),
+            None => self.apply_bound(doc, &NoBindings),
+        }
+    }
+
+    /// [`ReplaceRoot::apply`] with variables set by `binder`.
+    pub fn apply_bound(&self, doc: &RawDocument, binder: &dyn Bind) -> Result<Document> {
         let mut vars = Variables::for_raw(doc);
-        self.bindings.bind(&mut vars);
+        binder.bind(&mut vars);
         match self.new_root.evaluate(&mut vars)? {
             Some(Bson::Document(d)) => Ok(d),
             other => {

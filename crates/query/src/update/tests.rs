@@ -585,10 +585,36 @@ fn upsert_seeds() {
     }
 }
 
+/// Pipeline updates: stages in order, `_id` kept, no-op not modified.
 #[test]
-fn pipeline_rejected() {
-    let e = Update::parse(&Bson::Array(vec![]), None).expect_err("pipeline");
-    assert_eq!(e.code.code(), 2);
+fn pipeline_updates() {
+    let ctx = UpdateContext::default();
+    let cases = [
+        (
+            bson::bson!([{"$set": {"c": {"$add": ["$a", "$b"]}}}, {"$unset": "b"}]),
+            doc! {"_id": 1, "a": 1, "c": 3},
+            true,
+        ),
+        (
+            bson::bson!([{"$replaceWith": {"x": "$a"}}]),
+            doc! {"_id": 1, "x": 1},
+            true,
+        ),
+        (
+            bson::bson!([{"$project": {"a": 1, "b": 1}}]),
+            doc! {"_id": 1, "a": 1, "b": 2},
+            false,
+        ),
+        (bson::bson!([]), doc! {"_id": 1, "a": 1, "b": 2}, false),
+    ];
+    for (u, want, modified) in cases {
+        let mut d = doc! {"_id": 1, "a": 1, "b": 2};
+        let update = Update::parse(&u, None).expect("parses");
+        assert_eq!(update.apply(&mut d, &ctx).ok(), Some(modified), "{u}");
+        assert_eq!(d, want, "{u}");
+    }
+    let e = Update::parse(&bson::bson!([{"$group": {"_id": 1}}]), None).expect_err("stage");
+    assert_eq!(e.code.code(), 72);
 }
 
 /// Seed 001: `$push` a child, positional `$set`, `$addToSet` with `$each`.

@@ -33,6 +33,15 @@ fn verbosity(ctx: &Ctx) -> Result<Verbosity> {
     }
 }
 
+fn pipeline_verbosity(v: Verbosity) -> nidus_engine::pipeline::explain::Verbosity {
+    use nidus_engine::pipeline::explain::Verbosity as P;
+    match v {
+        Verbosity::QueryPlanner => P::QueryPlanner,
+        Verbosity::ExecutionStats => P::ExecutionStats,
+        Verbosity::AllPlansExecution => P::AllPlansExecution,
+    }
+}
+
 pub fn explain(ctx: &mut Ctx) -> Result<Document> {
     let verbosity = verbosity(ctx)?;
     let inner = match ctx.body.get("explain") {
@@ -43,6 +52,14 @@ pub fn explain(ctx: &mut Ctx) -> Result<Document> {
     let name = inner.keys().next().cloned().unwrap_or_default();
     // The inner command is parsed as if it had been sent alone.
     let outer = std::mem::replace(&mut ctx.body, inner.clone());
+    if name == "aggregate" {
+        let reply = super::aggregate::explain(ctx, pipeline_verbosity(verbosity));
+        ctx.body = outer;
+        let mut reply = reply?;
+        reply.insert("command", inner);
+        reply.insert("serverInfo", server_info(ctx));
+        return Ok(reply);
+    }
     let parsed = match name.as_str() {
         "find" => find::find_spec(ctx),
         "count" => find::count_spec(ctx),

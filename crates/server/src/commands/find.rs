@@ -90,6 +90,7 @@ pub fn find_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
         deadline: ctx.deadline,
         let_vars: ctx.opt_document("let")?,
         collation: ctx.opt_document("collation")?,
+        ..FindSpec::default()
     };
     Ok((ns, spec))
 }

@@ -1,0 +1,267 @@
+//! What stages share: at parse time the variables in scope ([`ParseCtx`]), at run time the
+//! engine, the variable values, the deadline and the memory rules ([`ExpCtx`], MongoDB's
+//! ExpressionContext).
+
+use crate::Engine;
+use bson::{Bson, DateTime, Document};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_expr::{Bind, ParseContext, Value, VarId, Variables};
+use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A blocking stage (`$group`, `$sort`, `$bucketAuto`, ...) may hold this much without
+/// `allowDiskUse` (MongoDB's 100 MiB per stage).
+pub const MAX_BLOCKING_STAGE_BYTES: usize = 100 * 1024 * 1024;
+
+/// The largest document a stage may produce (`BSONObjMaxUserSize`).
+pub const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// A user variable: its name, its slot, and (at run time) its value.
+#[derive(Debug, Clone)]
+pub struct Binding {
+    pub name: String,
+    pub id: VarId,
+    pub value: Value,
+}
+
+/// Parse-time state: the expression parser's scope plus the user variables visible to the
+/// stage being parsed and the values already known (the command's `let`).
+pub struct ParseCtx {
+    pub exprs: ParseContext,
+    /// Variables in scope, innermost last; `value` is set when known at parse time.
+    scope: RefCell<Vec<Binding>>,
+    /// The database the command runs in (`$lookup`'s `from` is relative to it).
+    pub db: String,
+}
+
+impl ParseCtx {
+    pub fn new(db: &str) -> ParseCtx {
+        ParseCtx {
+            exprs: ParseContext::new(),
+            scope: RefCell::new(Vec::new()),
+            db: db.to_string(),
+        }
+    }
+
+    /// Defines a variable (`let`); `value` when it is known now.
+    pub fn define(&self, name: &str, value: Option<Value>) -> Result<VarId> {
+        let id = self.exprs.define_variable(name)?;
+        self.scope.borrow_mut().push(Binding {
+            name: name.to_string(),
+            id,
+            value: value.unwrap_or(None),
+        });
+        Ok(id)
+    }
+
+    /// Defines the command's `let` variables: each expression is evaluated once (it may use
+    /// `$$NOW` and the variables before it, not document fields).
+    pub fn define_command_let(&self, lets: &Document, exp: &ExpCtx) -> Result<()> {
+        for (name, e) in lets {
+            let expr = nidus_expr::Expression::parse(e, &self.exprs)?;
+            let known = exp.clone().with_bindings(self);
+            let value = known.evaluate(&expr, &Document::new())?;
+            self.define(name, Some(value))?;
+        }
+        Ok(())
+    }
+
+    /// The variables in scope (for binding them into `$match` filters).
+    pub fn bindings(&self) -> Vec<Binding> {
+        self.scope.borrow().clone()
+    }
+
+    pub(crate) fn mark(&self) -> usize {
+        self.scope.borrow().len()
+    }
+
+    pub(crate) fn restore(&self, mark: usize) {
+        self.scope.borrow_mut().truncate(mark);
+    }
+}
+
+/// The deadline of the operation (`maxTimeMS`), shared by every stream of one pipeline and
+/// reset by each `getMore`.
+#[derive(Default)]
+struct Interrupt {
+    deadline: Mutex<Option<Instant>>,
+    ticks: AtomicU32,
+}
+
+/// Run-time state every stage sees.
+#[derive(Clone)]
+pub struct ExpCtx {
+    pub engine: Arc<Engine>,
+    pub db: String,
+    pub allow_disk_use: bool,
+    /// `$$NOW`: one value for the whole command.
+    pub now: DateTime,
+    /// The user variables and their values.
+    pub bindings: Vec<Binding>,
+    interrupt: Arc<Interrupt>,
+}
+
+impl ExpCtx {
+    pub fn new(engine: Arc<Engine>, db: &str) -> ExpCtx {
+        ExpCtx {
+            engine,
+            db: db.to_string(),
+            allow_disk_use: false,
+            now: DateTime::now(),
+            bindings: Vec::new(),
+            interrupt: Arc::new(Interrupt::default()),
+        }
+    }
+
+    /// Takes the values of the variables known at parse time (the command's `let`).
+    pub fn with_bindings(mut self, pcx: &ParseCtx) -> ExpCtx {
+        self.bindings = pcx.bindings();
+        self
+    }
+
+    /// A context for a sub-pipeline with more variables bound (`$lookup`'s `let`).
+    pub fn with_more(&self, more: Vec<Binding>) -> ExpCtx {
+        let mut c = self.clone();
+        c.bindings.extend(more);
+        c
+    }
+
+    pub fn set_deadline(&self, deadline: Option<Instant>) {
+        *self.interrupt.deadline.lock() = deadline;
+    }
+
+    pub fn deadline(&self) -> Option<Instant> {
+        *self.interrupt.deadline.lock()
+    }
+
+    /// MongoDB's `checkForInterrupt`: fails with MaxTimeMSExpired once the deadline passed.
+    /// Reads the clock every 64 calls so per-document calls stay cheap.
+    pub fn check_interrupt(&self) -> Result<()> {
+        let n = self.interrupt.ticks.fetch_add(1, Ordering::Relaxed);
+        if !n.is_multiple_of(64) {
+            return Ok(());
+        }
+        match self.deadline() {
+            Some(d) if Instant::now() >= d => Err(Error::new(
+                ErrorCode::MaxTimeMSExpired,
+                "operation exceeded time limit",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Variables for evaluating expressions against `doc` (`$$ROOT`, `$$NOW`, user variables).
+    pub fn variables<'a>(&self, doc: &'a Document) -> Variables<'a> {
+        let mut vars = Variables::for_doc(doc);
+        self.bind(&mut vars);
+        vars
+    }
+
+    /// Evaluates an expression against a document.
+    pub fn evaluate(&self, e: &nidus_expr::Expression, doc: &Document) -> Result<Value> {
+        e.evaluate(&mut self.variables(doc))
+    }
+
+    /// A memory budget for one blocking stage.
+    pub fn memory(&self, stage: &'static str) -> MemoryBudget {
+        MemoryBudget {
+            stage,
+            used: 0,
+            allow_disk_use: self.allow_disk_use,
+        }
+    }
+}
+
+impl Bind for ExpCtx {
+    /// `$$NOW` and the user variables in scope.
+    fn bind(&self, vars: &mut Variables) {
+        vars.set_now(self.now);
+        for b in &self.bindings {
+            vars.set(b.id, b.value.clone());
+        }
+    }
+}
+
+/// The bytes a blocking stage holds. Past [`MAX_BLOCKING_STAGE_BYTES`] the stage fails
+/// unless `allowDiskUse` is true; with it, the stage keeps going in memory (nothing spills
+/// to disk yet).
+pub struct MemoryBudget {
+    stage: &'static str,
+    used: usize,
+    allow_disk_use: bool,
+}
+
+impl MemoryBudget {
+    pub fn add(&mut self, bytes: usize) -> Result<()> {
+        self.used += bytes;
+        if self.used > MAX_BLOCKING_STAGE_BYTES && !self.allow_disk_use {
+            return Err(exceeded(self.stage));
+        }
+        Ok(())
+    }
+
+    pub fn release(&mut self, bytes: usize) {
+        self.used = self.used.saturating_sub(bytes);
+    }
+}
+
+fn exceeded(stage: &str) -> Error {
+    let msg = match stage {
+        "$sort" => format!(
+            "Sort exceeded memory limit of {MAX_BLOCKING_STAGE_BYTES} bytes, but did not opt in to external sorting."
+        ),
+        _ => format!(
+            "Exceeded memory limit for {stage}, but didn't allow external spilling. Pass allowDiskUse:true to opt in."
+        ),
+    };
+    Error::new(ErrorCode::QueryExceededMemoryLimitNoDiskUseAllowed, msg)
+}
+
+/// Approximate memory of a document (its BSON size).
+pub fn doc_bytes(d: &Document) -> usize {
+    8 + d
+        .iter()
+        .map(|(k, v)| 2 + k.len() + bson_bytes(v))
+        .sum::<usize>()
+}
+
+/// Approximate memory of a value, without serializing it.
+pub fn bson_bytes(v: &Bson) -> usize {
+    match v {
+        Bson::String(s) => 8 + s.len(),
+        Bson::Array(a) => 8 + a.iter().map(|e| 4 + bson_bytes(e)).sum::<usize>(),
+        Bson::Document(d) => {
+            8 + d
+                .iter()
+                .map(|(k, v)| 2 + k.len() + bson_bytes(v))
+                .sum::<usize>()
+        }
+        Bson::Binary(b) => 8 + b.bytes.len(),
+        _ => 8,
+    }
+}
+
+/// Fails with BSONObjectTooLarge when a produced document exceeds 16 MiB.
+pub fn check_size(d: &Document) -> Result<()> {
+    let approx = doc_bytes(d);
+    if approx <= MAX_DOCUMENT_BYTES / 2 {
+        return Ok(());
+    }
+    let mut buf = Vec::new();
+    d.to_writer(&mut buf)
+        .map_err(|e| Error::internal(e.to_string()))?;
+    if buf.len() > MAX_DOCUMENT_BYTES {
+        return Err(Error::new(
+            ErrorCode::BSONObjectTooLarge,
+            format!(
+                "BSONObj size: {} (0x{:X}) is invalid. Size must be between 0 and 16793600(16MB)",
+                buf.len(),
+                buf.len()
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,345 @@
+//! `$merge`: writes the pipeline's results into a collection, matching existing documents on
+//! the `on` fields (default `_id`).
+//!
+//! `whenMatched`: `merge` (default; top-level fields of the result overwrite the target's),
+//! `replace`, `keepExisting`, `fail`; `whenNotMatched`: `insert` (default), `discard`, `fail`.
+//! Each result is one update (upsert when inserting) through the engine's write path; a
+//! pipeline for `whenMatched` is not supported yet. The input is read whole before the
+//! first write, so merging into the collection being read never sees its own writes.
+//! `on` fields other than `_id` need a unique index on exactly those fields.
+
+use super::stream::{collect, Deferred, Empty};
+use super::{DocumentSource, ExpCtx, ParseCtx, Position, StageRef, Stream};
+use crate::namespace::Namespace;
+use crate::write::{prepare_insert, UpdateSpec, WriteOpts};
+use bson::{Bson, Document, RawDocumentBuf};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_query::update::Update;
+use std::any::Any;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenMatched {
+    Merge,
+    Replace,
+    KeepExisting,
+    Fail,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenNotMatched {
+    Insert,
+    Discard,
+    Fail,
+}
+
+#[derive(Debug, Clone)]
+pub struct Merge {
+    pub into: Namespace,
+    pub on: Vec<String>,
+    pub when_matched: WhenMatched,
+    pub when_not_matched: WhenNotMatched,
+}
+
+fn unknown(k: &str) -> Error {
+    Error::new(
+        ErrorCode::Location(40415),
+        format!("BSON field '$merge.{k}' is an unknown field."),
+    )
+}
+
+fn bad_value(field: &str, v: &Bson) -> Error {
+    Error::new(
+        ErrorCode::BadValue,
+        format!(
+            "Enumeration value '{}' for field '$merge.{field}' is not a valid value.",
+            match v {
+                Bson::String(s) => s.clone(),
+                other => nidus_common::shell::format(other),
+            }
+        ),
+    )
+}
+
+fn target(v: &Bson, db: &str) -> Result<Namespace> {
+    match v {
+        Bson::String(c) => Ok(Namespace::new(db, c)),
+        Bson::Document(d) => {
+            let db = match d.get("db") {
+                Some(Bson::String(s)) => s.clone(),
+                _ => db.to_string(),
+            };
+            match d.get("coll") {
+                Some(Bson::String(c)) => Ok(Namespace::new(&db, c)),
+                _ => Err(Error::new(
+                    ErrorCode::Location(40414),
+                    "BSON field 'into.coll' is missing but a required field",
+                )),
+            }
+        }
+        other => Err(Error::new(
+            ErrorCode::Location(51178),
+            format!(
+                "$merge 'into' field  must be either a string or an object, but found {}",
+                super::type_name(other)
+            ),
+        )),
+    }
+}
+
+pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
+    let spec = match arg {
+        Bson::String(_) => bson::doc! {"into": arg.clone()},
+        Bson::Document(d) => d.clone(),
+        other => {
+            return Err(Error::new(
+                ErrorCode::Location(51182),
+                format!(
+                    "$merge only supports a string or object argument, not {}",
+                    super::type_name(other)
+                ),
+            ))
+        }
+    };
+    let mut into = None;
+    let mut on = vec!["_id".to_string()];
+    let mut when_matched = WhenMatched::Merge;
+    let mut when_not_matched = WhenNotMatched::Insert;
+    for (k, v) in &spec {
+        match k.as_str() {
+            "into" => into = Some(target(v, &pcx.db)?),
+            "on" => on = parse_on(v)?,
+            "whenMatched" => when_matched = match v {
+                Bson::String(s) if s == "merge" => WhenMatched::Merge,
+                Bson::String(s) if s == "replace" => WhenMatched::Replace,
+                Bson::String(s) if s == "keepExisting" => WhenMatched::KeepExisting,
+                Bson::String(s) if s == "fail" => WhenMatched::Fail,
+                Bson::Array(_) => return Err(Error::bad_value(
+                    "$merge with a pipeline for 'whenMatched' is not supported by this server yet",
+                )),
+                other => return Err(bad_value("whenMatched", other)),
+            },
+            "whenNotMatched" => {
+                when_not_matched = match v {
+                    Bson::String(s) if s == "insert" => WhenNotMatched::Insert,
+                    Bson::String(s) if s == "discard" => WhenNotMatched::Discard,
+                    Bson::String(s) if s == "fail" => WhenNotMatched::Fail,
+                    other => return Err(bad_value("whenNotMatched", other)),
+                }
+            }
+            "let" => {}
+            other => return Err(unknown(other)),
+        }
+    }
+    let into = into.ok_or_else(|| {
+        Error::new(
+            ErrorCode::Location(40414),
+            "BSON field '$merge.into' is missing but a required field",
+        )
+    })?;
+    crate::namespace::validate_coll_name(&into.db, &into.coll)?;
+    Ok(vec![Arc::new(Merge {
+        into,
+        on,
+        when_matched,
+        when_not_matched,
+    })])
+}
+
+fn parse_on(v: &Bson) -> Result<Vec<String>> {
+    let fields: Vec<String> = match v {
+        Bson::String(s) => vec![s.clone()],
+        Bson::Array(items) => items
+            .iter()
+            .map(|i| match i {
+                Bson::String(s) => Ok(s.clone()),
+                _ => Err(Error::new(
+                    ErrorCode::Location(51134),
+                    "Array passed as 'on' field to the $merge stage must only contain strings",
+                )),
+            })
+            .collect::<Result<_>>()?,
+        _ => {
+            return Err(Error::new(
+                ErrorCode::Location(51186),
+                "The 'on' field of $merge must be a string or an array of strings",
+            ))
+        }
+    };
+    if fields.is_empty() {
+        return Err(Error::new(
+            ErrorCode::Location(51187),
+            "If explicitly specifying $merge 'on', must include at least one field",
+        ));
+    }
+    Ok(fields)
+}
+
+impl Merge {
+    fn on_is_id(&self) -> bool {
+        self.on.len() == 1 && self.on[0] == "_id"
+    }
+
+    /// `on` fields other than `_id` must be backed by a unique index.
+    fn check_unique_index(&self, ctx: &ExpCtx) -> Result<()> {
+        if self.on_is_id() {
+            return Ok(());
+        }
+        let found = ctx.engine.collection(&self.into).is_some_and(|c| {
+            c.meta.read().indexes.iter().any(|ix| {
+                ix.unique
+                    && ix.pattern.len() == self.on.len()
+                    && ix.pattern.iter().all(|(f, _)| self.on.contains(f))
+            })
+        });
+        if found {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorCode::Location(51183),
+                "Cannot find index to verify that join fields will be unique",
+            ))
+        }
+    }
+
+    fn run(&self, input: Stream, ctx: &ExpCtx) -> Result<Stream> {
+        self.check_unique_index(ctx)?;
+        let docs = collect(input)?;
+        let coll = ctx.engine.ensure_collection(&self.into)?;
+        let opts = WriteOpts {
+            deadline: ctx.deadline(),
+            ..WriteOpts::default()
+        };
+        for d in docs {
+            ctx.check_interrupt()?;
+            if self.when_matched == WhenMatched::Fail
+                && self.when_not_matched == WhenNotMatched::Insert
+            {
+                let raw = RawDocumentBuf::from_document(&d)
+                    .map_err(|e| Error::internal(e.to_string()))?;
+                ctx.engine
+                    .insert_one(&coll, &prepare_insert(&raw)?, &opts)?;
+                continue;
+            }
+            let spec = self.update_spec(&d)?;
+            let outcome = ctx.engine.update(&coll, &spec, &opts)?;
+            if outcome.n_matched == 0 && self.when_not_matched == WhenNotMatched::Fail {
+                return Err(Error::new(
+                    ErrorCode::Location(13113),
+                    "$merge could not find a matching document in the target collection for at least one document in the source collection",
+                ));
+            }
+        }
+        Ok(Box::new(Empty))
+    }
+
+    /// The update statement for one result document.
+    fn update_spec(&self, d: &Document) -> Result<UpdateSpec> {
+        let mut filter = Document::new();
+        for f in &self.on {
+            let v = nidus_doc::path::get_path_raw(
+                &RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))?,
+                f,
+            )
+            .and_then(|r| Bson::try_from(r.to_raw_bson()).ok())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorCode::Location(51132),
+                    format!("$merge write error: 'on' field '{f}' cannot be missing, null, undefined or an array"),
+                )
+            })?;
+            filter.insert(f.clone(), bson::bson!({"$eq": v}));
+        }
+        let without_id: Document = d
+            .iter()
+            .filter(|(k, _)| k.as_str() != "_id")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let id_on_insert = match (self.on_is_id(), d.get("_id")) {
+            (false, Some(id)) => Some(bson::doc! {"_id": id.clone()}),
+            _ => None,
+        };
+        let update = match self.when_matched {
+            WhenMatched::Replace => Update::Replacement(without_id),
+            WhenMatched::Merge | WhenMatched::Fail => {
+                let mut u = Document::new();
+                if !without_id.is_empty() {
+                    u.insert("$set", without_id);
+                }
+                if let Some(id) = id_on_insert {
+                    u.insert("$setOnInsert", id);
+                }
+                if u.is_empty() {
+                    u.insert("$setOnInsert", bson::doc! {});
+                }
+                Update::parse(&Bson::Document(u), None)?
+            }
+            WhenMatched::KeepExisting => {
+                let mut on_insert = without_id;
+                if let Some(id) = id_on_insert {
+                    on_insert.extend(id);
+                }
+                for f in &self.on {
+                    on_insert.remove(f);
+                }
+                Update::parse(&bson::bson!({"$setOnInsert": on_insert}), None)?
+            }
+        };
+        Ok(UpdateSpec {
+            filter,
+            update,
+            multi: false,
+            upsert: self.when_not_matched == WhenNotMatched::Insert,
+            sort: None,
+            hint: None,
+        })
+    }
+}
+
+impl DocumentSource for Merge {
+    fn name(&self) -> &'static str {
+        "$merge"
+    }
+
+    fn serialize(&self) -> Bson {
+        let matched = match self.when_matched {
+            WhenMatched::Merge => "merge",
+            WhenMatched::Replace => "replace",
+            WhenMatched::KeepExisting => "keepExisting",
+            WhenMatched::Fail => "fail",
+        };
+        let not_matched = match self.when_not_matched {
+            WhenNotMatched::Insert => "insert",
+            WhenNotMatched::Discard => "discard",
+            WhenNotMatched::Fail => "fail",
+        };
+        let on: Bson = if self.on.len() == 1 {
+            Bson::String(self.on[0].clone())
+        } else {
+            Bson::Array(self.on.iter().cloned().map(Bson::String).collect())
+        };
+        bson::bson!({
+            "into": {"db": self.into.db.clone(), "coll": self.into.coll.clone()},
+            "on": on,
+            "whenMatched": matched,
+            "whenNotMatched": not_matched,
+        })
+    }
+
+    fn open(&self, input: Stream, ctx: &ExpCtx) -> Result<Stream> {
+        Ok(Box::new(Deferred::new(
+            input,
+            ctx.clone(),
+            Arc::new(self.clone()),
+            |stage: &Merge, input, ctx| stage.run(input, ctx),
+        )))
+    }
+
+    fn position(&self) -> Position {
+        Position::Last
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

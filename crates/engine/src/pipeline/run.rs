@@ -1,0 +1,169 @@
+//! Opening a pipeline: bind variables, optimize, move the leading stages into the
+//! collection's find plan (`$cursor`), and chain the remaining stages' streams.
+
+use super::stream::{Counted, Empty};
+use super::{optimize, DocStream, ExpCtx, StageRef, Stream};
+use crate::exec::{Executor, Member, Stage, StageImpl, StageState};
+use crate::find::FindSpec;
+use crate::namespace::Namespace;
+use bson::{Document, RawDocumentBuf};
+use nidus_common::{Error, Result};
+use parking_lot::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// An opened pipeline: its output stream and what explain reports about it.
+pub struct Opened {
+    pub stream: Stream,
+    /// The find plan feeding the pipeline and how many documents it returned.
+    pub cursor: Option<CursorSource>,
+    /// The stages left after optimization, with their `nReturned` counters.
+    pub stages: Vec<(StageRef, Arc<AtomicU64>)>,
+    /// The optimizer rules that changed the pipeline, in order.
+    pub rewrites: Vec<&'static str>,
+    pub ctx: ExpCtx,
+}
+
+/// The `$cursor` stage: the executor of the pushed-down find.
+#[derive(Clone)]
+pub struct CursorSource {
+    pub ns: Namespace,
+    pub spec: FindSpec,
+    pub exec: Arc<Mutex<Executor>>,
+    pub returned: Arc<AtomicU64>,
+}
+
+/// Opens `stages` over the collection `ns` (None: the pipeline starts with a source stage
+/// such as `$documents`, or reads `input`).
+pub fn open(
+    ctx: &ExpCtx,
+    ns: Option<&Namespace>,
+    stages: &[StageRef],
+    input: Option<Stream>,
+) -> Result<Opened> {
+    let mut stages = bind(ctx, stages)?;
+    let mut rewrites = optimize::optimize(&mut stages)?;
+    let starts_with_source = stages.first().is_some_and(|s| s.is_source());
+    let (mut stream, cursor): (Stream, Option<CursorSource>) = match (input, ns) {
+        (Some(input), _) => (input, None),
+        (None, Some(ns)) if !starts_with_source => {
+            let (spec, taken) = optimize::cursor_pushdown::take(&mut stages, ctx.deadline());
+            if taken {
+                rewrites.push(optimize::cursor_pushdown::NAME);
+            }
+            let coll = ctx.engine.collection(ns);
+            let exec = ctx.engine.plan_find(coll.as_ref(), &spec)?;
+            let source = CursorSource {
+                ns: ns.clone(),
+                spec,
+                exec: Arc::new(Mutex::new(exec)),
+                returned: Arc::new(AtomicU64::new(0)),
+            };
+            let stream = Box::new(CursorStream {
+                exec: source.exec.clone(),
+                ctx: ctx.clone(),
+            });
+            let counted = Box::new(Counted {
+                inner: stream,
+                count: source.returned.clone(),
+            });
+            (counted, Some(source))
+        }
+        _ => (Box::new(Empty), None),
+    };
+    let mut opened_stages = Vec::with_capacity(stages.len());
+    for s in stages {
+        let count = Arc::new(AtomicU64::new(0));
+        stream = Box::new(Counted {
+            inner: s.open(stream, ctx)?,
+            count: count.clone(),
+        });
+        opened_stages.push((s, count));
+    }
+    Ok(Opened {
+        stream,
+        cursor,
+        stages: opened_stages,
+        rewrites,
+        ctx: ctx.clone(),
+    })
+}
+
+/// Opens a pipeline and drains it (sub-pipelines of `$lookup`, `$facet`, `$unionWith`).
+pub fn collect(
+    ctx: &ExpCtx,
+    ns: Option<&Namespace>,
+    stages: &[StageRef],
+    input: Option<Stream>,
+) -> Result<Vec<Document>> {
+    let opened = open(ctx, ns, stages, input)?;
+    super::stream::collect(opened.stream)
+}
+
+fn bind(ctx: &ExpCtx, stages: &[StageRef]) -> Result<Vec<StageRef>> {
+    stages
+        .iter()
+        .map(|s| Ok(s.bind(ctx)?.unwrap_or_else(|| s.clone())))
+        .collect()
+}
+
+struct CursorStream {
+    exec: Arc<Mutex<Executor>>,
+    ctx: ExpCtx,
+}
+
+impl DocStream for CursorStream {
+    fn next(&mut self) -> Result<Option<Document>> {
+        self.ctx.check_interrupt()?;
+        let mut exec = self.exec.lock();
+        exec.set_deadline(self.ctx.deadline());
+        match exec.next_doc()? {
+            Some(raw) => Ok(Some(
+                raw.to_document()
+                    .map_err(|e| Error::internal(e.to_string()))?,
+            )),
+            None => Ok(None),
+        }
+    }
+}
+
+impl Opened {
+    /// An executor over the pipeline's output, for the server's cursor registry. Its deadline
+    /// (set per `getMore`) reaches every stage.
+    pub fn into_executor(self, deadline: Option<Instant>) -> Executor {
+        self.ctx.set_deadline(deadline);
+        let root = PipelineOutput {
+            stream: self.stream,
+            ctx: self.ctx,
+        };
+        Executor::new(Stage::new(root), deadline)
+    }
+}
+
+/// The last stage of an aggregation as the find layer sees it.
+struct PipelineOutput {
+    stream: Stream,
+    ctx: ExpCtx,
+}
+
+impl StageImpl for PipelineOutput {
+    fn name(&self) -> &'static str {
+        "PIPELINE"
+    }
+
+    fn work(&mut self) -> Result<StageState> {
+        match self.stream.next()? {
+            Some(d) => {
+                let raw = RawDocumentBuf::from_document(&d)
+                    .map_err(|e| Error::internal(e.to_string()))?;
+                Ok(StageState::Advanced(Member::with_doc(None, raw)))
+            }
+            None => Ok(StageState::IsEof),
+        }
+    }
+
+    fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.ctx.set_deadline(deadline);
+    }
+}
