@@ -4,7 +4,8 @@
 use crate::value::{err, Value};
 use crate::variables::{self, ParseContext, VarId, Variables};
 use crate::{
-    arithmetic, array, boolean, comparison, conditional, date, meta, object, set, string, types,
+    arithmetic, array, boolean, comparison, conditional, date, meta, object, random, set, string,
+    types,
 };
 use bson::{Bson, Document, RawBsonRef, RawDocument};
 use nidus_common::{Error, ErrorCode, Result};
@@ -538,7 +539,7 @@ pub(crate) fn parse_field_path(s: &str, ctx: &ParseContext) -> Result<Expression
 pub(crate) type Parser = fn(&'static str, &Bson, &ParseContext) -> Result<Expression>;
 
 /// Every family's operator table.
-const FAMILIES: [&[(&str, Parser)]; 12] = [
+const FAMILIES: [&[(&str, Parser)]; 13] = [
     arithmetic::OPS,
     comparison::OPS,
     boolean::OPS,
@@ -551,6 +552,7 @@ const FAMILIES: [&[(&str, Parser)]; 12] = [
     object::OPS,
     variables::OPS,
     meta::OPS,
+    random::OPS,
 ];
 
 /// Looks an operator up in every family's table.

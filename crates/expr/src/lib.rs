@@ -24,6 +24,7 @@ mod expression;
 pub mod meta;
 pub mod object;
 pub mod predicate;
+pub mod random;
 pub mod scope;
 pub mod set;
 pub mod string;
