@@ -24,6 +24,8 @@ pub mod parse;
 pub mod serialize;
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
 
 use bson::{Bson, Document, RawBsonRef, RawDocument};
