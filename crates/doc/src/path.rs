@@ -9,6 +9,13 @@
 //! (`expand_leaf`). A path that ends on nothing is offered as *missing* when the dead end is
 //! a document without the field (including a document inside a traversed array), which is
 //! what `{a: null}` and `$exists` need.
+//!
+//! Match expressions walk with [`walk_match`], which differs from [`walk`] (index keys, sort
+//! keys, `distinct`) only where a component is a number, as MongoDB's `ElementPath` does:
+//! a document inside a traversed array that lacks the numeric field yields *missing* (the
+//! number is also tried as a field name); an element selected by its index at the end of the
+//! path is offered as is, not element by element; and a scalar selected by its index with
+//! path left to follow yields nothing (not missing).
 
 use bson::{RawArray, RawBsonRef, RawDocument};
 
@@ -94,6 +101,24 @@ pub fn walk<'a>(
         expand_leaf,
         f,
         emit_missing: true,
+        matching: false,
+    };
+    w.in_doc(doc, &path.parts, None)
+}
+
+/// [`walk`] with the match expression's treatment of numeric components (see the module
+/// documentation).
+pub fn walk_match<'a>(
+    doc: &'a RawDocument,
+    path: &FieldPath,
+    expand_leaf: bool,
+    f: &mut dyn FnMut(PathItem<'a>) -> bool,
+) -> bool {
+    let mut w = Walker {
+        expand_leaf,
+        f,
+        emit_missing: true,
+        matching: true,
     };
     w.in_doc(doc, &path.parts, None)
 }
@@ -113,6 +138,8 @@ struct Walker<'f, 'a> {
     expand_leaf: bool,
     f: &'f mut dyn FnMut(PathItem<'a>) -> bool,
     emit_missing: bool,
+    /// Match expression semantics ([`walk_match`]).
+    matching: bool,
 }
 
 impl<'a> Walker<'_, 'a> {
@@ -161,20 +188,35 @@ impl<'a> Walker<'_, 'a> {
         self.emit(Some(v), pos, false)
     }
 
+    /// An array element selected by its index, `rest` following the index.
+    fn at_index(&mut self, e: RawBsonRef<'a>, rest: &[Part], pos: Option<usize>) -> bool {
+        if !self.matching {
+            return self.at_value(e, rest, pos);
+        }
+        match e {
+            // The selected element itself, never expanded.
+            _ if rest.is_empty() => self.emit(Some(e), pos, false),
+            RawBsonRef::Document(d) => self.in_doc(d, rest, pos),
+            RawBsonRef::Array(a) => self.in_array(a, rest, pos),
+            // A scalar cannot hold the rest of the path, and is not a miss either.
+            _ => false,
+        }
+    }
+
     /// An array in the middle of the path.
     fn in_array(&mut self, arr: &'a RawArray, rest: &[Part], pos: Option<usize>) -> bool {
         let next = &rest[0];
         for (i, e) in arr.into_iter().map_while(|r| r.ok()).enumerate() {
             let p = pos.or(Some(i));
-            if next.index == Some(i) && self.at_value(e, &rest[1..], p) {
+            if next.index == Some(i) && self.at_index(e, &rest[1..], p) {
                 return true;
             }
             // A document element is searched for the next component as a field name; when
-            // that component is a number, a miss there is not a "missing" value (the path
-            // addresses array positions).
+            // that component is a number, a miss there is a "missing" value only to match
+            // expressions (elsewhere the path addresses array positions).
             if let RawBsonRef::Document(d) = e {
                 let saved = self.emit_missing;
-                self.emit_missing = saved && next.index.is_none();
+                self.emit_missing = saved && (self.matching || next.index.is_none());
                 let stop = self.in_doc(d, rest, p);
                 self.emit_missing = saved;
                 if stop {
@@ -218,6 +260,15 @@ mod tests {
             .collect()
     }
 
+    fn match_values(doc: &RawDocumentBuf, path: &str) -> Vec<(Option<Bson>, Option<usize>)> {
+        let mut out = Vec::new();
+        walk_match(doc, &FieldPath::parse(path), true, &mut |it| {
+            out.push((it.value.and_then(|v| Bson::try_from(v).ok()), it.array_pos));
+            false
+        });
+        out
+    }
+
     fn b(v: impl Into<Bson>) -> Option<Bson> {
         Some(v.into())
     }
@@ -250,6 +301,29 @@ mod tests {
         assert_eq!(values(&d, "a.0.b", true), vec![(b(1), Some(0))]);
         let d = rawdoc! {"a": {"0": 5}};
         assert_eq!(values(&d, "a.0", true), vec![(b(5), None)]);
+    }
+
+    /// Where match expressions and keys part: a document lacking the numeric field is
+    /// missing, an indexed element ends the path as is, an indexed scalar yields nothing.
+    #[test]
+    fn numeric_components_when_matching() {
+        let d = rawdoc! {"x": [7, {"y": 8}, 9]};
+        assert_eq!(values(&d, "x.1.y", true), vec![(b(8), Some(1))]);
+        assert_eq!(
+            match_values(&d, "x.1.y"),
+            vec![(b(8), Some(1)), (None, Some(1))]
+        );
+        let d = rawdoc! {"a": [[6, 7], [8, 9]]};
+        assert_eq!(values(&d, "a.1", true).len(), 3);
+        assert_eq!(
+            match_values(&d, "a.1"),
+            vec![(b(vec![Bson::Int32(8), Bson::Int32(9)]), Some(1))]
+        );
+        let d = rawdoc! {"a": [5]};
+        assert_eq!(values(&d, "a.0.b", true), vec![(None, Some(0))]);
+        assert!(match_values(&d, "a.0.b").is_empty());
+        let d = rawdoc! {"a": [1, [{"b": 2}], 3]};
+        assert_eq!(match_values(&d, "a.1.b"), vec![(b(2), Some(1))]);
     }
 
     #[test]

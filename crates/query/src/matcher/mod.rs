@@ -2,9 +2,10 @@
 //!
 //! [`Matcher::parse`] turns a filter document into an [`Expr`] tree; [`Matcher::matches`]
 //! evaluates it against a `&RawDocument` without deserializing it. Paths are walked with
-//! [`nidus_doc::path`] (implicit array traversal, leaf array expansion, missing values), so a
-//! leaf predicate matches when *any* value at its path matches; negations (`$ne`, `$nin`,
-//! `$not`, `$nor`) negate that whole "any".
+//! [`nidus_doc::path::walk_match`] (implicit array traversal, numeric components both as
+//! indexes and as field names, leaf array expansion, missing values), so a leaf predicate
+//! matches when *any* value at its path matches; negations (`$ne`, `$nin`, `$not`, `$nor`)
+//! negate that whole "any".
 //!
 //! One file per operator family: [`comparison`] (`$eq $ne $gt $gte $lt $lte $in $nin`),
 //! [`element`] (`$exists $type`), [`evaluation`] (`$mod $regex`), [`array`] (`$all
@@ -23,11 +24,13 @@ pub mod parse;
 pub mod serialize;
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
 
 use bson::{Bson, Document, RawBsonRef, RawDocument};
 use nidus_common::Result;
-use nidus_doc::path::{walk, FieldPath};
+use nidus_doc::path::{walk_match, FieldPath};
 use nidus_expr::LetScope;
 use std::fmt;
 use std::sync::Arc;
@@ -196,7 +199,7 @@ impl Expr {
 
 fn eval_path(doc: &RawDocument, path: &FieldPath, leaf: &Leaf) -> MatchPos {
     let mut found: MatchPos = None;
-    walk(doc, path, leaf.expands_leaf_arrays(), &mut |item| {
+    walk_match(doc, path, leaf.expands_leaf_arrays(), &mut |item| {
         let hit = match (leaf, item.value) {
             // `$elemMatch` reports the position of the matching element in its own array
             // when no outer array was traversed.

@@ -98,6 +98,26 @@ fn equality_and_null() {
         (doc! {"a.b": 1}, doc! {"a": [{"b": 2}, {"b": [1]}]}, true),
         (doc! {"a.1": 5}, doc! {"a": [4, 5]}, true),
         (doc! {"a.0.b": 5}, doc! {"a": [{"b": 5}]}, true),
+        // A numeric component is also a field name in the documents of a traversed array,
+        // and a document without that field is missing there.
+        (doc! {"x.1.y": null}, doc! {"x": [7, {"y": 8}, 9]}, true),
+        (doc! {"a.0": null}, doc! {"a": [{"b": 0}]}, true),
+        (doc! {"a.1": 4}, doc! {"a": [{"1": 4}, 5]}, true),
+        (doc! {"a.1": null}, doc! {"a": [{"1": 4}, 5]}, false),
+        (
+            doc! {"a.0": {"$exists": false}},
+            doc! {"a": [{"b": 0}]},
+            false,
+        ),
+        // An element selected by its index is compared as is, never element by element.
+        (doc! {"a.1": 8}, doc! {"a": [[6, 7], [8, 9]]}, false),
+        (doc! {"a.1": [8, 9]}, doc! {"a": [7, [8, 9]]}, true),
+        (doc! {"a.0": {"$type": "int"}}, doc! {"a": [[1]]}, false),
+        // A scalar selected by its index, with path left, is not a missing value.
+        (doc! {"a.0.b": null}, doc! {"a": [5]}, false),
+        (doc! {"a.0.b": {"$ne": null}}, doc! {"a": [5]}, true),
+        (doc! {"a.1.b": null}, doc! {"a": [1, [{"b": 2}], 3]}, false),
+        (doc! {"a.1.b": 2}, doc! {"a": [1, [{"b": 2}], 3]}, true),
         (doc! {"a": null}, doc! {}, true),
         (doc! {"a": null}, doc! {"a": null}, true),
         (doc! {"a": null}, doc! {"a": [1, null]}, true),
