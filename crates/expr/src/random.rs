@@ -25,7 +25,7 @@ fn parse_rand(name: &'static str, arg: &Bson, _ctx: &ParseContext) -> Result<Exp
 /// them per instance), so hashing a constant gives an unpredictable 64-bit value; its top 53
 /// bits make the double.
 fn rand(_n: &Nary, _vars: &mut Variables) -> Result<Value> {
-    let bits = RandomState::new().hash_one(0x6e69_6475_73u64) >> 11;
+    let bits = RandomState::new().hash_one(0x006e_6964_7573_u64) >> 11;
     Ok(Some(Bson::Double(bits as f64 / (1u64 << 53) as f64)))
 }
 
