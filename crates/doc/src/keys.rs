@@ -211,8 +211,11 @@ impl FieldKeys {
     /// An array at component `i - 1` with more path to follow.
     fn array_middle(&mut self, a: &bson::RawArray, parts: &[&str], i: usize) {
         if let Some(idx) = array_index(parts[i]) {
-            // A positional component: follow the element, no implicit traversal.
+            // A positional component: follow the element, no implicit traversal. An element
+            // picked by the last component is one value, even an array (as the matcher
+            // compares it whole).
             match a.get(idx).ok().flatten() {
+                Some(v) if i + 1 == parts.len() => self.push(v),
                 Some(v) => self.collect(v, parts, i + 1),
                 None => self.push_missing(),
             }
