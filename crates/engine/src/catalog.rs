@@ -5,6 +5,7 @@
 //! its own transaction (create/drop), under the engine's DDL lock, so DDL is serialized.
 
 use crate::namespace::Namespace;
+use crate::validation::Validator;
 use bson::{doc, Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use parking_lot::RwLock;
@@ -188,6 +189,8 @@ fn corrupt<E: std::fmt::Display>(e: E) -> Error {
 pub struct CollectionMeta {
     pub uuid: bson::Uuid,
     pub options: Document,
+    /// `options.validator` parsed (None without one).
+    pub validator: Option<Arc<Validator>>,
     pub indexes: Vec<IndexMeta>,
     pub dropped: bool,
 }
@@ -272,16 +275,19 @@ pub fn parse_entry(d: &Document) -> Result<(u64, Namespace, CollectionMeta)> {
             _ => Err(corrupt("index entry")),
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok((
-        id,
-        ns,
+    Ok((id, ns, {
+        let options = d.get_document("options").cloned().unwrap_or_default();
+        // Validators are checked by `create`; one that no longer parses (stored by an
+        // older build) must not keep the server from starting, so it is not enforced.
+        let validator = Validator::from_options(&options).unwrap_or(None);
         CollectionMeta {
             uuid,
-            options: d.get_document("options").cloned().unwrap_or_default(),
+            options,
+            validator,
             indexes,
             dropped: false,
-        },
-    ))
+        }
+    }))
 }
 
 /// The `_id` index every collection has.

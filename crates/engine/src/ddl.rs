@@ -5,6 +5,7 @@ use crate::catalog::{self, CollectionMeta, CollectionRef, IndexMeta};
 use crate::index::{self, IndexKeySet};
 use crate::index_spec;
 use crate::namespace::{self, Namespace};
+use crate::validation::Validator;
 use crate::{Collection, Engine};
 use bson::{Bson, Document, RawDocument};
 use nidus_common::{Error, ErrorCode, Result};
@@ -70,6 +71,7 @@ impl Engine {
     }
 
     fn create_locked(&self, ns: &Namespace, options: Document) -> Result<CollectionRef> {
+        let validator = Validator::from_options(&options)?;
         let mut txn = self.kv.begin();
         let id = self.allocate_id(txn.as_mut())?;
         let id_index =
@@ -77,6 +79,7 @@ impl Engine {
         let meta = CollectionMeta {
             uuid: bson::Uuid::new(),
             options,
+            validator,
             indexes: vec![id_index],
             dropped: false,
         };

@@ -11,6 +11,7 @@ pub mod namespace;
 pub mod pipeline;
 pub mod plan;
 pub mod retry;
+pub mod validation;
 pub mod write;
 
 use catalog::{CollectionRef, NEXT_ID_KEY};

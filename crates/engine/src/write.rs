@@ -29,6 +29,8 @@ pub struct WriteOpts {
     pub let_vars: Option<Document>,
     /// The statement's collation (the filter's string comparisons and the sort).
     pub collation: Option<Document>,
+    /// `bypassDocumentValidation`: skip the collection's validator.
+    pub bypass_document_validation: bool,
 }
 
 impl WriteOpts {
@@ -189,6 +191,9 @@ impl Engine {
                 "collection dropped",
             ));
         }
+        if let (Some(v), false) = (&meta.validator, opts.bypass_document_validation) {
+            v.check_insert(doc)?;
+        }
         let (keys, widened) = index_keys_all(&meta, doc)?;
         self.retry(opts, || {
             let mut txn = self.kv.begin();
@@ -343,6 +348,9 @@ impl Engine {
                     ErrorCode::BSONObjectTooLarge,
                     format!("BSONObj size: {} (0x{:X}) is invalid. Size must be between 0 and 16793600(16MB) First element: _id: {}", new_raw.as_bytes().len(), new_raw.as_bytes().len(), nidus_common::shell::format(new_doc.get("_id").unwrap_or(&Bson::Null))),
                 ));
+            }
+            if let (Some(v), false) = (&meta.validator, opts.bypass_document_validation) {
+                v.check_update(old_raw, &new_raw)?;
             }
             self.rewrite_index_entries(txn.as_mut(), coll, &meta, old_raw, &new_raw, rid)?;
             txn.put(Space::Records, &rkey, new_raw.as_bytes())?;

@@ -56,6 +56,7 @@ pub(super) fn opts(ctx: &Ctx) -> Result<WriteOpts> {
         deadline: ctx.deadline,
         let_vars: ctx.opt_document("let")?,
         collation: None,
+        bypass_document_validation: ctx.opt_bool("bypassDocumentValidation")?.unwrap_or(false),
     })
 }
 
