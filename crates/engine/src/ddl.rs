@@ -268,6 +268,27 @@ impl Engine {
         Ok(ix)
     }
 
+    /// `collMod` of validation options: each of `validator`, `validationLevel`,
+    /// `validationAction` given replaces the stored one; the validator is re-parsed before
+    /// anything is written.
+    pub fn set_validation_options(&self, ns: &Namespace, changes: &Document) -> Result<()> {
+        let _ddl = self.ddl.lock();
+        let coll = self
+            .collection(ns)
+            .ok_or_else(|| catalog::namespace_not_found(ns))?;
+        let mut meta = coll.meta.write();
+        let mut new_meta = meta.clone();
+        for (k, v) in changes {
+            new_meta.options.insert(k.clone(), v.clone());
+        }
+        new_meta.validator = Validator::from_options(&new_meta.options)?;
+        let mut txn = self.kv.begin();
+        self.write_entry(txn.as_mut(), &coll, &new_meta)?;
+        txn.commit()?;
+        *meta = new_meta;
+        Ok(())
+    }
+
     /// `dropIndexes` by name, by key pattern, a list of names, or `"*"`.
     /// Returns the number of indexes before the drop.
     pub fn drop_indexes(&self, ns: &Namespace, which: &Bson) -> Result<usize> {

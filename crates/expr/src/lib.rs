@@ -39,6 +39,6 @@ pub use expression::{
     is_expression_name, Dependencies, Expression, FieldPathExpr, Named, Nary, Operator,
 };
 pub use predicate::ExprPredicate;
-pub use scope::{Bind, Bindings, LetScope, NoBindings};
+pub use scope::{binder, Bind, Bindings, LetScope, NoBindings};
 pub use value::Value;
 pub use variables::{ParseContext, VarId, Variables};

@@ -26,6 +26,14 @@ impl Bind for NoBindings {
     fn bind(&self, _vars: &mut Variables) {}
 }
 
+/// `bindings`, or none when the caller has no command scope.
+pub fn binder(bindings: Option<&Bindings>) -> &dyn Bind {
+    match bindings {
+        Some(b) => b,
+        None => &NoBindings,
+    }
+}
+
 /// Values bound to variables for a whole command.
 #[derive(Debug, Clone)]
 pub struct Bindings {

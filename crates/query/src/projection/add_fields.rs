@@ -11,7 +11,7 @@
 use super::{add_node, check_field_path, err, PNode};
 use bson::{Bson, Document, RawBsonRef, RawDocument};
 use nidus_common::{Error, ErrorCode, Result};
-use nidus_expr::{Bind, Bindings, Expression, LetScope, NoBindings, ParseContext, Variables};
+use nidus_expr::{Bind, Bindings, Expression, LetScope, ParseContext, Variables};
 use std::sync::Arc;
 
 /// A parsed `$addFields` specification.
@@ -53,10 +53,7 @@ impl AddFields {
 
     /// The input with the fields set.
     pub fn apply(&self, doc: &RawDocument) -> Result<Document> {
-        match self.bindings.as_deref() {
-            Some(b) => self.apply_bound(doc, b),
-            None => self.apply_bound(doc, &NoBindings),
-        }
+        self.apply_bound(doc, nidus_expr::binder(self.bindings.as_deref()))
     }
 
     /// [`AddFields::apply`] with variables set by `binder`.

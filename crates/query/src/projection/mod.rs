@@ -18,7 +18,7 @@ mod tests;
 use crate::matcher::Matcher;
 use bson::{doc, Bson, Document};
 use nidus_common::{shell, Error, ErrorCode, Result};
-use nidus_expr::{Bind, Bindings, Expression, LetScope, NoBindings, ParseContext};
+use nidus_expr::{Bind, Bindings, Expression, LetScope, ParseContext};
 use std::sync::Arc;
 
 /// Which projection language is parsed: find's (with `$slice`, `$elemMatch`, positional
@@ -261,10 +261,8 @@ impl Projection {
         doc: &bson::RawDocument,
         matched_index: Option<usize>,
     ) -> Result<Document> {
-        match self.bindings.as_deref() {
-            Some(b) => self.apply_bound(doc, matched_index, b),
-            None => self.apply_bound(doc, matched_index, &NoBindings),
-        }
+        let binder = nidus_expr::binder(self.bindings.as_deref());
+        self.apply_bound(doc, matched_index, binder)
     }
 
     /// Applies with variables set by `binder` (a pipeline's run-time context).
@@ -702,4 +700,34 @@ fn add_inner(
         add_node(parent, &format!("{path}.{k}"), n)?;
     }
     Ok(())
+}
+
+/// The exclusion projection `$unset: "a"` / `["a", "b.c"]` stands for (`{a: false, ...}`),
+/// with MongoDB's errors for other arguments.
+pub fn unset_spec(arg: &Bson) -> Result<Document> {
+    let fields: Vec<&String> = match arg {
+        Bson::String(s) => vec![s],
+        Bson::Array(a) if a.is_empty() => {
+            return Err(err(
+                31119,
+                "$unset specification must be a string or an array with at least one field",
+            ))
+        }
+        Bson::Array(a) => a
+            .iter()
+            .map(|v| match v {
+                Bson::String(s) => Ok(s),
+                _ => Err(err(
+                    31120,
+                    "$unset specification must be a string or an array containing only string values",
+                )),
+            })
+            .collect::<Result<_>>()?,
+        _ => return Err(err(31002, "$unset specification must be a string or an array")),
+    };
+    let mut spec = Document::new();
+    for f in fields {
+        spec.insert(f.clone(), false);
+    }
+    Ok(spec)
 }

@@ -3,9 +3,7 @@
 
 use bson::{Bson, Document, RawDocument};
 use nidus_common::{shell, Error, ErrorCode, Result};
-use nidus_expr::{
-    value::type_name, Bind, Bindings, Expression, LetScope, NoBindings, ParseContext, Variables,
-};
+use nidus_expr::{value::type_name, Bind, Bindings, Expression, LetScope, ParseContext, Variables};
 use std::sync::Arc;
 
 /// A parsed `$replaceRoot: {newRoot: <expr>}` or `$replaceWith: <expr>`.
@@ -80,10 +78,7 @@ impl ReplaceRoot {
 
     /// The replacement document.
     pub fn apply(&self, doc: &RawDocument) -> Result<Document> {
-        match self.bindings.as_deref() {
-            Some(b) => self.apply_bound(doc, b),
-            None => self.apply_bound(doc, &NoBindings),
-        }
+        self.apply_bound(doc, nidus_expr::binder(self.bindings.as_deref()))
     }
 
     /// [`ReplaceRoot::apply`] with variables set by `binder`.

@@ -4,7 +4,7 @@
 
 use crate::projection::add_fields::AddFields;
 use crate::projection::replace_root::ReplaceRoot;
-use crate::projection::{Policy, Projection};
+use crate::projection::{unset_spec, Policy, Projection};
 use bson::{Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_expr::LetScope;
@@ -153,34 +153,5 @@ fn object_arg(stage: &str, arg: &Bson) -> Result<Document> {
 
 /// `$unset: "a"` / `["a", "b.c"]`: an exclusion projection.
 pub fn parse_unset(arg: &Bson, scope: &LetScope) -> Result<Projection> {
-    let names: Vec<&String> = match arg {
-        Bson::String(s) => vec![s],
-        Bson::Array(a) if a.is_empty() => {
-            return Err(Error::new(
-                ErrorCode::Location(31119),
-                "$unset specification must be a string or an array with at least one field",
-            ))
-        }
-        Bson::Array(a) => a
-            .iter()
-            .map(|v| match v {
-                Bson::String(s) => Ok(s),
-                _ => Err(Error::new(
-                    ErrorCode::Location(31120),
-                    "$unset specification must be a string or an array containing only string values",
-                )),
-            })
-            .collect::<Result<_>>()?,
-        _ => {
-            return Err(Error::new(
-                ErrorCode::Location(31002),
-                "$unset specification must be a string or an array",
-            ))
-        }
-    };
-    let mut spec = Document::new();
-    for n in names {
-        spec.insert(n.clone(), 0);
-    }
-    Projection::parse_with(&spec, Policy::Aggregate, scope)
+    Projection::parse_with(&unset_spec(arg)?, Policy::Aggregate, scope)
 }

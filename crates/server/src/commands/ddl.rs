@@ -140,6 +140,43 @@ pub fn create(ctx: &mut Ctx) -> Result<Document> {
     Ok(Document::new())
 }
 
+/// `collMod` of the validation options (other modifications are refused, not ignored).
+pub fn coll_mod(ctx: &mut Ctx) -> Result<Document> {
+    let ns = ctx.namespace("collMod")?;
+    let mut changes = Document::new();
+    for (k, v) in ctx.body.iter().skip(1) {
+        if super::is_generic_arg(k) {
+            continue;
+        }
+        match k.as_str() {
+            "validator" | "validationLevel" | "validationAction" => {
+                changes.insert(k.clone(), v.clone());
+            }
+            "index"
+            | "expireAfterSeconds"
+            | "viewOn"
+            | "pipeline"
+            | "changeStreamPreAndPostImages"
+            | "timeseries"
+            | "cappedSize"
+            | "cappedMax" => {
+                return Err(Error::new(
+                    ErrorCode::InvalidOptions,
+                    format!("collMod '{k}' is not supported by this server yet"),
+                ))
+            }
+            _ => {
+                return Err(Error::new(
+                    ErrorCode::Location(40415),
+                    format!("BSON field 'collMod.{k}' is an unknown field."),
+                ))
+            }
+        }
+    }
+    ctx.state.engine.set_validation_options(&ns, &changes)?;
+    Ok(Document::new())
+}
+
 pub fn drop(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace("drop")?;
     match ctx.state.engine.drop_collection(&ns)? {

@@ -92,6 +92,7 @@ static COMMANDS: &[Command] = &[
     cmd("listDatabases", ddl::list_databases),
     cmd("listCollections", ddl::list_collections),
     cmd("create", ddl::create),
+    cmd("collMod", ddl::coll_mod),
     cmd("drop", ddl::drop),
     cmd("dropDatabase", ddl::drop_database),
     cmd("renameCollection", ddl::rename_collection),
