@@ -86,11 +86,15 @@ impl ParseContext {
         Err(err(17276, format!("Use of undefined variable: {name}")))
     }
 
-    pub(crate) fn mark(&self) -> usize {
+    /// The current scope depth, to [`ParseContext::restore`] when a scope that defined
+    /// variables (`$let`, a `$lookup`'s `let`) ends.
+    pub fn mark(&self) -> usize {
         self.scope.borrow().names.len()
     }
 
-    pub(crate) fn restore(&self, mark: usize) {
+    /// Forgets the names defined since `mark` (their slots stay allocated, so ids remain
+    /// unique).
+    pub fn restore(&self, mark: usize) {
         self.scope.borrow_mut().names.truncate(mark);
     }
 

@@ -74,12 +74,15 @@ impl ParseCtx {
         self.scope.borrow().clone()
     }
 
-    pub(crate) fn mark(&self) -> usize {
-        self.scope.borrow().len()
+    /// The scope depth of both the bindings and the expression parser.
+    pub(crate) fn mark(&self) -> (usize, usize) {
+        (self.scope.borrow().len(), self.exprs.mark())
     }
 
-    pub(crate) fn restore(&self, mark: usize) {
-        self.scope.borrow_mut().truncate(mark);
+    /// Ends a scope: its variables are no longer visible to what is parsed next.
+    pub(crate) fn restore(&self, mark: (usize, usize)) {
+        self.scope.borrow_mut().truncate(mark.0);
+        self.exprs.restore(mark.1);
     }
 }
 
