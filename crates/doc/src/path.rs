@@ -97,13 +97,7 @@ pub fn walk<'a>(
     expand_leaf: bool,
     f: &mut dyn FnMut(PathItem<'a>) -> bool,
 ) -> bool {
-    let mut w = Walker {
-        expand_leaf,
-        f,
-        emit_missing: true,
-        matching: false,
-    };
-    w.in_doc(doc, &path.parts, None)
+    walk_with(doc, path, expand_leaf, false, f)
 }
 
 /// [`walk`] with the match expression's treatment of numeric components (see the module
@@ -114,11 +108,21 @@ pub fn walk_match<'a>(
     expand_leaf: bool,
     f: &mut dyn FnMut(PathItem<'a>) -> bool,
 ) -> bool {
+    walk_with(doc, path, expand_leaf, true, f)
+}
+
+fn walk_with<'a>(
+    doc: &'a RawDocument,
+    path: &FieldPath,
+    expand_leaf: bool,
+    matching: bool,
+    f: &mut dyn FnMut(PathItem<'a>) -> bool,
+) -> bool {
     let mut w = Walker {
         expand_leaf,
         f,
         emit_missing: true,
-        matching: true,
+        matching,
     };
     w.in_doc(doc, &path.parts, None)
 }

@@ -115,18 +115,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     };
     pcx.restore(mark);
     let pipeline = pipeline?;
-    if let Some(w) = pipeline
-        .iter()
-        .find(|s| s.position() == super::Position::Last)
-    {
-        return Err(Error::new(
-            ErrorCode::Location(51047),
-            format!(
-                "{} is not allowed within a $lookup's sub-pipeline",
-                w.name()
-            ),
-        ));
-    }
+    super::reject_writing_stage(&pipeline, "$lookup", 51047)?;
     let starts_with_source = pipeline.first().is_some_and(|s| s.is_source());
     if from.is_none() && !starts_with_source {
         return Err(parse_err("must specify 'from' field for a $lookup"));

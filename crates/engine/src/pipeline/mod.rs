@@ -238,3 +238,18 @@ pub(crate) fn is_number(v: &Bson) -> bool {
         Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)
     )
 }
+
+/// A sub-pipeline (`$lookup`, `$unionWith`) may not hold a writing stage (`$out`, `$merge`);
+/// `code` is the owning stage's assertion code.
+pub(crate) fn reject_writing_stage(pipeline: &[StageRef], owner: &str, code: i32) -> Result<()> {
+    match pipeline.iter().find(|s| s.position() == Position::Last) {
+        Some(w) => Err(Error::new(
+            ErrorCode::Location(code),
+            format!(
+                "{} is not allowed within a {owner}'s sub-pipeline",
+                w.name()
+            ),
+        )),
+        None => Ok(()),
+    }
+}

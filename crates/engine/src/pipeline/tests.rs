@@ -149,6 +149,16 @@ fn stage_errors_carry_mongodb_codes() {
     let (_dir, e) = engine();
     let cases: Vec<(Bson, Bson, i32)> = vec![
         (bson!([]), bson!([{"$foo": 1}]), 40324),
+        (
+            bson!([]),
+            bson!([{"$lookup": {"from": "f", "pipeline": [{"$out": "x"}], "as": "r"}}]),
+            51047,
+        ),
+        (
+            bson!([]),
+            bson!([{"$unionWith": {"coll": "f", "pipeline": [{"$out": "x"}]}}]),
+            31441,
+        ),
         (bson!([]), bson!([{"$match": {}, "$sort": {"a": 1}}]), 40323),
         (bson!([]), bson!([{"$match": 1}]), 15959),
         (bson!([]), bson!([{"$project": 1}]), 15969),

@@ -58,18 +58,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             ))
         }
     };
-    if let Some(w) = pipeline
-        .iter()
-        .find(|s| s.position() == super::Position::Last)
-    {
-        return Err(Error::new(
-            ErrorCode::Location(31441),
-            format!(
-                "{} is not allowed within a $unionWith's sub-pipeline",
-                w.name()
-            ),
-        ));
-    }
+    super::reject_writing_stage(&pipeline, "$unionWith", 31441)?;
     let source_first = pipeline.first().is_some_and(|s| s.is_source());
     if coll.is_none() && !source_first {
         return Err(Error::new(
