@@ -24,7 +24,7 @@ pub(crate) fn approx_size(v: &Bson) -> usize {
     }
 }
 
-fn too_much_memory(name: &str) -> Error {
+pub(super) fn too_much_memory(name: &str) -> Error {
     Error::new(
         ErrorCode::ExceededMemoryLimit,
         format!(

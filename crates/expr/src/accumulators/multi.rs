@@ -281,13 +281,7 @@ impl Accumulator for MultiN {
         }
         self.bytes = self.items.iter().map(approx_size).sum();
         if self.bytes > MEMORY_LIMIT_BYTES {
-            return Err(Error::new(
-                ErrorCode::ExceededMemoryLimit,
-                format!(
-                    "{} used too much memory and cannot spill to disk. Memory limit: {MEMORY_LIMIT_BYTES} bytes",
-                    self.name
-                ),
-            ));
+            return Err(super::collect::too_much_memory(&self.name));
         }
         Ok(())
     }
