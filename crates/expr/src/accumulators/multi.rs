@@ -7,7 +7,7 @@ use crate::expression::{named_raw, Expression};
 use crate::value::{display, err, integral64, nullish, to_i64, Value};
 use crate::variables::{ParseContext, Variables};
 use bson::Bson;
-use nidus_common::{Error, ErrorCode, Result};
+use nidus_common::{Error, Result};
 use nidus_doc::compare::cmp_bson;
 use std::cmp::Ordering;
 
