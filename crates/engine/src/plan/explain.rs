@@ -91,8 +91,13 @@ pub fn query_planner(ns: &str, parsed_query: Document, exec: &Executor) -> Docum
 
 /// The winning plan with MongoDB 8.0's `isCached` flag first (no plan cache yet: false).
 fn winning_plan(root: &Stage) -> Document {
+    cached_flag(plan_document(root))
+}
+
+/// MongoDB 8.0 opens the winning plan and the executed stages with `isCached`.
+fn cached_flag(stage: Document) -> Document {
     let mut d = doc! {"isCached": false};
-    d.extend(plan_document(root));
+    d.extend(stage);
     d
 }
 
@@ -106,7 +111,7 @@ pub fn execution_stats(exec: &Executor, n_returned: u64, millis: u64, all_plans:
         "executionTimeMillis": millis as i64,
         "totalKeysExamined": root.total("keysExamined"),
         "totalDocsExamined": root.total("docsExamined"),
-        "executionStages": stats_document(root),
+        "executionStages": cached_flag(stats_document(root)),
     };
     if all_plans {
         let mut plans = vec![Bson::Document(summary(&exec.root))];

@@ -41,7 +41,11 @@ pub fn choose_plan(
     };
     let mut results: Vec<VecDeque<Member>> = candidates.iter().map(|_| VecDeque::new()).collect();
     let mut failed = vec![false; candidates.len()];
-    'trial: for _ in 0..budget {
+    // As MongoDB's `workAllPlans`: every candidate works once per round; a plan reaching EOF
+    // or a full batch ends the trial after the round, so plans finishing in the same round
+    // are ranked on equal terms.
+    for _ in 0..budget {
+        let mut done = false;
         for (i, c) in candidates.iter_mut().enumerate() {
             if failed[i] {
                 continue;
@@ -49,12 +53,10 @@ pub fn choose_plan(
             match c.work() {
                 Ok(StageState::Advanced(m)) => {
                     results[i].push_back(m);
-                    if results[i].len() as u64 >= target {
-                        break 'trial;
-                    }
+                    done |= results[i].len() as u64 >= target;
                 }
                 Ok(StageState::NeedTime) => {}
-                Ok(StageState::IsEof) => break 'trial,
+                Ok(StageState::IsEof) => done = true,
                 // A plan that fails (e.g. a sort over the memory limit) drops out of the race.
                 Err(e) => {
                     failed[i] = true;
@@ -63,6 +65,9 @@ pub fn choose_plan(
                     }
                 }
             }
+        }
+        if done {
+            break;
         }
     }
     let best = (0..candidates.len())
