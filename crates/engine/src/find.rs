@@ -3,7 +3,7 @@
 use crate::catalog::{CollectionRef, IndexMeta};
 use crate::exec::{
     CollScan, Eof, Executor, ExpressIxscan, Fetch, IndexScan, Limit, ProjectionCovered,
-    ProjectionStage, Skip, Sort, Stage,
+    ProjectionStage, Skip, Sort, SortMerge, Stage,
 };
 use crate::plan;
 use crate::Engine;
@@ -56,6 +56,17 @@ fn natural_direction(d: &Document) -> Option<bool> {
     }
 }
 
+/// Whether results reach the projection as documents, which decides its stage as MongoDB's
+/// planner does: PROJECTION_SIMPLE needs documents, PROJECTION_COVERED one index scan's keys,
+/// PROJECTION_DEFAULT takes either.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fetched {
+    Yes,
+    CoveredByOneScan,
+    /// Index keys from several scans (a SORT_MERGE).
+    No,
+}
+
 /// The parsed parts of a find that every candidate plan shares.
 struct Parsed {
     matcher: Arc<Matcher>,
@@ -69,10 +80,10 @@ impl Parsed {
     /// Adds SORT, SKIP, PROJECTION and LIMIT above an access path, in MongoDB's order: a
     /// blocking SORT takes the limit (top-k) so no LIMIT stage follows it; a covered
     /// projection sits right above the index scan.
-    fn finish(&self, mut stage: Stage, sort_needed: bool, covered: Option<&IndexMeta>) -> Stage {
-        if let (Some(ix), Some((p, doc))) = (covered, &self.projection) {
-            let paths = ix.pattern.iter().map(|(f, _)| f.clone()).collect();
-            stage = Stage::new(ProjectionCovered::new(stage, p.clone(), doc.clone(), paths));
+    fn finish(&self, mut stage: Stage, sort_needed: bool, fetched: Fetched) -> Stage {
+        let covered = fetched == Fetched::CoveredByOneScan;
+        if let (true, Some((p, doc))) = (covered, &self.projection) {
+            stage = Stage::new(ProjectionCovered::new(stage, p.clone(), doc.clone()));
         }
         let mut sorted = false;
         if let (true, Some((p, doc))) = (sort_needed, &self.sort) {
@@ -87,8 +98,9 @@ impl Parsed {
         if self.skip > 0 {
             stage = Stage::new(Skip::new(stage, self.skip));
         }
-        if let (None, Some((p, doc))) = (covered, &self.projection) {
-            stage = Stage::new(ProjectionStage::new(stage, p.clone(), doc.clone()));
+        if let (false, Some((p, doc))) = (covered, &self.projection) {
+            let fetched = fetched == Fetched::Yes;
+            stage = Stage::new(ProjectionStage::new(stage, p.clone(), doc.clone(), fetched));
         }
         if self.limit > 0 && !sorted {
             stage = Stage::new(Limit::new(stage, self.limit));
@@ -143,7 +155,7 @@ impl Engine {
             _ if collation.is_some() => {
                 let scan = self.collscan(coll, spec, &parsed, natural_sort.unwrap_or(true));
                 return Ok(Executor::new(
-                    parsed.finish(scan, true, None),
+                    parsed.finish(scan, true, Fetched::Yes),
                     spec.deadline,
                 ));
             }
@@ -151,7 +163,7 @@ impl Engine {
                 let forward = natural_direction(h).unwrap_or(true);
                 let scan = self.collscan(coll, spec, &parsed, forward);
                 return Ok(Executor::new(
-                    parsed.finish(scan, true, None),
+                    parsed.finish(scan, true, Fetched::Yes),
                     spec.deadline,
                 ));
             }
@@ -164,7 +176,7 @@ impl Engine {
                     let express =
                         Stage::new(ExpressIxscan::new(self.kv_arc(), coll.id, ix.clone(), id));
                     return Ok(Executor::new(
-                        parsed.finish(express, false, None),
+                        parsed.finish(express, false, Fetched::Yes),
                         spec.deadline,
                     ));
                 }
@@ -183,7 +195,7 @@ impl Engine {
         if solutions.is_empty() {
             let scan = self.collscan(coll, spec, &parsed, natural_sort.unwrap_or(true));
             return Ok(Executor::new(
-                parsed.finish(scan, true, None),
+                parsed.finish(scan, true, Fetched::Yes),
                 spec.deadline,
             ));
         }
@@ -197,7 +209,10 @@ impl Engine {
             num_records,
             spec.limit.saturating_add(spec.skip),
         )?;
-        Ok(Executor::from_trial(outcome, spec.deadline))
+        let mut exec = Executor::from_trial(outcome, spec.deadline);
+        exec.max_scans_to_explode_reached =
+            solutions.iter().any(|s| s.max_scans_to_explode_reached);
+        Ok(exec)
     }
 
     fn collscan(
@@ -213,19 +228,35 @@ impl Engine {
     }
 
     fn index_plan(&self, coll_id: u64, parsed: &Parsed, sol: &plan::IndexSolution) -> Stage {
-        let mut stage = Stage::new(IndexScan::new(
-            self.kv_arc(),
-            sol.index.clone(),
-            sol.bounds.clone(),
-            sol.forward,
-        ));
+        let scan = |bounds: &plan::bounds::IndexBounds| {
+            Stage::new(IndexScan::new(
+                self.kv_arc(),
+                sol.index.clone(),
+                bounds.clone(),
+                sol.forward,
+            ))
+        };
+        let mut stage = match (&sol.merge_scans, &parsed.sort) {
+            (Some(all), Some((pattern, doc))) => Stage::new(SortMerge::new(
+                all.iter().map(scan).collect(),
+                pattern.clone(),
+                doc.clone(),
+            )),
+            _ => scan(&sol.bounds),
+        };
         if !sol.covered {
             let filter = plan::residual_filter(&parsed.matcher, &sol.residual)
                 .map(|(m, d)| (Arc::new(m), d));
             stage = Stage::new(Fetch::new(self.kv_arc(), coll_id, stage, filter));
         }
-        let covered = sol.covered.then_some(&sol.index);
-        parsed.finish(stage, !sol.provides_sort, covered)
+        let fetched = if !sol.covered {
+            Fetched::Yes
+        } else if sol.merge_scans.is_some() {
+            Fetched::No
+        } else {
+            Fetched::CoveredByOneScan
+        };
+        parsed.finish(stage, !sol.provides_sort, fetched)
     }
 
     /// The index a hint names (by name or key pattern).

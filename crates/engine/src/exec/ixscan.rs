@@ -1,4 +1,4 @@
-use super::{Member, StageImpl, StageState};
+use super::{KeyData, Member, StageImpl, StageState};
 use crate::catalog::IndexMeta;
 use crate::index;
 use crate::plan::bounds::{BoundsChecker, CheckResult, IndexBounds, SeekTarget};
@@ -42,6 +42,8 @@ pub struct IndexScan {
     checker: BoundsChecker,
     /// Per field: descending in the index.
     directions: Vec<bool>,
+    /// The key pattern's paths, shared by every key the scan returns.
+    paths: Arc<[String]>,
     events: VecDeque<Event>,
     resume: Option<Resume>,
     batch: usize,
@@ -66,6 +68,7 @@ impl IndexScan {
         forward: bool,
     ) -> Self {
         let directions: Vec<bool> = index.pattern.iter().map(|(_, d)| *d).collect();
+        let paths = index.pattern.iter().map(|(p, _)| p.clone()).collect();
         // A field runs descending in scan order when it is descending XOR the scan is backward.
         let scan_desc = directions.iter().map(|d| *d == forward).collect();
         let bounds = if forward { bounds } else { bounds.reversed() };
@@ -78,6 +81,7 @@ impl IndexScan {
             forward,
             checker: BoundsChecker::new(bounds, scan_desc),
             directions,
+            paths,
             events: VecDeque::new(),
             resume: (!empty).then_some(Resume::Start),
             batch: FIRST_BATCH,
@@ -198,6 +202,17 @@ impl IndexScan {
                     }
                     seeked = false;
                 }
+                // A single-interval scan runs from its start key to its end key, so every key
+                // outside the bounds is past the end (MongoDB's cursor stops there unseen).
+                CheckResult::Seek(_) if self.single_interval => {
+                    self.events.push_back(Event {
+                        entry: None,
+                        examined: false,
+                        seeked,
+                        end: true,
+                    });
+                    break;
+                }
                 CheckResult::Seek(t) => {
                     self.events.push_back(Event {
                         entry: None,
@@ -302,7 +317,10 @@ impl StageImpl for IndexScan {
         Ok(StageState::Advanced(Member {
             rid: Some(rid),
             doc: None,
-            key: Some(values),
+            key: Some(KeyData {
+                paths: self.paths.clone(),
+                values,
+            }),
             snapshot: self.snapshot.clone(),
         }))
     }

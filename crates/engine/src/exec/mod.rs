@@ -15,6 +15,7 @@ mod projection_covered;
 mod queued_data;
 mod skip;
 mod sort;
+mod sort_merge;
 
 pub use collscan::CollScan;
 pub use eof::Eof;
@@ -27,22 +28,67 @@ pub use projection_covered::ProjectionCovered;
 pub use queued_data::QueuedData;
 pub use skip::Skip;
 pub use sort::Sort;
+pub use sort_merge::SortMerge;
 
 use bson::{Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_storage::KvSnapshot;
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// An index key as a result carries it (MongoDB's IndexKeyDatum): the key pattern's paths
+/// and the key's values, one per path.
+#[derive(Clone)]
+pub struct KeyData {
+    pub paths: Arc<[String]>,
+    pub values: Vec<Bson>,
+}
+
+impl KeyData {
+    /// The document the key describes (`{a: {b: 1}}` for path `a.b`), which covered plans
+    /// project and sort instead of the stored document.
+    pub fn to_document(&self) -> Document {
+        let mut d = Document::new();
+        for (path, v) in self.paths.iter().zip(&self.values) {
+            set_path(&mut d, path, v.clone());
+        }
+        d
+    }
+
+    pub fn value_of(&self, path: &str) -> Option<&Bson> {
+        self.paths
+            .iter()
+            .position(|p| p == path)
+            .map(|i| &self.values[i])
+    }
+}
+
+fn set_path(d: &mut Document, path: &str, v: Bson) {
+    match path.split_once('.') {
+        None => {
+            d.insert(path, v);
+        }
+        Some((head, rest)) => {
+            if !matches!(d.get(head), Some(Bson::Document(_))) {
+                d.insert(head, Document::new());
+            }
+            if let Some(Bson::Document(sub)) = d.get_mut(head) {
+                set_path(sub, rest, v);
+            }
+        }
+    }
+}
+
 /// A result flowing between stages (MongoDB's WorkingSetMember): a record id, the document
-/// once fetched, and the index key values while it comes from an index scan.
+/// once fetched, and the index key while it comes from an index scan.
 #[derive(Clone)]
 pub struct Member {
     pub rid: Option<u64>,
     pub doc: Option<RawDocumentBuf>,
-    /// The index key's values, one per key pattern field (set by IXSCAN).
-    pub key: Option<Vec<Bson>>,
+    /// The index key (set by IXSCAN, dropped by FETCH).
+    pub key: Option<KeyData>,
     /// The snapshot the key was read in, so FETCH reads the document the key points at.
     pub snapshot: Option<Arc<dyn KvSnapshot>>,
 }
@@ -62,6 +108,18 @@ impl Member {
         self.doc
             .as_ref()
             .ok_or_else(|| Error::internal("plan stage received an index key without its document"))
+    }
+
+    /// The document, or the one the index key describes when no document was fetched
+    /// (covered plans).
+    pub fn doc_or_key(&self) -> Result<Cow<'_, RawDocumentBuf>> {
+        match (&self.doc, &self.key) {
+            (Some(d), _) => Ok(Cow::Borrowed(d)),
+            (None, Some(k)) => RawDocumentBuf::from_document(&k.to_document())
+                .map(Cow::Owned)
+                .map_err(|e| Error::internal(e.to_string())),
+            (None, None) => self.doc().map(Cow::Borrowed),
+        }
     }
 
     pub fn into_doc(self) -> Result<RawDocumentBuf> {
@@ -173,6 +231,9 @@ pub struct Executor {
     buffered: VecDeque<Member>,
     /// The plans that lost the trial (for explain).
     pub rejected: Vec<Stage>,
+    /// A candidate could not explode for its sort within the scan limit (explain's
+    /// `maxScansToExplodeReached`).
+    pub max_scans_to_explode_reached: bool,
 }
 
 impl Executor {
@@ -182,6 +243,7 @@ impl Executor {
             deadline,
             buffered: VecDeque::new(),
             rejected: Vec::new(),
+            max_scans_to_explode_reached: false,
         }
     }
 
@@ -191,6 +253,7 @@ impl Executor {
             deadline,
             buffered: outcome.buffered,
             rejected: outcome.rejected,
+            max_scans_to_explode_reached: false,
         }
     }
 

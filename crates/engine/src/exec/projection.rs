@@ -4,7 +4,8 @@ use nidus_common::{Error, Result};
 use nidus_query::projection::Projection;
 use std::sync::Arc;
 
-/// `PROJECTION_SIMPLE` / `PROJECTION_DEFAULT`: reshapes each result of its child.
+/// `PROJECTION_SIMPLE` / `PROJECTION_DEFAULT`: reshapes each result of its child (its document,
+/// or the document its index key describes when the plan is covered but not by one IXSCAN).
 pub struct ProjectionStage {
     child: Box<Stage>,
     projection: Arc<Projection>,
@@ -13,8 +14,15 @@ pub struct ProjectionStage {
 }
 
 impl ProjectionStage {
-    pub fn new(child: Stage, projection: Arc<Projection>, spec: Document) -> ProjectionStage {
-        let simple = projection.is_simple();
+    /// `fetched`: the child returns documents (a simple projection of index keys is still
+    /// PROJECTION_DEFAULT, as MongoDB names it).
+    pub fn new(
+        child: Stage,
+        projection: Arc<Projection>,
+        spec: Document,
+        fetched: bool,
+    ) -> ProjectionStage {
+        let simple = fetched && projection.is_simple();
         ProjectionStage {
             child: Box::new(child),
             projection,
@@ -36,7 +44,7 @@ impl StageImpl for ProjectionStage {
     fn work(&mut self) -> Result<StageState> {
         match self.child.work()? {
             StageState::Advanced(m) => {
-                let projected = self.projection.apply(m.doc()?)?;
+                let projected = self.projection.apply(&m.doc_or_key()?)?;
                 let doc = RawDocumentBuf::from_document(&projected)
                     .map_err(|e| Error::internal(e.to_string()))?;
                 Ok(StageState::Advanced(Member::with_doc(m.rid, doc)))

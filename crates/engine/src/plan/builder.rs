@@ -249,10 +249,7 @@ fn comparison(op: CmpOp, v: &Bson) -> Translated {
 /// `^literal` prefixes give a string range; every regex also matches stored regexes equal
 /// to it. The regex itself is always re-checked.
 fn regex(r: &RegexPred) -> Translated {
-    let regex_point = Interval::point(Bson::RegularExpression(bson::Regex {
-        pattern: r.pattern.clone(),
-        options: r.options.clone(),
-    }));
+    let regex_point = Interval::point(r.to_bson());
     let strings = match literal_prefix(&r.pattern, &r.options) {
         Some(prefix) if !prefix.is_empty() => {
             let mut end = prefix.clone();

@@ -82,7 +82,7 @@ pub fn query_planner(ns: &str, parsed_query: Document, exec: &Executor) -> Docum
         "planCacheShapeHash": "",
         "maxIndexedOrSolutionsReached": false,
         "maxIndexedAndSolutionsReached": false,
-        "maxScansToExplodeReached": false,
+        "maxScansToExplodeReached": exec.max_scans_to_explode_reached,
         "prunedSimilarIndexes": false,
         "winningPlan": winning_plan(&exec.root),
         "rejectedPlans": exec.rejected.iter().map(|r| Bson::Document(plan_document(r))).collect::<Vec<_>>(),

@@ -4,6 +4,7 @@
 pub mod bounds;
 pub mod builder;
 pub mod explain;
+pub mod explode;
 mod multi;
 
 use crate::catalog::IndexMeta;
@@ -33,7 +34,12 @@ pub struct IndexSolution {
     /// Canonical conjuncts (by position) the bounds do not answer exactly.
     pub residual: Vec<usize>,
     pub provides_sort: bool,
+    /// No FETCH is needed: the projection reads only key fields and no filter remains.
     pub covered: bool,
+    /// Explode for sort: one scan per point combination of `bounds`, merged by SORT_MERGE.
+    pub merge_scans: Option<Vec<IndexBounds>>,
+    /// Exploding for the sort would have needed too many scans (`maxScansToExplodeReached`).
+    pub max_scans_to_explode_reached: bool,
 }
 
 /// A predicate on one path found among the top-level conjuncts (or inside a top-level
@@ -201,14 +207,28 @@ fn plan_index(
         _ => (true, true),
     };
     let covered = residual.is_empty() && is_covered(ix, query.projection);
-    IndexSolution {
+    let mut sol = IndexSolution {
         index: ix.clone(),
         bounds,
         forward,
         residual,
         provides_sort,
         covered,
+        merge_scans: None,
+        max_scans_to_explode_reached: false,
+    };
+    if let (false, Some(sort)) = (sol.provides_sort, query.sort) {
+        match explode::explode_for_sort(ix, &sol.bounds, sort) {
+            explode::Explosion::Scans { bounds, forward } => {
+                sol.merge_scans = Some(bounds);
+                sol.forward = forward;
+                sol.provides_sort = true;
+            }
+            explode::Explosion::TooManyScans => sol.max_scans_to_explode_reached = true,
+            explode::Explosion::No => {}
+        }
     }
+    sol
 }
 
 /// Whether scanning the index (forward or backward) returns documents in sort order.

@@ -72,6 +72,14 @@ pub struct RegexPred {
 }
 
 impl RegexPred {
+    /// The regex as a BSON value (for `$in` lists, explain and index bounds).
+    pub fn to_bson(&self) -> bson::Bson {
+        bson::Bson::RegularExpression(bson::Regex {
+            pattern: self.pattern.clone(),
+            options: self.options.clone(),
+        })
+    }
+
     pub fn new(pattern: &str, options: &str) -> Result<RegexPred> {
         if pattern.contains('\0') {
             return Err(Error::new(

@@ -21,6 +21,7 @@ pub mod evaluation;
 pub mod json_schema;
 pub mod logical;
 pub mod parse;
+pub mod rewrite;
 pub mod serialize;
 
 #[cfg(test)]

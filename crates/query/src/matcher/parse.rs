@@ -6,6 +6,7 @@ use super::comparison::{is_dbref, CmpOp, InList, Value};
 use super::element::{true_value, TypeSet};
 use super::evaluation::{parse_regex_operator, ModPred, RegexPred};
 use super::logical::clauses;
+use super::rewrite;
 use super::{Expr, JsonSchema, Leaf, ParseOptions, Pred};
 use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
@@ -44,7 +45,7 @@ fn parse_top_element(k: &str, v: &Bson, opts: &ParseOptions) -> Result<Option<Ex
     };
     let e = match k {
         "$and" => Expr::And(parse_all(k)?),
-        "$or" => Expr::Or(parse_all(k)?),
+        "$or" => rewrite::or_to_in(parse_all(k)?)?,
         "$nor" => Expr::Nor(parse_all(k)?),
         "$comment" => return Ok(None),
         "$alwaysTrue" => Expr::Const(true),

@@ -119,12 +119,7 @@ fn leaf_document(leaf: &Leaf) -> Document {
         Leaf::In(list) => {
             let mut items: Vec<Bson> = list.values.iter().map(|v| v.bson.clone()).collect();
             items.sort_by(nidus_doc::compare::cmp_bson);
-            items.extend(list.regexes.iter().map(|r| {
-                Bson::RegularExpression(bson::Regex {
-                    pattern: r.pattern.clone(),
-                    options: r.options.clone(),
-                })
-            }));
+            items.extend(list.regexes.iter().map(|r| r.to_bson()));
             doc! { "$in": items }
         }
         Leaf::Exists => doc! { "$exists": true },
