@@ -106,7 +106,9 @@ fn shape() -> impl Strategy<Value = (Option<Document>, Option<Document>)> {
         Just((Some(doc! {"b": 1, "c": 1}), None)),
         Just((Some(doc! {"c": 1}), Some(doc! {"b": 1, "c": 1, "_id": 0}))),
         Just((Some(doc! {"b": -1}), Some(doc! {"b": 1, "c": 1, "_id": 0}))),
-        Just((None, Some(doc! {"a": 1, "b": 1, "_id": 0}))),
+        // Not `a`: an index keys a missing field as null, so a covered projection returns
+        // `a: null` for it, as MongoDB's does.
+        Just((None, Some(doc! {"c": 1, "_id": 0}))),
     ]
 }
 
