@@ -324,12 +324,14 @@ fn is_new_index(existing: &[IndexMeta], pending: &[Document], spec: &Document) -
     let name = spec.get_str("name").unwrap_or_default();
     let key = spec.get_document("key").cloned().unwrap_or_default();
     let opts = index_spec::comparable_options(spec);
+    let signature = index_spec::signature(spec);
     let all = existing.iter().map(|ix| &ix.spec).chain(pending.iter());
     for other in all {
         let other_name = other.get_str("name").unwrap_or_default();
         let other_key = other.get_document("key").cloned().unwrap_or_default();
         let same_key = other_key == key;
         let same_opts = index_spec::comparable_options(other) == opts;
+        let same_signature = index_spec::signature(other) == signature;
         if other_name == name {
             if same_key && same_opts {
                 return Ok(false);
@@ -345,13 +347,13 @@ fn is_new_index(existing: &[IndexMeta], pending: &[Document], spec: &Document) -
                 format!("An existing index has the same name as the requested index. When index names are not specified, they are auto generated and can cause conflicts. Please refer to our documentation. Requested index: {}, existing index: {}", show(spec), show(other)),
             ));
         }
-        if same_key && !same_opts {
+        if same_signature && !same_opts {
             return Err(Error::new(
                 ErrorCode::IndexOptionsConflict,
                 format!("An equivalent index already exists with a different name and options. Requested index: {}, existing index: {}", show(spec), show(other)),
             ));
         }
-        if same_key {
+        if same_signature {
             return Err(Error::new(
                 ErrorCode::IndexOptionsConflict,
                 format!("Index already exists with a different name: {other_name}"),

@@ -36,6 +36,9 @@ pub struct FindSpec {
     /// Which projection language `projection` is in: find's, or `$project`'s when an
     /// aggregation pushed its projection down.
     pub projection_policy: Policy,
+    /// `min`/`max`: scan the hinted index from this key (inclusive) / to this key (exclusive).
+    pub min: Option<Document>,
+    pub max: Option<Document>,
 }
 
 /// Parses a command's `collation` (None for absent or `{locale: "simple"}`).
@@ -114,6 +117,7 @@ impl Engine {
     /// the `_id` express path, else every relevant index plan raced by the multi-planner,
     /// else a collection scan.
     pub fn plan_find(&self, coll: Option<&CollectionRef>, spec: &FindSpec) -> Result<Executor> {
+        plan::min_max::check_same_fields(spec.min.as_ref(), spec.max.as_ref())?;
         let scope = LetScope::new(spec.let_vars.as_ref())?;
         let collation = parse_collation(spec.collation.as_ref())?;
         let opts = ParseOptions {
@@ -149,6 +153,9 @@ impl Engine {
             limit: spec.limit,
         };
         let meta = coll.meta.read();
+        if spec.min.is_some() || spec.max.is_some() {
+            return self.min_max_plan(coll, spec, &parsed, &meta.indexes);
+        }
         let hinted_index = match &spec.hint {
             // Indexes hold binary string keys: under a collation only a scan answers
             // string predicates and sorts correctly (until indexes carry collations).
@@ -259,18 +266,68 @@ impl Engine {
         parsed.finish(stage, !sol.provides_sort, fetched)
     }
 
-    /// The index a hint names (by name or key pattern).
-    fn hinted_index(&self, indexes: &[IndexMeta], hint: &Bson) -> Result<String> {
-        let found = match hint {
-            Bson::String(name) => indexes.iter().find(|i| &i.name == name),
-            Bson::Document(key) => indexes.iter().find(|i| &i.key_document() == key),
-            _ => None,
+    /// A `min`/`max` query: the hinted index scanned between the two keys, every document
+    /// fetched and filtered.
+    fn min_max_plan(
+        &self,
+        coll: &CollectionRef,
+        spec: &FindSpec,
+        parsed: &Parsed,
+        indexes: &[IndexMeta],
+    ) -> Result<Executor> {
+        let no_plan = |msg| plan::planner_error(ErrorCode::NoQueryExecutionPlans, msg);
+        let name = match &spec.hint {
+            None => {
+                return Err(no_plan(
+                    "When using min()/max() a hint of which index to use must be provided",
+                ))
+            }
+            Some(Bson::Document(h)) if h.contains_key("$natural") => {
+                return Err(no_plan("min and max cannot be used with a $natural hint"))
+            }
+            Some(h) => self.hinted_index(indexes, h)?,
         };
-        found.map(|i| i.name.clone()).ok_or_else(|| {
-            Error::new(
-                ErrorCode::BadValue,
-                "error processing query: planner returned error :: caused by :: hint provided does not correspond to an existing index",
-            )
-        })
+        let Some(ix) = indexes.iter().find(|i| i.name == name) else {
+            return Err(Error::internal("hinted index vanished while planning"));
+        };
+        let range = plan::min_max::key_range(ix, spec.min.as_ref(), spec.max.as_ref())?;
+        let scan = Stage::new(IndexScan::new_range(self.kv_arc(), ix.clone(), range));
+        let filter = (!spec.filter.is_empty())
+            .then(|| (parsed.matcher.clone(), parsed.matcher.canonical_document()));
+        let fetch = Stage::new(Fetch::new(self.kv_arc(), coll.id, scan, filter));
+        let sorted = match &parsed.sort {
+            Some((pattern, _)) => plan::whole_index_sort(ix, pattern) == Some(true),
+            None => true,
+        };
+        Ok(Executor::new(
+            parsed.finish(fetch, !sorted, Fetched::Yes),
+            spec.deadline,
+        ))
+    }
+
+    /// The index a hint names (by name, or by a key pattern only one index has).
+    fn hinted_index(&self, indexes: &[IndexMeta], hint: &Bson) -> Result<String> {
+        let found: Vec<&IndexMeta> = match hint {
+            Bson::String(name) => indexes.iter().filter(|i| &i.name == name).collect(),
+            Bson::Document(key) => indexes
+                .iter()
+                .filter(|i| &i.key_document() == key)
+                .collect(),
+            _ => Vec::new(),
+        };
+        let bad = |msg: String| plan::planner_error(ErrorCode::BadValue, &msg);
+        match found.as_slice() {
+            [one] => Ok(one.name.clone()),
+            [] => Err(bad(
+                "hint provided does not correspond to an existing index".into(),
+            )),
+            many => {
+                let names: Vec<&str> = many.iter().map(|i| i.name.as_str()).collect();
+                Err(bad(format!(
+                    "Hint matched multiple indexes, must hint by index name. Matched: {}",
+                    names.join(", ")
+                )))
+            }
+        }
     }
 }

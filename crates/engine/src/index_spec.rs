@@ -224,6 +224,23 @@ pub fn is_id_key(key: &Document) -> bool {
         })
 }
 
+/// What makes two indexes on one key pattern different indexes that may coexist (MongoDB's
+/// index signature): the key pattern, collation, partial filter, and whether unique or sparse.
+pub fn signature(spec: &Document) -> Document {
+    let mut d = Document::new();
+    for k in ["key", "collation", "partialFilterExpression"] {
+        if let Some(v) = spec.get(k) {
+            d.insert(k, v.clone());
+        }
+    }
+    for k in ["unique", "sparse"] {
+        if spec.get_bool(k).unwrap_or(false) {
+            d.insert(k, true);
+        }
+    }
+    d
+}
+
 /// Options compared to decide "same index" vs IndexOptionsConflict.
 pub fn comparable_options(spec: &Document) -> Document {
     let mut d = Document::new();

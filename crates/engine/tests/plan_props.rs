@@ -96,8 +96,11 @@ fn filter() -> impl Strategy<Value = Document> {
     })
 }
 
+/// A query's sort and projection.
+type Shape = (Option<Document>, Option<Document>);
+
 /// A sort and projection that keeps the sort fields (so the order can be checked).
-fn shape() -> impl Strategy<Value = (Option<Document>, Option<Document>)> {
+fn shape() -> impl Strategy<Value = Shape> {
     prop_oneof![
         Just((None, None)),
         Just((Some(doc! {"b": 1}), None)),
@@ -214,7 +217,7 @@ fn key(ix: &[(&str, i32)]) -> Document {
 
 fn run(
     docs: Vec<Document>,
-    queries: Vec<(Document, (Option<Document>, Option<Document>))>,
+    queries: Vec<(Document, Shape)>,
 ) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().expect("tempdir");
     let e = open(dir.path());

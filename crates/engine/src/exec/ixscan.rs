@@ -1,7 +1,7 @@
 use super::{KeyData, Member, StageImpl, StageState};
 use crate::catalog::IndexMeta;
 use crate::index;
-use crate::plan::bounds::{BoundsChecker, CheckResult, IndexBounds, SeekTarget};
+use crate::plan::bounds::{BoundsChecker, CheckResult, IndexBounds, KeyRange, SeekTarget};
 use bson::{Bson, Document};
 use nidus_common::Result;
 use nidus_storage::{keys, KvCursor, KvEngine, KvSnapshot, Space};
@@ -12,6 +12,13 @@ use std::sync::Arc;
 /// little ahead, later batches grow.
 const FIRST_BATCH: usize = 16;
 const MAX_BATCH: usize = 512;
+
+/// What decides whether a key is in the scan: per-field interval bounds, or a whole-key range
+/// (`min`/`max`).
+enum Checker {
+    Bounds(BoundsChecker),
+    Range(KeyRange),
+}
 
 /// What the scan did with one key (or with the end of the index).
 struct Event {
@@ -39,7 +46,7 @@ pub struct IndexScan {
     kv: Arc<dyn KvEngine>,
     index: IndexMeta,
     forward: bool,
-    checker: BoundsChecker,
+    checker: Checker,
     /// Per field: descending in the index.
     directions: Vec<bool>,
     /// The key pattern's paths, shared by every key the scan returns.
@@ -79,7 +86,7 @@ impl IndexScan {
             kv,
             index,
             forward,
-            checker: BoundsChecker::new(bounds, scan_desc),
+            checker: Checker::Bounds(BoundsChecker::new(bounds, scan_desc)),
             directions,
             paths,
             events: VecDeque::new(),
@@ -94,6 +101,14 @@ impl IndexScan {
             dups_tested: 0,
             dups_dropped: 0,
         }
+    }
+
+    /// A forward scan of the keys in `range` (a `min`/`max` query).
+    pub fn new_range(kv: Arc<dyn KvEngine>, index: IndexMeta, range: KeyRange) -> Self {
+        // No per-field bounds: a single interval, from the range's start key to its end key.
+        let mut scan = IndexScan::new(kv, index, IndexBounds { fields: Vec::new() }, true);
+        scan.checker = Checker::Range(range);
+        scan
     }
 
     pub fn index(&self) -> &IndexMeta {
@@ -139,7 +154,10 @@ impl IndexScan {
         let mut seeked = true;
         match resume {
             Resume::Start => {
-                let t = self.checker.start();
+                let t = match &self.checker {
+                    Checker::Bounds(b) => b.start(),
+                    Checker::Range(r) => r.start(),
+                };
                 self.position(c.as_mut(), &t)?;
             }
             Resume::Seek(t) => self.position(c.as_mut(), &t)?,
@@ -182,7 +200,11 @@ impl IndexScan {
             };
             let values = nidus_doc::keystring::decode_key(ks, type_bits, &self.directions)?;
             let rid = rid.unwrap_or(0);
-            match self.checker.check(&values) {
+            let checked = match &mut self.checker {
+                Checker::Bounds(b) => b.check(&values),
+                Checker::Range(r) => r.check(&values, &self.directions),
+            };
+            match checked {
                 CheckResult::Valid => {
                     self.events.push_back(Event {
                         entry: Some((rid, values)),
@@ -331,7 +353,11 @@ impl StageImpl for IndexScan {
             "direction",
             if self.forward { "forward" } else { "backward" },
         );
-        d.insert("indexBounds", self.checker.bounds().to_document());
+        let bounds = match &self.checker {
+            Checker::Bounds(b) => b.bounds().to_document(),
+            Checker::Range(_) => Document::new(),
+        };
+        d.insert("indexBounds", bounds);
         d.insert("keysExamined", self.keys_examined);
         d.insert("seeks", self.seeks);
         d.insert("dupsTested", self.dups_tested);

@@ -498,6 +498,46 @@ impl BoundsChecker {
     }
 }
 
+/// The key range of a `min`/`max` query: keys from `start` (inclusive) to `end` (exclusive),
+/// compared whole and in index order (MongoDB's "simple range" bounds, which explain prints
+/// as `indexBounds: {}`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyRange {
+    pub start: Vec<Bson>,
+    pub end: Vec<Bson>,
+}
+
+impl KeyRange {
+    /// Compares two keys in index order (`descending[i]` for descending fields).
+    pub fn compare(a: &[Bson], b: &[Bson], descending: &[bool]) -> Ordering {
+        for ((x, y), desc) in a.iter().zip(b).zip(descending) {
+            let o = cmp_bson(x, y);
+            let o = if *desc { o.reverse() } else { o };
+            if o.is_ne() {
+                return o;
+            }
+        }
+        Ordering::Equal
+    }
+
+    pub fn start(&self) -> SeekTarget {
+        SeekTarget {
+            values: self.start.clone(),
+            inclusive: true,
+        }
+    }
+
+    /// Valid before the end key, Done from it on (a forward scan never meets keys before the
+    /// start, where it was positioned).
+    pub fn check(&self, key: &[Bson], descending: &[bool]) -> CheckResult {
+        if Self::compare(key, &self.end, descending).is_lt() {
+            CheckResult::Valid
+        } else {
+            CheckResult::Done
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

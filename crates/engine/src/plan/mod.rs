@@ -5,11 +5,13 @@ pub mod bounds;
 pub mod builder;
 pub mod explain;
 pub mod explode;
+pub mod min_max;
 mod multi;
 
 use crate::catalog::IndexMeta;
 use bounds::{intersect_ascending, IndexBounds, OrderedIntervalList};
 use bson::Document;
+use nidus_common::{Error, ErrorCode};
 use nidus_query::matcher::serialize::canonical_conjuncts;
 use nidus_query::matcher::{ElemMatch, Expr, Leaf, Matcher};
 use nidus_query::projection::Projection;
@@ -109,6 +111,14 @@ fn share_multikey_prefix(ix: &IndexMeta, a: usize, b: usize) -> bool {
     let mk = ix.multikey_components(a);
     mk.iter()
         .any(|&p| p < pa.len() && p < pb.len() && pa[..=p] == pb[..=p])
+}
+
+/// A planning failure as MongoDB reports it from `find`.
+pub fn planner_error(code: ErrorCode, msg: &str) -> Error {
+    Error::new(
+        code,
+        format!("error processing query: planner returned error :: caused by :: {msg}"),
+    )
 }
 
 /// Candidate index solutions for the query, in index order.
@@ -229,6 +239,21 @@ fn plan_index(
         }
     }
     sol
+}
+
+/// The direction (true = forward) in which a scan of the whole index returns `sort`'s order.
+pub fn whole_index_sort(ix: &IndexMeta, sort: &SortPattern) -> Option<bool> {
+    let bounds = IndexBounds {
+        fields: ix
+            .pattern
+            .iter()
+            .map(|(f, desc)| OrderedIntervalList::all(f, *desc))
+            .collect(),
+    };
+    match provided_sort(ix, &bounds, sort) {
+        (true, forward) => Some(forward),
+        (false, _) => None,
+    }
 }
 
 /// Whether scanning the index (forward or backward) returns documents in sort order.

@@ -90,6 +90,8 @@ pub fn find_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
         deadline: ctx.deadline,
         let_vars: ctx.opt_document("let")?,
         collation: ctx.opt_document("collation")?,
+        min: ctx.opt_document("min")?.filter(|d| !d.is_empty()),
+        max: ctx.opt_document("max")?.filter(|d| !d.is_empty()),
         ..FindSpec::default()
     };
     Ok((ns, spec))
@@ -265,6 +267,8 @@ pub fn count_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
         hint: hint(ctx)?,
         deadline: ctx.deadline,
         collation: ctx.opt_document("collation")?,
+        min: ctx.opt_document("min")?.filter(|d| !d.is_empty()),
+        max: ctx.opt_document("max")?.filter(|d| !d.is_empty()),
         ..FindSpec::default()
     };
     Ok((ns, spec))
