@@ -205,6 +205,7 @@ pub struct Collection {
     /// Document count and data size, kept in memory (no hot counter key in the write path).
     pub count: AtomicI64,
     pub data_size: AtomicI64,
+    pub plan_cache: crate::plan::cache::PlanCache,
 }
 
 impl Collection {
@@ -216,6 +217,7 @@ impl Collection {
             next_record_id: AtomicU64::new(next_record_id),
             count: AtomicI64::new(0),
             data_size: AtomicI64::new(0),
+            plan_cache: Default::default(),
         }
     }
 

@@ -39,6 +39,8 @@ pub struct FindSpec {
     /// `min`/`max`: scan the hinted index from this key (inclusive) / to this key (exclusive).
     pub min: Option<Document>,
     pub max: Option<Document>,
+    /// Planning for explain: the plan cache is read but not written.
+    pub explain: bool,
 }
 
 /// Parses a command's `collation` (None for absent or `{locale: "simple"}`).
@@ -206,19 +208,40 @@ impl Engine {
                 spec.deadline,
             ));
         }
+        let limit = spec.limit.saturating_add(spec.skip);
+        let explode_limited = solutions.iter().any(|s| s.max_scans_to_explode_reached);
+        // Only a race between several plans is worth remembering.
+        let cache = (solutions.len() > 1 && hinted_index.is_none()).then(|| {
+            let ids = plan::cache::index_ids(&meta.indexes);
+            let key = plan::cache::CacheKey::new(
+                &parsed.matcher.canonical_document(),
+                parsed.sort.as_ref().map(|(_, d)| d),
+                parsed.projection.as_ref().map(|(_, d)| d),
+                &ids,
+            );
+            (key, ids)
+        });
+        if let Some((key, ids)) = &cache {
+            if let Some(mut exec) = self.run_cached_plan(coll, &parsed, &solutions, key, ids, limit)
+            {
+                exec.set_deadline(spec.deadline);
+                exec.max_scans_to_explode_reached = explode_limited;
+                return Ok(exec);
+            }
+        }
         let candidates: Vec<Stage> = solutions
             .iter()
             .map(|sol| self.index_plan(coll.id, &parsed, sol))
             .collect();
         let num_records = coll.count.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64;
-        let outcome = plan::choose_plan(
-            candidates,
-            num_records,
-            spec.limit.saturating_add(spec.skip),
-        )?;
+        let outcome = plan::choose_plan(candidates, num_records, limit)?;
+        if let (Some((key, ids)), false, true) = (&cache, spec.explain, outcome.cacheable) {
+            coll.plan_cache
+                .record(cache_entry(key, spec, &outcome), ids);
+        }
         let mut exec = Executor::from_trial(outcome, spec.deadline);
-        exec.max_scans_to_explode_reached =
-            solutions.iter().any(|s| s.max_scans_to_explode_reached);
+        exec.max_scans_to_explode_reached = explode_limited;
+        exec.cache_key = cache.map(|(k, _)| k);
         Ok(exec)
     }
 
@@ -264,6 +287,37 @@ impl Engine {
             Fetched::CoveredByOneScan
         };
         parsed.finish(stage, !sol.provides_sort, fetched)
+    }
+
+    /// The active plan cache entry's plan, if the shape has one and it proves itself within
+    /// its allowance of works (else the entry goes inactive and the caller races again).
+    fn run_cached_plan(
+        &self,
+        coll: &CollectionRef,
+        parsed: &Parsed,
+        solutions: &[plan::IndexSolution],
+        key: &plan::cache::CacheKey,
+        ids: &[(u64, bool)],
+        limit: u64,
+    ) -> Option<Executor> {
+        let plan::cache::Lookup::Active { index, max_works } = coll.plan_cache.lookup(key, ids)
+        else {
+            return None;
+        };
+        let sol = solutions.iter().find(|s| s.index.name == index)?;
+        let stage = self.index_plan(coll.id, parsed, sol);
+        match plan::run_cached(stage, max_works, limit) {
+            plan::CachedRun::Kept(outcome) => {
+                let mut exec = Executor::from_trial(outcome, None);
+                exec.is_cached = true;
+                exec.cache_key = Some(key.clone());
+                Some(exec)
+            }
+            plan::CachedRun::Replan => {
+                coll.plan_cache.deactivate(key);
+                None
+            }
+        }
     }
 
     /// A `min`/`max` query: the hinted index scanned between the two keys, every document
@@ -330,4 +384,38 @@ impl Engine {
             }
         }
     }
+}
+
+/// The plan cache entry a race's winner makes.
+fn cache_entry(
+    key: &plan::cache::CacheKey,
+    spec: &FindSpec,
+    outcome: &plan::TrialOutcome,
+) -> plan::cache::Entry {
+    let index = first_index_name(&outcome.winner).unwrap_or_default();
+    let mut stats = vec![plan::explain::summary(&outcome.winner)];
+    stats.extend(outcome.rejected.iter().map(plan::explain::summary));
+    plan::cache::Entry {
+        key: key.clone(),
+        index,
+        works: outcome.winner.common.works,
+        active: false,
+        created: bson::DateTime::now(),
+        created_from: bson::doc! {
+            "query": spec.filter.clone(),
+            "sort": spec.sort.clone().unwrap_or_default(),
+            "projection": spec.projection.clone().unwrap_or_default(),
+        },
+        cached_plan: plan::explain::plan_document(&outcome.winner),
+        creation_stats: stats,
+        scores: outcome.scores.clone(),
+    }
+}
+
+/// The index the plan's first IXSCAN reads.
+fn first_index_name(s: &Stage) -> Option<String> {
+    if let Ok(name) = s.specific_stats().get_str("indexName") {
+        return Some(name.to_string());
+    }
+    s.children().into_iter().find_map(first_index_name)
 }

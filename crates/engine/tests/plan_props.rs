@@ -215,10 +215,7 @@ fn key(ix: &[(&str, i32)]) -> Document {
         .collect()
 }
 
-fn run(
-    docs: Vec<Document>,
-    queries: Vec<(Document, Shape)>,
-) -> Result<(), TestCaseError> {
+fn run(docs: Vec<Document>, queries: Vec<(Document, Shape)>) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().expect("tempdir");
     let e = open(dir.path());
     let ns = Namespace::new("db", "c");

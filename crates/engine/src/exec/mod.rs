@@ -234,6 +234,10 @@ pub struct Executor {
     /// A candidate could not explode for its sort within the scan limit (explain's
     /// `maxScansToExplodeReached`).
     pub max_scans_to_explode_reached: bool,
+    /// The plan came from the plan cache (explain's `isCached`).
+    pub is_cached: bool,
+    /// The query's plan cache shape and key, when it was computed.
+    pub cache_key: Option<crate::plan::cache::CacheKey>,
 }
 
 impl Executor {
@@ -244,6 +248,8 @@ impl Executor {
             buffered: VecDeque::new(),
             rejected: Vec::new(),
             max_scans_to_explode_reached: false,
+            is_cached: false,
+            cache_key: None,
         }
     }
 
@@ -254,6 +260,8 @@ impl Executor {
             buffered: outcome.buffered,
             rejected: outcome.rejected,
             max_scans_to_explode_reached: false,
+            is_cached: false,
+            cache_key: None,
         }
     }
 

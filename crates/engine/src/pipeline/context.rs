@@ -104,6 +104,8 @@ pub struct ExpCtx {
     pub now: DateTime,
     /// The user variables and their values.
     pub bindings: Vec<Binding>,
+    /// The collection the pipeline reads (None for `aggregate: 1`).
+    pub namespace: Option<crate::namespace::Namespace>,
     interrupt: Arc<Interrupt>,
 }
 
@@ -115,8 +117,16 @@ impl ExpCtx {
             allow_disk_use: false,
             now: DateTime::now(),
             bindings: Vec::new(),
+            namespace: None,
             interrupt: Arc::new(Interrupt::default()),
         }
+    }
+
+    /// The same context for a pipeline over `ns`.
+    pub fn on_namespace(&self, ns: &crate::namespace::Namespace) -> ExpCtx {
+        let mut c = self.clone();
+        c.namespace = Some(ns.clone());
+        c
     }
 
     /// Takes the values of the variables known at parse time (the command's `let`).

@@ -10,7 +10,14 @@ use std::any::Any;
 use std::sync::Arc;
 
 /// Stages that cannot run inside a facet (they read a collection themselves or write).
-const NOT_IN_FACET: &[&str] = &["$facet", "$out", "$merge", "$documents", "$unionWith"];
+const NOT_IN_FACET: &[&str] = &[
+    "$facet",
+    "$out",
+    "$merge",
+    "$documents",
+    "$unionWith",
+    "$planCacheStats",
+];
 
 #[derive(Debug, Clone)]
 pub struct Facet {

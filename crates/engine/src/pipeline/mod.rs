@@ -30,6 +30,7 @@ pub(crate) mod lookup;
 mod r#match;
 mod merge;
 mod out;
+mod plan_cache_stats;
 mod project;
 mod redact;
 mod replace_root;
@@ -150,6 +151,7 @@ const STAGES: &[(&str, StageParser)] = &[
     ("$sample", sample::parse),
     ("$redact", redact::parse),
     ("$documents", documents::parse),
+    ("$planCacheStats", plan_cache_stats::parse),
     ("$out", out::parse),
     ("$merge", merge::parse),
 ];

@@ -42,6 +42,14 @@ pub fn open(
     stages: &[StageRef],
     input: Option<Stream>,
 ) -> Result<Opened> {
+    let scoped;
+    let ctx = match ns {
+        Some(ns) if ctx.namespace.as_ref() != Some(ns) => {
+            scoped = ctx.on_namespace(ns);
+            &scoped
+        }
+        _ => ctx,
+    };
     let mut stages = bind(ctx, stages)?;
     let mut rewrites = optimize::optimize(&mut stages)?;
     let starts_with_source = stages.first().is_some_and(|s| s.is_source());

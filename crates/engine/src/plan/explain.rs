@@ -75,28 +75,30 @@ fn add_children(d: &mut Document, s: &Stage, render: fn(&Stage) -> Document) {
 
 /// `queryPlanner` of an executor's plan.
 pub fn query_planner(ns: &str, parsed_query: Document, exec: &Executor) -> Document {
-    doc! {
+    let mut d = doc! {
         "namespace": ns,
         "parsedQuery": parsed_query,
         "indexFilterSet": false,
-        "planCacheShapeHash": "",
+    };
+    if let Some(key) = &exec.cache_key {
+        d.insert("planCacheShapeHash", key.shape_hash.clone());
+        d.insert("planCacheKey", key.key.clone());
+    }
+    d.extend(doc! {
         "maxIndexedOrSolutionsReached": false,
         "maxIndexedAndSolutionsReached": false,
         "maxScansToExplodeReached": exec.max_scans_to_explode_reached,
         "prunedSimilarIndexes": false,
-        "winningPlan": winning_plan(&exec.root),
+        "winningPlan": cached_flag(plan_document(&exec.root), exec.is_cached),
         "rejectedPlans": exec.rejected.iter().map(|r| Bson::Document(plan_document(r))).collect::<Vec<_>>(),
-    }
+    });
+    d
 }
 
-/// The winning plan with MongoDB 8.0's `isCached` flag first (no plan cache yet: false).
-fn winning_plan(root: &Stage) -> Document {
-    cached_flag(plan_document(root))
-}
-
-/// MongoDB 8.0 opens the winning plan and the executed stages with `isCached`.
-fn cached_flag(stage: Document) -> Document {
-    let mut d = doc! {"isCached": false};
+/// MongoDB 8.0 opens the winning plan and the executed stages with `isCached` (the plan
+/// came from the plan cache).
+fn cached_flag(stage: Document, is_cached: bool) -> Document {
+    let mut d = doc! {"isCached": is_cached};
     d.extend(stage);
     d
 }
@@ -111,7 +113,7 @@ pub fn execution_stats(exec: &Executor, n_returned: u64, millis: u64, all_plans:
         "executionTimeMillis": millis as i64,
         "totalKeysExamined": root.total("keysExamined"),
         "totalDocsExamined": root.total("docsExamined"),
-        "executionStages": cached_flag(stats_document(root)),
+        "executionStages": cached_flag(stats_document(root), exec.is_cached),
     };
     if all_plans {
         let mut plans = vec![Bson::Document(summary(&exec.root))];
@@ -121,7 +123,8 @@ pub fn execution_stats(exec: &Executor, n_returned: u64, millis: u64, all_plans:
     d
 }
 
-fn summary(s: &Stage) -> Document {
+/// One plan's trial statistics (`allPlansExecution`, `$planCacheStats`'s `creationExecStats`).
+pub fn summary(s: &Stage) -> Document {
     doc! {
         "nReturned": s.common.advanced as i64,
         "executionTimeMillisEstimate": 0i64,

@@ -3,6 +3,7 @@
 
 pub mod bounds;
 pub mod builder;
+pub mod cache;
 pub mod explain;
 pub mod explode;
 pub mod min_max;
@@ -17,7 +18,7 @@ use nidus_query::matcher::{ElemMatch, Expr, Leaf, Matcher};
 use nidus_query::projection::Projection;
 use nidus_query::sort::SortPattern;
 
-pub use multi::{choose_plan, TrialOutcome};
+pub use multi::{choose_plan, run_cached, CachedRun, TrialOutcome};
 
 /// What the query asks for, parsed.
 pub struct Query<'a> {

@@ -17,6 +17,53 @@ pub struct TrialOutcome {
     pub winner: Stage,
     pub buffered: VecDeque<Member>,
     pub rejected: Vec<Stage>,
+    /// The ranker's score of each plan, the winner first, then the rejected in order.
+    pub scores: Vec<f64>,
+    /// Whether the plan cache may keep the winner: not when it produced nothing and another
+    /// plan tied with it (the race told nothing).
+    pub cacheable: bool,
+}
+
+/// How a cached plan's trial went.
+pub enum CachedRun {
+    Kept(TrialOutcome),
+    /// It needed more than its allowance of works (or failed): race the candidates again.
+    Replan,
+}
+
+/// Runs a cached plan until it finishes or fills a first batch within `max_works`, as
+/// MongoDB's CachedPlanStage does before trusting it.
+pub fn run_cached(mut plan: Stage, max_works: u64, limit: u64) -> CachedRun {
+    let target = if limit > 0 {
+        limit.min(MAX_RESULTS)
+    } else {
+        MAX_RESULTS
+    };
+    let mut buffered = VecDeque::new();
+    for _ in 0..max_works {
+        match plan.work() {
+            Ok(StageState::Advanced(m)) => {
+                buffered.push_back(m);
+                if buffered.len() as u64 >= target {
+                    break;
+                }
+            }
+            Ok(StageState::NeedTime) => continue,
+            Ok(StageState::IsEof) => break,
+            Err(_) => return CachedRun::Replan,
+        }
+    }
+    let done = plan.common.is_eof || buffered.len() as u64 >= target;
+    if !done {
+        return CachedRun::Replan;
+    }
+    CachedRun::Kept(TrialOutcome {
+        winner: plan,
+        buffered,
+        rejected: Vec::new(),
+        scores: Vec::new(),
+        cacheable: false,
+    })
 }
 
 /// Runs the trial over `candidates` (at least one) and picks the winner.
@@ -31,6 +78,8 @@ pub fn choose_plan(
             winner,
             buffered: VecDeque::new(),
             rejected: Vec::new(),
+            scores: Vec::new(),
+            cacheable: false,
         });
     }
     let budget = MIN_WORKS.max((num_records as f64 * COLL_FRACTION) as u64);
@@ -80,12 +129,19 @@ pub fn choose_plan(
                 .then(b.cmp(&a))
         })
         .unwrap_or(0);
+    let mut scores: Vec<f64> = candidates.iter().map(score).collect();
+    let best_score = scores.remove(best);
+    let tied = scores.contains(&best_score);
+    scores.insert(0, best_score);
     let winner = candidates.remove(best);
     let buffered = std::mem::take(&mut results[best]);
+    let cacheable = !(buffered.is_empty() && tied);
     Ok(TrialOutcome {
         winner,
         buffered,
         rejected: candidates,
+        scores,
+        cacheable,
     })
 }
 

@@ -79,7 +79,11 @@ pub fn explain(ctx: &mut Ctx) -> Result<Document> {
 fn run(ctx: &Ctx, ns: &Namespace, spec: &FindSpec, verbosity: Verbosity) -> Result<Document> {
     let started = Instant::now();
     let coll = ctx.state.engine.collection(ns);
-    let mut exec = ctx.state.engine.plan_find(coll.as_ref(), spec)?;
+    let spec = FindSpec {
+        explain: true,
+        ..spec.clone()
+    };
+    let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
     let parsed = Matcher::parse(&spec.filter)?.canonical_document();
     let mut n = 0u64;
     if verbosity != Verbosity::QueryPlanner {

@@ -12,6 +12,7 @@ mod find;
 mod find_and_modify;
 mod hello;
 mod info;
+mod plan_cache;
 mod stats;
 mod write;
 
@@ -118,6 +119,7 @@ static COMMANDS: &[Command] = &[
     cmd("killCursors", find::kill_cursors),
     cmd("count", find::count),
     cmd("explain", explain::explain),
+    cmd("planCacheClear", plan_cache::plan_cache_clear),
     cmd("distinct", find::distinct),
     cmd("aggregate", aggregate::aggregate),
     Command {
