@@ -2,8 +2,8 @@
 
 use crate::catalog::{CollectionRef, IndexMeta};
 use crate::exec::{
-    CollScan, Eof, Executor, ExpressIxscan, Fetch, IndexScan, Limit, ProjectionCovered,
-    ProjectionStage, Skip, Sort, SortMerge, Stage,
+    CollScan, CountScan, Eof, Executor, ExpressIxscan, Fetch, IndexScan, Limit, ProjectionCovered,
+    ProjectionStage, RecordStoreFastCount, Skip, Sort, SortMerge, Stage,
 };
 use crate::plan;
 use crate::Engine;
@@ -41,6 +41,9 @@ pub struct FindSpec {
     pub max: Option<Document>,
     /// Planning for explain: the plan cache is read but not written.
     pub explain: bool,
+    /// A `count`: the plan needs no document fields and ends in a COUNT stage applying
+    /// `skip` and `limit`.
+    pub count: bool,
 }
 
 /// Parses a command's `collation` (None for absent or `{locale: "simple"}`).
@@ -79,6 +82,8 @@ struct Parsed {
     projection: Option<(Arc<Projection>, Document)>,
     skip: u64,
     limit: u64,
+    /// A count: no sort, projection, skip or limit stages (COUNT applies skip and limit).
+    count: bool,
 }
 
 impl Parsed {
@@ -86,6 +91,9 @@ impl Parsed {
     /// blocking SORT takes the limit (top-k) so no LIMIT stage follows it; a covered
     /// projection sits right above the index scan.
     fn finish(&self, mut stage: Stage, sort_needed: bool, fetched: Fetched) -> Stage {
+        if self.count {
+            return stage;
+        }
         let covered = fetched == Fetched::CoveredByOneScan;
         if let (true, Some((p, doc))) = (covered, &self.projection) {
             stage = Stage::new(ProjectionCovered::new(stage, p.clone(), doc.clone()));
@@ -117,8 +125,24 @@ impl Parsed {
 impl Engine {
     /// Builds the executor for a query over `coll` (None = the collection does not exist):
     /// the `_id` express path, else every relevant index plan raced by the multi-planner,
-    /// else a collection scan.
+    /// else a collection scan; a count's plan under a COUNT stage (or the fast count of an
+    /// unfiltered count).
     pub fn plan_find(&self, coll: Option<&CollectionRef>, spec: &FindSpec) -> Result<Executor> {
+        if !spec.count {
+            return self.plan_read(coll, spec);
+        }
+        let unfiltered = spec.filter.is_empty() && spec.hint.is_none();
+        if let (true, Some(c)) = (unfiltered, coll) {
+            let records = c.count.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64;
+            let fast = RecordStoreFastCount::new(records, spec.skip, spec.limit);
+            return Ok(Executor::new(Stage::new(fast), spec.deadline));
+        }
+        Ok(self
+            .plan_read(coll, spec)?
+            .into_count(spec.skip, spec.limit))
+    }
+
+    fn plan_read(&self, coll: Option<&CollectionRef>, spec: &FindSpec) -> Result<Executor> {
         plan::min_max::check_same_fields(spec.min.as_ref(), spec.max.as_ref())?;
         let scope = LetScope::new(spec.let_vars.as_ref())?;
         let collation = parse_collation(spec.collation.as_ref())?;
@@ -153,6 +177,7 @@ impl Engine {
             projection,
             skip: spec.skip,
             limit: spec.limit,
+            count: spec.count,
         };
         let meta = coll.meta.read();
         if spec.min.is_some() || spec.max.is_some() {
@@ -198,6 +223,7 @@ impl Engine {
                 matcher: &parsed.matcher,
                 sort: parsed.sort.as_ref().map(|(p, _)| p),
                 projection: parsed.projection.as_ref().map(|(p, _)| p.as_ref()),
+                count: spec.count,
             };
             plan::enumerate(&meta.indexes, &query, hinted_index.as_deref())
         };
@@ -272,6 +298,10 @@ impl Engine {
                 pattern.clone(),
                 doc.clone(),
             )),
+            // A count the index answers alone, over one interval, counts keys.
+            _ if parsed.count && sol.covered && sol.bounds.is_single_interval() => Stage::new(
+                CountScan::new(self.kv_arc(), sol.index.clone(), sol.bounds.clone()),
+            ),
             _ => scan(&sol.bounds),
         };
         if !sol.covered {

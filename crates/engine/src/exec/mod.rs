@@ -5,6 +5,8 @@
 //! disagree with what ran.
 
 mod collscan;
+mod count;
+mod count_scan;
 mod eof;
 mod express;
 mod fetch;
@@ -18,6 +20,8 @@ mod sort;
 mod sort_merge;
 
 pub use collscan::CollScan;
+pub use count::{Count, RecordStoreFastCount};
+pub use count_scan::CountScan;
 pub use eof::Eof;
 pub use express::ExpressIxscan;
 pub use fetch::Fetch;
@@ -262,6 +266,24 @@ impl Executor {
             max_scans_to_explode_reached: false,
             is_cached: false,
             cache_key: None,
+        }
+    }
+
+    /// The same plan under a COUNT stage, which also counts the results the trial produced.
+    pub fn into_count(self, skip: u64, limit: u64) -> Executor {
+        let count = Count::new(self.root, self.buffered, skip, limit);
+        Executor {
+            root: Stage::new(count),
+            buffered: VecDeque::new(),
+            ..self
+        }
+    }
+
+    /// What a COUNT or RECORD_STORE_FAST_COUNT root counted.
+    pub fn counted(&self) -> i64 {
+        match self.root.specific_stats().get("nCounted") {
+            Some(Bson::Int64(n)) => *n,
+            _ => 0,
         }
     }
 

@@ -25,6 +25,8 @@ pub struct Query<'a> {
     pub matcher: &'a Matcher,
     pub sort: Option<&'a SortPattern>,
     pub projection: Option<&'a Projection>,
+    /// A count needs no field of the documents.
+    pub count: bool,
 }
 
 /// One indexed access path: which index, its bounds and scan direction, which top-level
@@ -217,7 +219,7 @@ fn plan_index(
         Some(s) if !s.fields.is_empty() => provided_sort(ix, &bounds, s),
         _ => (true, true),
     };
-    let covered = residual.is_empty() && is_covered(ix, query.projection);
+    let covered = residual.is_empty() && (query.count || is_covered(ix, query.projection));
     let mut sol = IndexSolution {
         index: ix.clone(),
         bounds,

@@ -269,6 +269,7 @@ pub fn count_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
         collation: ctx.opt_document("collation")?,
         min: ctx.opt_document("min")?.filter(|d| !d.is_empty()),
         max: ctx.opt_document("max")?.filter(|d| !d.is_empty()),
+        count: true,
         ..FindSpec::default()
     };
     Ok((ns, spec))
@@ -278,11 +279,9 @@ pub fn count(ctx: &mut Ctx) -> Result<Document> {
     let (ns, spec) = count_spec(ctx)?;
     let coll = ctx.state.engine.collection(&ns);
     let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
-    let mut n = 0i64;
-    while exec.get_next()?.is_some() {
-        n += 1;
-    }
-    Ok(doc! { "n": n })
+    // COUNT returns nothing itself; it has counted once the plan is done.
+    while exec.get_next()?.is_some() {}
+    Ok(doc! { "n": exec.counted() })
 }
 
 pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
