@@ -34,8 +34,12 @@ import tempfile
 import threading
 import time
 
-import psutil
 import pymongo
+
+try:  # optional for a smoke run without peers (scripts/test.sh uses the tests' venv)
+    import psutil
+except ImportError:
+    psutil = None
 from pymongo import WriteConcern
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -65,12 +69,15 @@ WORKLOADS = [
     ("update_inc", "update_one $inc", "ops/s", "ping", "rmw_per_s"),
     ("group", "$group over the collection", "docs/s", None, "scan_per_s"),
     ("insert_j1", "insert_one j:true, 1 client", "ops/s", "ping", "put_sync_per_s"),
-    ("insert_j16", "insert_one j:true, 16 clients", "ops/s", "ping16", "put_sync_mt_per_s"),
+    ("insert_j16", "insert_one j:true, 16 clients", "ops/s", "ping16",
+     "put_sync_mt_syncer_per_s"),
     ("orders", "orders $elemMatch+sort+limit 10 (seed 004)", "queries/s", "ping", None),
     ("tpcb_doc", "TPC-B-like, single-document design (seed 003)", "tx/s", "ping", "put_per_s"),
     ("tpcb_multi", "TPC-B-like, multi-statement transaction", "tx/s", "ping", None),
 ]
 NA = {("tpcb_multi", "nidus"): "n/a (transactions: issue 7)"}
+# Storage-floor measurements run along with a workload's own floor, for the record.
+FLOOR_EXTRAS = {"put_sync_mt_syncer_per_s": ["put_sync_mt"]}
 
 
 class Interrupted(Exception):
@@ -104,6 +111,14 @@ def proc_cpu(pids):
     """CPU seconds (user+system) of processes and their reaped children."""
     total = 0.0
     for pid in pids():
+        if psutil is None:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+            except (OSError, ValueError):
+                pass
+            continue
         try:
             t = psutil.Process(pid).cpu_times()
             total += t.user + t.system + t.children_user + t.children_system
@@ -325,6 +340,8 @@ class Postgres:
 
     def __init__(self, tmp):
         import psycopg  # noqa: F401 - fail early if missing
+        if psutil is None:
+            raise RuntimeError("psutil is needed to measure PostgreSQL's CPU (bench/run.sh)")
         self.bindir = find_pg_bindir()
         self.port = free_port()
         self.datadir = os.path.join(tmp, "pgdata")
@@ -799,18 +816,24 @@ class Bench:
         if key is None:
             return
         z = self.size
-        sync_ops = {"put_sync_per_s": z["j1"], "put_sync_mt_per_s": z["j16"] // 4}.get(key, 100)
+        sync_ops = {"put_sync_per_s": z["j1"], "put_sync_mt_syncer_per_s": z["j16"] // 4}.get(
+            key, 100)
+        only = [k.removesuffix("_per_s") for k in FLOOR_EXTRAS.get(key, []) + [key]]
         d = os.path.join(self.tmp, "floor")
         try:
-            out = subprocess.run(
+            p = subprocess.run(
                 [self.args.floor, "--dir", d, "--n", str(z["docs"]), "--value-size", "160",
                  "--gets", str(z["floor_ops"]), "--puts", str(z["floor_ops"]),
                  "--sync-ops", str(max(sync_ops, 16)), "--threads", "16",
-                 "--only", key.removesuffix("_per_s")],
-                check=True, capture_output=True, text=True).stdout
+                 "--only", ",".join(only)],
+                capture_output=True, text=True)
         finally:
             shutil.rmtree(d, ignore_errors=True)
-        self.floors.setdefault(key, {}).setdefault("rocksdb", []).append(json.loads(out)[key])
+        if p.returncode != 0:
+            raise RuntimeError(f"storage floor failed ({p.returncode}): {p.stderr.strip()}")
+        for k, v in json.loads(p.stdout).items():
+            if k.endswith("_per_s"):
+                self.floors.setdefault(k, {}).setdefault("rocksdb", []).append(v)
 
     def run(self, tmp):
         self.tmp = tmp
@@ -967,7 +990,8 @@ def build_report(b, started, elapsed):
         "elapsed_s": round(elapsed, 1),
         "machine": {"cpus": os.cpu_count(), "cpu": cpu_model(), "kernel": platform.release(),
                     "loadavg_start": b.load_start, "loadavg_end": list(os.getloadavg()),
-                    "mem_gb": round(psutil.virtual_memory().total / 2**30, 1),
+                    "mem_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+                                    / 2**30, 1),
                     "python": platform.python_version()},
         "versions": {n: getattr(s, "version", None) for n, s in b.systems.items()} |
                     {"pymongo": pymongo.version},
@@ -1062,12 +1086,17 @@ def write_chart(rep, path):
               ("nidus/rocksdb", "Nidus / RocksDB (storage floor)")]
     series = [s for s in series if any(s[0] in r["ratios"] for r in rep["workloads"].values())]
     keys = list(rep["workloads"])
-    fig, ax = plt.subplots(figsize=(10, 0.55 * len(keys) * max(1, len(series)) / 2 + 2))
+    fig, ax = plt.subplots(figsize=(10, 1.6 + 0.22 * len(keys) * max(1, len(series))))
     h = 0.8 / max(1, len(series))
     for i, (k, label) in enumerate(series):
         ys = [j + i * h for j in range(len(keys))]
         vals = [rep["workloads"][w]["ratios"].get(k, 0) or 0 for w in keys]
         ax.barh(ys, [v if v > 0 else float("nan") for v in vals], height=h, label=label)
+    for j, w in enumerate(keys):
+        na = [e["na"] for e in rep["workloads"][w]["systems"].values() if "na" in e]
+        if na:
+            ax.text(1.0, j + h * (len(series) - 1) / 2, "  Nidus: " + na[0], va="center",
+                    fontsize=8)
     ax.set_yticks([j + h * (len(series) - 1) / 2 for j in range(len(keys))])
     ax.set_yticklabels([rep["workloads"][w]["title"] for w in keys], fontsize=8)
     ax.invert_yaxis()

@@ -12,7 +12,9 @@
 //! `put_per_s` (one key per transaction), `rmw_per_s` (locking read + write + commit: the
 //! update floor), `get_per_s` (random point get on a fresh snapshot), `scan_per_s` (keys
 //! iterated in order with their values), `put_sync_per_s` (commit + WAL sync, one thread) and
-//! `put_sync_mt_per_s` (`--threads` writers sharing WAL syncs as a group commit does).
+//! `put_sync_mt_per_s` (`--threads` writers sharing WAL syncs as the server's group commit
+//! does: a writer that finds its commit unsynced syncs everything committed so far) and
+//! `put_sync_mt_syncer_per_s` (the same writers, every sync done by one dedicated thread).
 //! `--only` limits the run to the named measurements (the bulk load that `rmw`, `get` and
 //! `scan` read is done, untimed, when `put_batch` is not among them).
 
@@ -20,7 +22,7 @@ use nidus_storage::{KvEngine, Space};
 use nidus_storage_rocks::RocksEngine;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 struct Args {
@@ -41,7 +43,7 @@ impl Args {
     }
 }
 
-const PHASES: [&str; 7] = [
+const PHASES: [&str; 8] = [
     "put_batch",
     "put",
     "rmw",
@@ -49,6 +51,7 @@ const PHASES: [&str; 7] = [
     "scan",
     "put_sync",
     "put_sync_mt",
+    "put_sync_mt_syncer",
 ];
 
 fn parse_args() -> Result<Args, String> {
@@ -126,6 +129,7 @@ fn rate(ops: u64, t0: Instant) -> f64 {
 struct Group {
     issued: AtomicU64,
     synced: Mutex<u64>,
+    syncs: AtomicU64,
 }
 
 impl Group {
@@ -140,8 +144,58 @@ impl Group {
         }
         let covered = self.issued.load(Ordering::SeqCst);
         kv.sync_wal().map_err(|e| e.to_string())?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
         *synced = covered;
         Ok(())
+    }
+}
+
+/// Group commit with one dedicated thread doing every WAL sync; writers wait for it.
+#[derive(Default)]
+struct Syncer {
+    /// (commits issued, commits covered by a finished sync, stop)
+    state: Mutex<(u64, u64, bool)>,
+    cv: Condvar,
+    syncs: AtomicU64,
+}
+
+impl Syncer {
+    fn wait_durable(&self) -> Result<(), String> {
+        let mut st = self.state.lock().map_err(|_| "poisoned lock")?;
+        st.0 += 1;
+        let ticket = st.0;
+        self.cv.notify_all();
+        while st.1 < ticket {
+            st = self.cv.wait(st).map_err(|_| "poisoned lock")?;
+        }
+        Ok(())
+    }
+
+    fn run(&self, kv: &RocksEngine) -> Result<(), String> {
+        loop {
+            let target = {
+                let mut st = self.state.lock().map_err(|_| "poisoned lock")?;
+                while st.0 == st.1 && !st.2 {
+                    st = self.cv.wait(st).map_err(|_| "poisoned lock")?;
+                }
+                if st.0 == st.1 {
+                    return Ok(());
+                }
+                st.0
+            };
+            kv.sync_wal().map_err(|e| e.to_string())?;
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+            let mut st = self.state.lock().map_err(|_| "poisoned lock")?;
+            st.1 = target;
+            self.cv.notify_all();
+        }
+    }
+
+    fn stop(&self) {
+        if let Ok(mut st) = self.state.lock() {
+            st.2 = true;
+        }
+        self.cv.notify_all();
     }
 }
 
@@ -245,7 +299,7 @@ fn run(a: &Args) -> Result<String, String> {
             .map_err(|e| e.to_string())?;
         txn.commit().map_err(|e| e.to_string())
     };
-    if a.wants("put_sync") || a.wants("put_sync_mt") {
+    if a.wants("put_sync") || a.wants("put_sync_mt") || a.wants("put_sync_mt_syncer") {
         // Untimed warm-up: the first syncs of a new WAL also sync file metadata.
         for id in 0..10 {
             sync_put(5, id)?;
@@ -289,6 +343,51 @@ fn run(a: &Args) -> Result<String, String> {
             r?;
         }
         out.push(("put_sync_mt_per_s".into(), rate(per_thread * a.threads, t0)));
+        out.push((
+            "put_sync_mt_ops_per_sync".into(),
+            (per_thread * a.threads) as f64 / group.syncs.load(Ordering::Relaxed).max(1) as f64,
+        ));
+    }
+
+    if a.wants("put_sync_mt_syncer") {
+        // The same writers, with every sync done by one dedicated thread.
+        let syncer = Syncer::default();
+        let per_thread = (a.sync_ops * 4 / a.threads).max(1);
+        let t0 = Instant::now();
+        let (results, sync_result) = std::thread::scope(|s| {
+            let sy = s.spawn(|| syncer.run(&kv));
+            let handles: Vec<_> = (0..a.threads)
+                .map(|t| {
+                    let (syncer, sync_put) = (&syncer, &sync_put);
+                    s.spawn(move || -> Result<(), String> {
+                        for i in 0..per_thread {
+                            sync_put(6, t * per_thread + i)?;
+                            syncer.wait_durable()?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            let results: Vec<Result<(), String>> = handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("writer panicked".into())))
+                .collect();
+            syncer.stop();
+            let sync_result = sy.join().unwrap_or_else(|_| Err("syncer panicked".into()));
+            (results, sync_result)
+        });
+        for r in results {
+            r?;
+        }
+        sync_result?;
+        out.push((
+            "put_sync_mt_syncer_per_s".into(),
+            rate(per_thread * a.threads, t0),
+        ));
+        out.push((
+            "put_sync_mt_syncer_ops_per_sync".into(),
+            (per_thread * a.threads) as f64 / syncer.syncs.load(Ordering::Relaxed).max(1) as f64,
+        ));
     }
 
     let mut fields = vec![
