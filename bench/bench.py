@@ -1112,6 +1112,21 @@ def write_chart(rep, path):
     plt.close(fig)
 
 
+def update_readme(md):
+    path = os.path.join(ROOT, "README.md")
+    with open(path) as f:
+        text = f.read()
+    start, end = "<!-- bench:latest -->", "<!-- /bench:latest -->"
+    if start not in text or end not in text:
+        log("README.md has no bench markers; not updated")
+        return
+    head, rest = text.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    with open(path, "w") as f:
+        f.write(f"{head}{start}\n{md}\n{end}{tail}")
+    log("README.md updated")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1123,6 +1138,8 @@ def main():
     p.add_argument("--out", default=os.path.join(HERE, "results"),
                    help="directory for the JSON, latest.md and latest.png")
     p.add_argument("--no-save", action="store_true", help="print the table only")
+    p.add_argument("--update-readme", action="store_true",
+                   help="also put latest.md between the bench markers of README.md")
     args = p.parse_args()
     if args.runs < 1:
         p.error("--runs must be >= 1")
@@ -1130,6 +1147,7 @@ def main():
     def on_signal(signum, _frame):
         raise Interrupted(f"signal {signum}")
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
 
@@ -1140,7 +1158,7 @@ def main():
     try:
         b.run(tmp)
     except (KeyboardInterrupt, Interrupted) as e:
-        log(f"interrupted ({e or 'Ctrl-C'}); stopping what was started")
+        log(f"interrupted ({str(e) or 'Ctrl-C'}); stopping what was started")
         b.stop()
         shutil.rmtree(tmp, ignore_errors=True)
         return 130
@@ -1169,13 +1187,16 @@ def main():
             f.write("\n")
         md = [f"Nidus `{rep['git_rev']}`, `bench/run.sh --size {rep['size']}`, "
               f"{rep['date']}, {rep['machine']['cpus']} CPUs ({rep['machine']['cpu']}); "
-              f"rates are medians of {rep['runs']} runs.", "", table, "",
+              f"rates are medians of {rep['runs']} runs (all runs in "
+              f"`bench/results/{name}`).", "", table, "",
               "Notes:", ""] + explain_lines(rep)
         if rep["warnings"]:
             md += [""] + [f"WARNING: {w}" for w in rep["warnings"]]
         with open(os.path.join(args.out, "latest.md"), "w") as f:
             f.write("\n".join(md) + "\n")
         write_chart(rep, os.path.join(args.out, "latest.png"))
+        if args.update_readme:
+            update_readme("\n".join(md))
         print(f"wrote {os.path.join(args.out, name)}, latest.md, latest.png")
     return 0
 

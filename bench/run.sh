@@ -14,6 +14,7 @@
 #   --no-save     print the table, write nothing under bench/results/
 #   --skip-build  use the binaries already in $CARGO_TARGET_DIR/release
 #   --out DIR     write the results elsewhere
+#   --update-readme  also put the table into README.md's Performance section
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 cd "$NIDUS_ROOT"
@@ -24,13 +25,13 @@ args=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-peers) peers=0; args+=("$1") ;;
-        --no-save) args+=("$1") ;;
+        --no-save|--update-readme) args+=("$1") ;;
         --skip-build) build=0 ;;
         --size|--runs|--out)
             [ $# -ge 2 ] || die "$1 needs a value"
             args+=("$1" "$2"); shift ;;
         --size=*|--runs=*|--out=*) args+=("$1") ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) die "unknown option $1 (see bench/run.sh --help)" ;;
     esac
     shift
