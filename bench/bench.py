@@ -218,6 +218,10 @@ class Nidus:
     def pids(self):
         return [self.proc.pid]
 
+    def write_conflicts(self):
+        ss = self.client.admin.command("serverStatus")
+        return ss.get("metrics", {}).get("operation", {}).get("writeConflicts", 0)
+
     def stop(self):
         try:
             self.client.close()
@@ -774,11 +778,13 @@ class Bench:
         self.explain = {}
         self.floor_cpu = {}  # system -> server CPU µs per ping
         self.load_start = list(os.getloadavg())
+        self.floor_conflicts = []  # write conflicts retried by the 16-writer storage floors
         self.rng = random.Random(8)
 
     def measure(self, workload, system, fn, ops=None):
         """Runs fn once, timing it; fn returns the op count unless `ops` is given."""
         s = self.systems[system]
+        wc0 = s.write_conflicts() if hasattr(s, "write_conflicts") else None
         c0 = proc_cpu(s.pids)
         t0 = time.perf_counter()
         n = fn()
@@ -788,6 +794,8 @@ class Bench:
         rec = {"rate": n / elapsed, "ops": n, "seconds": round(elapsed, 4)}
         if s.pids():
             rec["server_cpu_us_per_op"] = (c1 - c0) / n * 1e6
+        if wc0 is not None:
+            rec["write_conflicts"] = s.write_conflicts() - wc0
         self.results.setdefault(workload, {}).setdefault(system, []).append(rec)
         return rec
 
@@ -834,6 +842,8 @@ class Bench:
         for k, v in json.loads(p.stdout).items():
             if k.endswith("_per_s"):
                 self.floors.setdefault(k, {}).setdefault("rocksdb", []).append(v)
+            elif k == "write_conflicts_retried":
+                self.floor_conflicts.append(v)
 
     def run(self, tmp):
         self.tmp = tmp
@@ -953,6 +963,9 @@ def build_report(b, started, elapsed):
             cpu = [x["server_cpu_us_per_op"] for x in per[s] if "server_cpu_us_per_op" in x]
             if cpu:
                 e["server_cpu_us_per_op"] = round(statistics.median(cpu), 1)
+            wc = [x["write_conflicts"] for x in per[s] if "write_conflicts" in x]
+            if any(wc):
+                e["write_conflicts_per_run"] = wc
             row["systems"][s] = e
         med = {s: e["median"] for s, e in row["systems"].items() if "median" in e}
         if "nidus" in med:
@@ -996,6 +1009,7 @@ def build_report(b, started, elapsed):
         "versions": {n: getattr(s, "version", None) for n, s in b.systems.items()} |
                     {"pymongo": pymongo.version},
         "floors": floors,
+        "floor_write_conflicts_retried": b.floor_conflicts,
         "workloads": rows,
         "orders_explain": b.explain,
         "warnings": warnings,
@@ -1065,6 +1079,15 @@ def explain_lines(rep):
     if cpu:
         out.append("- server CPU per `ping` round trip: " + ", ".join(
             f"{LABEL[s]} {v:.0f} µs" for s, v in cpu.items()))
+    wc = {k: r["systems"]["nidus"]["write_conflicts_per_run"]
+          for k, r in rep["workloads"].items()
+          if "write_conflicts_per_run" in r["systems"].get("nidus", {})}
+    if wc:
+        out.append("- Nidus write conflicts retried (serverStatus), per run: " + "; ".join(
+            f"{k} {v}" for k, v in wc.items()))
+    if any(rep.get("floor_write_conflicts_retried", [])):
+        out.append("- RocksDB floor, 16 writers of distinct keys: write conflicts retried per "
+                   f"run {[int(x) for x in rep['floor_write_conflicts_retried']]}")
     m = rep["machine"]
     out.append(f"- load average at start {m['loadavg_start'][0]:.1f}, at end "
                f"{m['loadavg_end'][0]:.1f} (the machine is shared; ratios are measured "
