@@ -980,9 +980,8 @@ def build_report(b, started, elapsed):
     floors = {k: {s: summarize(v) for s, v in per.items()} for k, per in b.floors.items()}
     for s, cpu in b.floor_cpu.items():
         floors["ping"][s]["server_cpu_us_per_op"] = round(statistics.median(cpu), 1)
-    warnings = []
     rows = {}
-    for key, title, unit, proto, storage in WORKLOADS:
+    for key, title, unit, _proto, _storage in WORKLOADS:
         per = b.results.get(key, {})
         row = {"title": title, "unit": unit, "systems": {}, "ratios": {}}
         for s in SYSTEMS:
@@ -1000,31 +999,6 @@ def build_report(b, started, elapsed):
             if any(wc):
                 e["write_conflicts_per_run"] = wc
             row["systems"][s] = e
-        med = {s: e["median"] for s, e in row["systems"].items() if "median" in e}
-        if "nidus" in med:
-            for s in ("postgres", "sqlite"):
-                if s in med:
-                    row["ratios"][f"nidus/{s}"] = round(med["nidus"] / med[s], 3)
-            if proto and "nidus" in floors.get(proto, {}):
-                row["protocol_floor"] = {"name": proto, "rate": floors[proto]["nidus"]["median"]}
-                row["ratios"]["nidus/ping"] = round(med["nidus"] / row["protocol_floor"]["rate"], 3)
-            if storage and storage in floors:
-                row["storage_floor"] = {"name": storage, "rate": floors[storage]["rocksdb"]["median"]}
-                row["ratios"]["nidus/rocksdb"] = round(
-                    med["nidus"] / row["storage_floor"]["rate"], 3)
-        # Sanity: nobody beats its own floors (best run against the floor's best run).
-        for s, e in row["systems"].items():
-            if "max" not in e:
-                continue
-            checks = []
-            if proto and s in floors.get(proto, {}):
-                checks.append((f"{proto} of {LABEL[s]}", floors[proto][s]["max"]))
-            if s == "nidus" and storage and storage in floors:
-                checks.append((f"RocksDB {storage}", floors[storage]["rocksdb"]["max"]))
-            for fname, frate in checks:
-                if e["median"] > frate:
-                    warnings.append(f"{LABEL[s]} {key} ({e['median']:.0f} {unit}) is faster "
-                                    f"than its floor {fname} ({frate:.0f})")
         rows[key] = row
     return {
         "date": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -1045,8 +1019,48 @@ def build_report(b, started, elapsed):
         "floor_write_conflicts_retried": b.floor_conflicts,
         "workloads": rows,
         "orders_explain": b.explain,
-        "warnings": warnings,
     }
+
+
+def derive(rep):
+    """Ratios and floor warnings from the medians and the floors' runs (also redone by
+    --report). A floor is the best of its runs: it bounds what its layer can deliver."""
+    floors = rep["floors"]
+    warnings = []
+    for key, _title, unit, proto, storage in WORKLOADS:
+        row = rep["workloads"].get(key)
+        if row is None:
+            continue
+        row["ratios"] = {}
+        row.pop("protocol_floor", None)
+        row.pop("storage_floor", None)
+        med = {s: e["median"] for s, e in row["systems"].items() if "median" in e}
+        if "nidus" in med:
+            for s in ("postgres", "sqlite"):
+                if s in med:
+                    row["ratios"][f"nidus/{s}"] = round(med["nidus"] / med[s], 3)
+            if proto and "nidus" in floors.get(proto, {}):
+                row["protocol_floor"] = {"name": proto, "rate": floors[proto]["nidus"]["max"]}
+                row["ratios"]["nidus/ping"] = round(med["nidus"] / row["protocol_floor"]["rate"], 3)
+            if storage and storage in floors:
+                row["storage_floor"] = {"name": storage, "rate": floors[storage]["rocksdb"]["max"]}
+                row["ratios"]["nidus/rocksdb"] = round(
+                    med["nidus"] / row["storage_floor"]["rate"], 3)
+        # Sanity: nobody beats its own floors (median against the floor's best run).
+        for s, e in row["systems"].items():
+            if "median" not in e:
+                continue
+            checks = []
+            if proto and s in floors.get(proto, {}):
+                checks.append((f"{proto} of {LABEL[s]}", floors[proto][s]["max"]))
+            if s == "nidus" and storage and storage in floors:
+                checks.append((f"RocksDB {storage}", floors[storage]["rocksdb"]["max"]))
+            for fname, frate in checks:
+                if e["median"] > frate:
+                    warnings.append(f"{LABEL[s]} {key} ({e['median']:.0f} {unit}) is faster "
+                                    f"than its floor {fname} ({frate:.0f})")
+    rep["warnings"] = warnings
+    return rep
 
 
 def cpu_model():
@@ -1233,7 +1247,7 @@ def main():
         p.error("--runs must be >= 1")
     if args.report:
         with open(args.report) as f:
-            publish(json.load(f), os.path.basename(args.report), args)
+            publish(derive(json.load(f)), os.path.basename(args.report), args)
         return 0
     if not args.nidus or not args.floor:
         p.error("--nidus and --floor are required (bench/run.sh passes them)")
@@ -1263,7 +1277,7 @@ def main():
     b.stop()
     shutil.rmtree(tmp, ignore_errors=True)
 
-    rep = build_report(b, started, time.time() - t0)
+    rep = derive(build_report(b, started, time.time() - t0))
     name = f"{started.strftime('%Y-%m-%d')}-{rep['git_rev']}.json"
     if not args.no_save:
         os.makedirs(args.out, exist_ok=True)
