@@ -70,21 +70,27 @@ build_release() {
     [ -x "$NIDUS_BIN" ] || die "build finished but $NIDUS_BIN is missing"
 }
 
-# Python venv with the test requirements (re-installed only when tests/requirements.txt changes).
-ensure_venv() {
-    local req="$NIDUS_ROOT/tests/requirements.txt" stamp="$NIDUS_VENV/.requirements.sha256" sum
+# ensure_venv_at VENV REQUIREMENTS: a Python venv with those requirements, re-installed only
+# when the requirements file changes.
+ensure_venv_at() {
+    local venv="$1" req="$2" stamp="$1/.requirements.sha256" sum
     if ! command -v python3 >/dev/null 2>&1; then ensure_apt python3; fi
     if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then ensure_apt python3-venv; fi
-    if [ ! -x "$NIDUS_VENV/bin/python" ]; then
-        log "creating venv $NIDUS_VENV"
-        python3 -m venv "$NIDUS_VENV"
+    if [ ! -x "$venv/bin/python" ]; then
+        log "creating venv $venv"
+        python3 -m venv "$venv"
     fi
     sum="$(sha256sum "$req" | cut -d' ' -f1)"
     if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]; then
-        log "pip install -r tests/requirements.txt"
-        "$NIDUS_VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+        log "pip install -r ${req#"$NIDUS_ROOT"/} into $venv"
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
         echo "$sum" >"$stamp"
     fi
+}
+
+# Python venv with the test requirements, first on PATH.
+ensure_venv() {
+    ensure_venv_at "$NIDUS_VENV" "$NIDUS_ROOT/tests/requirements.txt"
     export PATH="$NIDUS_VENV/bin:$PATH"
 }
 

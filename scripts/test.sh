@@ -6,6 +6,7 @@
 #   4. cargo test --workspace --release
 #   5. pytest tests/                              (driver-level tests against the binary)
 #   6. tests/pymongo_suite/run.py                 (pymongo's own test suite vs. the baseline)
+#   7. bench/bench.py --size tiny --no-peers      (benchmark smoke run, ~10 s, writes nothing)
 # All steps run even when one fails; the exit status is non-zero if any failed.
 # The release profile and the same package/target selection (--workspace --all-targets) are
 # used by build, clippy and test, so that Cargo resolves the same features for all three and
@@ -19,13 +20,14 @@
 #   --skip-cargo-test skip cargo test
 #   --skip-pytest     skip tests/
 #   --skip-pymongo    skip the pymongo suite
+#   --skip-bench      skip the benchmark smoke run
 #   -- ARGS           extra arguments for pytest (e.g. -- -k hello -x)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$NIDUS_ROOT"
 
 pymongo_mode="--ci"
-lint=1 cargo_test=1 pytest_run=1 pymongo=1
+lint=1 cargo_test=1 pytest_run=1 pymongo=1 bench=1
 pytest_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
         --skip-cargo-test) cargo_test=0 ;;
         --skip-pytest) pytest_run=0 ;;
         --skip-pymongo) pymongo=0 ;;
+        --skip-bench) bench=0 ;;
         --) shift; pytest_args=("$@"); break ;;
         *) die "unknown option $1 (see the header of $0)" ;;
     esac
@@ -93,6 +96,12 @@ PY
 fi
 if [ $pymongo -eq 1 ]; then
     step "pymongo suite (baseline)" python tests/pymongo_suite/run.py "$pymongo_mode"
+fi
+if [ $bench -eq 1 ]; then
+    # Nidus and its floors only (no PostgreSQL/SQLite), one repetition: checks that the harness
+    # and the storage floor binary still work; bench/run.sh is the real benchmark.
+    step "bench smoke (tiny, no peers)" python bench/bench.py --size tiny --no-peers --no-save \
+        --runs 1 --nidus "$NIDUS_BIN" --floor "$CARGO_TARGET_DIR/release/examples/floor"
 fi
 
 # Closing line: our pytest tests, plus each other step counted as one test.
