@@ -2,6 +2,7 @@
 
 pub mod catalog;
 mod ddl;
+pub mod distinct;
 pub mod durability;
 pub mod exec;
 pub mod find;

@@ -51,6 +51,8 @@ pub struct IndexScan {
     directions: Vec<bool>,
     /// The key pattern's paths, shared by every key the scan returns.
     paths: Arc<[String]>,
+    /// DISTINCT_SCAN: after a key, skip every key sharing its values up to this field.
+    distinct_field: Option<usize>,
     events: VecDeque<Event>,
     resume: Option<Resume>,
     batch: usize,
@@ -89,6 +91,7 @@ impl IndexScan {
             checker: Checker::Bounds(BoundsChecker::new(bounds, scan_desc)),
             directions,
             paths,
+            distinct_field: None,
             events: VecDeque::new(),
             resume: (!empty).then_some(Resume::Start),
             batch: FIRST_BATCH,
@@ -109,6 +112,12 @@ impl IndexScan {
         let mut scan = IndexScan::new(kv, index, IndexBounds { fields: Vec::new() }, true);
         scan.checker = Checker::Range(range);
         scan
+    }
+
+    /// Returns one key per distinct value of the fields up to `field` (DISTINCT_SCAN).
+    pub fn distinct_on(mut self, field: usize) -> Self {
+        self.distinct_field = Some(field);
+        self
     }
 
     pub fn index(&self) -> &IndexMeta {
@@ -206,6 +215,13 @@ impl IndexScan {
             };
             match checked {
                 CheckResult::Valid => {
+                    let skip_to =
+                        self.distinct_field
+                            .and_then(|f| values.get(..=f))
+                            .map(|prefix| SeekTarget {
+                                values: prefix.to_vec(),
+                                inclusive: false,
+                            });
                     self.events.push_back(Event {
                         entry: Some((rid, values)),
                         examined: true,
@@ -213,6 +229,15 @@ impl IndexScan {
                         end: false,
                     });
                     produced += 1;
+                    if let Some(t) = skip_to {
+                        if produced >= self.batch {
+                            self.resume = Some(Resume::Seek(t));
+                            break;
+                        }
+                        self.position(c.as_mut(), &t)?;
+                        seeked = true;
+                        continue;
+                    }
                     if produced >= self.batch {
                         self.resume = Some(Resume::After(key.to_vec()));
                         break;

@@ -7,6 +7,7 @@
 mod collscan;
 mod count;
 mod count_scan;
+mod distinct_scan;
 mod eof;
 mod express;
 mod fetch;
@@ -22,6 +23,7 @@ mod sort_merge;
 pub use collscan::CollScan;
 pub use count::{Count, RecordStoreFastCount};
 pub use count_scan::CountScan;
+pub use distinct_scan::DistinctScan;
 pub use eof::Eof;
 pub use express::ExpressIxscan;
 pub use fetch::Fetch;

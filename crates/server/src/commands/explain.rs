@@ -61,29 +61,41 @@ pub fn explain(ctx: &mut Ctx) -> Result<Document> {
         return Ok(reply);
     }
     let parsed = match name.as_str() {
-        "find" => find::find_spec(ctx),
-        "count" => find::count_spec(ctx),
+        "find" => find::find_spec(ctx).map(|(ns, spec)| (ns, spec, None)),
+        "count" => find::count_spec(ctx).map(|(ns, spec)| (ns, spec, None)),
+        "distinct" => find::distinct_spec(ctx).map(|(ns, spec, key)| (ns, spec, Some(key))),
         _ => Err(Error::new(
             ErrorCode::CommandNotFound,
             format!("Explain failed due to unknown command: {name}"),
         )),
     };
     ctx.body = outer;
-    let (ns, spec) = parsed?;
-    let mut reply = run(ctx, &ns, &spec, verbosity)?;
+    let (ns, spec, distinct_key) = parsed?;
+    let mut reply = run(ctx, &ns, &spec, distinct_key.as_deref(), verbosity)?;
     reply.insert("command", inner);
     reply.insert("serverInfo", server_info(ctx));
     Ok(reply)
 }
 
-fn run(ctx: &Ctx, ns: &Namespace, spec: &FindSpec, verbosity: Verbosity) -> Result<Document> {
+/// Plans (and with executionStats runs) a find, count or distinct (`distinct_key`).
+fn run(
+    ctx: &Ctx,
+    ns: &Namespace,
+    spec: &FindSpec,
+    distinct_key: Option<&str>,
+    verbosity: Verbosity,
+) -> Result<Document> {
     let started = Instant::now();
     let coll = ctx.state.engine.collection(ns);
     let spec = FindSpec {
         explain: true,
         ..spec.clone()
     };
-    let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
+    let engine = &ctx.state.engine;
+    let mut exec = match distinct_key {
+        Some(key) => engine.plan_distinct(coll.as_ref(), &spec, key)?,
+        None => engine.plan_find(coll.as_ref(), &spec)?,
+    };
     let parsed = Matcher::parse(&spec.filter)?.canonical_document();
     let mut n = 0u64;
     if verbosity != Verbosity::QueryPlanner {

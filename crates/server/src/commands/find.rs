@@ -284,7 +284,8 @@ pub fn count(ctx: &mut Ctx) -> Result<Document> {
     Ok(doc! { "n": exec.counted() })
 }
 
-pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
+/// The namespace, query and key of a `distinct` command.
+pub fn distinct_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec, String)> {
     check_fields(
         ctx,
         &[
@@ -314,8 +315,13 @@ pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
         collation: ctx.opt_document("collation")?,
         ..FindSpec::default()
     };
+    Ok((ns, spec, key))
+}
+
+pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
+    let (ns, spec, key) = distinct_spec(ctx)?;
     let coll = ctx.state.engine.collection(&ns);
-    let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
+    let mut exec = ctx.state.engine.plan_distinct(coll.as_ref(), &spec, &key)?;
     let path = nidus_doc::path::FieldPath::parse(&key);
     let mut values: Vec<Bson> = Vec::new();
     while let Some(d) = exec.next_doc()? {
