@@ -9,6 +9,8 @@ pub struct Config {
     pub bind_ip: Vec<String>,
     pub dbpath: PathBuf,
     pub max_conns: usize,
+    /// `--auth` / `security.authorization: enabled`: clients must authenticate.
+    pub auth: bool,
     /// `--setParameter name=value`, as given.
     pub set_parameters: BTreeMap<String, String>,
     /// The arguments as given, for `getCmdLineOpts`.
@@ -22,13 +24,14 @@ impl Default for Config {
             bind_ip: vec!["127.0.0.1".to_string()],
             dbpath: PathBuf::from("./data"),
             max_conns: 1_000_000,
+            auth: false,
             set_parameters: BTreeMap::new(),
             argv: Vec::new(),
         }
     }
 }
 
-const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--setParameter name=value]...";
+const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--auth] [--setParameter name=value]...";
 
 impl Config {
     pub fn from_args(args: Vec<String>) -> Result<Config, String> {
@@ -74,6 +77,8 @@ impl Config {
                         .ok_or_else(|| format!("--setParameter expects name=value, got {v}"))?;
                     cfg.set_parameters.insert(k.to_string(), val.to_string());
                 }
+                "--auth" => cfg.auth = true,
+                "--noauth" => cfg.auth = false,
                 "--config" | "-f" => cfg.apply_config_file(&value("--config")?)?,
                 "--help" | "-h" => return Err(USAGE.to_string()),
                 other => return Err(format!("unrecognised option '{other}'\n{USAGE}")),
@@ -83,7 +88,8 @@ impl Config {
     }
 
     /// Reads the subset of mongod's YAML config this server understands:
-    /// `net.port`, `net.bindIp`, `storage.dbPath`, `setParameter.<name>`.
+    /// `net.port`, `net.bindIp`, `storage.dbPath`, `security.authorization`,
+    /// `setParameter.<name>`.
     fn apply_config_file(&mut self, path: &str) -> Result<(), String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("--config {path}: {e}"))?;
         let mut section = String::new();
@@ -114,6 +120,17 @@ impl Config {
                         .map_err(|e| format!("net.maxIncomingConnections: {e}"))?
                 }
                 ("storage", "dbPath") => self.dbpath = PathBuf::from(v),
+                ("security", "authorization") => {
+                    self.auth = match v {
+                        "enabled" => true,
+                        "disabled" => false,
+                        other => {
+                            return Err(format!(
+                                "security.authorization: expected enabled or disabled, got '{other}'"
+                            ))
+                        }
+                    }
+                }
                 ("setParameter", name) if indented => {
                     self.set_parameters.insert(name.to_string(), v.to_string());
                 }
@@ -154,15 +171,18 @@ mod tests {
             Some("1")
         );
         assert!(Config::from_args(args(&["--bogus"])).is_err());
+        assert!(!c.auth);
+        assert!(Config::from_args(args(&["--auth"])).unwrap().auth);
     }
 
     #[test]
     fn reads_yaml_config() {
         let dir = std::env::temp_dir().join(format!("nidus-cfg-{}", std::process::id()));
-        std::fs::write(&dir, "net:\n  port: 29000\n  bindIp: 127.0.0.1\nstorage:\n  dbPath: /tmp/d # comment\nsetParameter:\n  enableTestCommands: 1\n").unwrap();
+        std::fs::write(&dir, "net:\n  port: 29000\n  bindIp: 127.0.0.1\nstorage:\n  dbPath: /tmp/d # comment\nsecurity:\n  authorization: enabled\nsetParameter:\n  enableTestCommands: 1\n").unwrap();
         let c = Config::from_args(args(&["--config", dir.to_str().unwrap()])).unwrap();
         std::fs::remove_file(&dir).ok();
         assert_eq!(c.port, 29000);
+        assert!(c.auth);
         assert_eq!(c.dbpath, PathBuf::from("/tmp/d"));
         assert_eq!(
             c.set_parameters

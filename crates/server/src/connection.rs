@@ -21,6 +21,8 @@ pub struct ConnState {
     pub app_name: Option<String>,
     /// Compressors agreed in `hello`, in the client's order of preference.
     pub compressors: Vec<Compressor>,
+    /// The authenticated user and any SASL conversation in progress.
+    pub auth: crate::auth::AuthState,
 }
 
 pub async fn serve(state: Arc<ServerState>, mut stream: TcpStream, peer: SocketAddr) {
@@ -37,6 +39,7 @@ pub async fn serve(state: Arc<ServerState>, mut stream: TcpStream, peer: SocketA
         client_metadata: None,
         app_name: None,
         compressors: Vec::new(),
+        auth: Default::default(),
     };
     log::info(
         "NETWORK",

@@ -1,5 +1,6 @@
 //! `nidus`: a MongoDB-compatible document database server on RocksDB.
 
+mod auth;
 mod commands;
 mod config;
 mod connection;

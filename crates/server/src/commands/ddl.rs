@@ -30,7 +30,25 @@ pub fn list_databases(ctx: &mut Ctx) -> Result<Document> {
     let engine = &ctx.state.engine;
     let mut dbs = Vec::new();
     let mut total = 0i64;
+    // Without the cluster's listDatabases action, only the databases the user has privileges on.
+    let all = crate::auth::is_allowed(
+        ctx.state,
+        &ctx.conn.auth,
+        &crate::auth::roles::Target::Cluster,
+        "listDatabases",
+    );
+    let visible = |name: &str| {
+        all || ctx
+            .conn
+            .auth
+            .user
+            .as_ref()
+            .is_some_and(|u| u.privileges.touches_db(name))
+    };
     for name in engine.database_names() {
+        if !visible(&name) {
+            continue;
+        }
         let size: i64 = engine
             .collections_in(&name)
             .iter()

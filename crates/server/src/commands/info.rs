@@ -95,6 +95,9 @@ pub fn get_cmd_line_opts(ctx: &mut Ctx) -> Result<Document> {
     if !set_parameter.is_empty() {
         parsed.insert("setParameter", set_parameter);
     }
+    if cfg.auth {
+        parsed.insert("security", doc! { "authorization": "enabled" });
+    }
     Ok(doc! { "argv": cfg.argv.clone(), "parsed": parsed })
 }
 
@@ -139,16 +142,13 @@ pub fn whatsmyuri(ctx: &mut Ctx) -> Result<Document> {
     Ok(doc! { "you": ctx.conn.peer.to_string() })
 }
 
-pub fn connection_status(_ctx: &mut Ctx) -> Result<Document> {
-    Ok(doc! { "authInfo": { "authenticatedUsers": [], "authenticatedUserRoles": [] } })
-}
-
 pub fn list_commands(_ctx: &mut Ctx) -> Result<Document> {
     let mut commands = Document::new();
     for name in super::command_names() {
+        let requires_auth = !matches!(super::need_of(name), Some(crate::auth::Need::Nothing));
         commands.insert(
             name,
-            doc! { "help": "", "adminOnly": false, "requiresAuth": false },
+            doc! { "help": "", "adminOnly": false, "requiresAuth": requires_auth },
         );
     }
     Ok(doc! { "commands": commands })
