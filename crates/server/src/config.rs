@@ -126,8 +126,8 @@ impl Config {
                         "disabled" => false,
                         other => {
                             return Err(format!(
-                                "security.authorization: expected enabled or disabled, got '{other}'"
-                            ))
+                            "security.authorization: expected enabled or disabled, got '{other}'"
+                        ))
                         }
                     }
                 }

@@ -108,12 +108,16 @@ impl CursorManager {
     }
 
     pub fn get(&self, id: i64) -> Result<Arc<Mutex<Cursor>>> {
-        self.cursors.lock().get(&id).map(|e| e.cursor.clone()).ok_or_else(|| {
-            Error::new(
-                ErrorCode::CursorNotFound,
-                format!("cursor id {id} not found"),
-            )
-        })
+        self.cursors
+            .lock()
+            .get(&id)
+            .map(|e| e.cursor.clone())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorCode::CursorNotFound,
+                    format!("cursor id {id} not found"),
+                )
+            })
     }
 
     pub fn remove(&self, id: i64) -> bool {

@@ -10,6 +10,7 @@ pub mod roles;
 pub mod scram;
 pub mod store;
 
+use crate::connection::ConnState;
 use crate::state::ServerState;
 use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
@@ -72,7 +73,7 @@ pub struct Sasl {
 #[derive(Debug, Clone)]
 pub enum SaslStep {
     /// Waiting for the client-final message.
-    Proof(scram::Conversation),
+    Proof(Box<scram::Conversation>),
     /// The proof checked out; waiting for the client's empty message.
     Done,
 }
@@ -182,8 +183,7 @@ fn localhost_exception(state: &ServerState, peer_is_loopback: bool, name: &str, 
 /// The one authorization check, run by the dispatcher before every command under `--auth`.
 pub fn authorize(
     state: &ServerState,
-    auth: &mut AuthState,
-    peer_is_loopback: bool,
+    conn: &mut ConnState,
     need: Need,
     name: &str,
     db: &str,
@@ -193,6 +193,8 @@ pub fn authorize(
     if !state.auth.enabled || matches!(need, Need::Nothing) {
         return Ok(());
     }
+    let peer_is_loopback = conn.peer.ip().is_loopback();
+    let auth = &mut conn.auth;
     refresh(state, auth)?;
     let Some(user) = &auth.user else {
         if localhost_exception(state, peer_is_loopback, name, db) {
@@ -209,10 +211,7 @@ pub fn authorize(
     let Some(required) = required(need, db, body, seqs) else {
         return Ok(());
     };
-    if required
-        .iter()
-        .all(|(t, a)| user.privileges.allows(t, a))
-    {
+    if required.iter().all(|(t, a)| user.privileges.allows(t, a)) {
         return Ok(());
     }
     Err(not_authorized(db, body))

@@ -39,10 +39,7 @@ fn statements(body: &Document, seqs: &Sequences, field: &str) -> Vec<Document> {
             .collect();
     }
     match body.get(field) {
-        Some(Bson::Array(a)) => a
-            .iter()
-            .filter_map(|v| v.as_document().cloned())
-            .collect(),
+        Some(Bson::Array(a)) => a.iter().filter_map(|v| v.as_document().cloned()).collect(),
         _ => Vec::new(),
     }
 }
@@ -198,7 +195,8 @@ pub fn rename_collection(_db: &str, body: &Document, _: &Sequences) -> Required 
             .and_then(|s| s.split_once('.'))
             .map(|(d, c)| (d.to_string(), c.to_string()))
     };
-    let (Some((sdb, sc)), Some((tdb, tc))) = (split(body.get("renameCollection")), split(body.get("to")))
+    let (Some((sdb, sc)), Some((tdb, tc))) =
+        (split(body.get("renameCollection")), split(body.get("to")))
     else {
         return vec![(Target::Cluster, "renameCollectionSameDB")];
     };
@@ -273,7 +271,13 @@ fn role_dbs(body: &Document, field: &str, db: &str) -> Vec<String> {
     }
 }
 
-fn with_roles(db: &str, body: &Document, action: &'static str, roles_action: &'static str, field: &str) -> Required {
+fn with_roles(
+    db: &str,
+    body: &Document,
+    action: &'static str,
+    roles_action: &'static str,
+    field: &str,
+) -> Required {
     let mut out = vec![(Target::Database(db.to_string()), action)];
     for rdb in role_dbs(body, field, db) {
         out.push((Target::Database(rdb), roles_action));

@@ -56,12 +56,14 @@ impl Resource {
             return Ok(Resource::Cluster);
         }
         match (d.get("db"), d.get("collection")) {
-            (Some(Bson::String(db)), Some(Bson::String(c))) => Ok(match (db.is_empty(), c.is_empty()) {
-                (true, true) => Resource::AnyNormal,
-                (false, true) => Resource::Database(db.clone()),
-                (true, false) => Resource::CollectionInAnyDb(c.clone()),
-                (false, false) => Resource::Namespace(db.clone(), c.clone()),
-            }),
+            (Some(Bson::String(db)), Some(Bson::String(c))) => {
+                Ok(match (db.is_empty(), c.is_empty()) {
+                    (true, true) => Resource::AnyNormal,
+                    (false, true) => Resource::Database(db.clone()),
+                    (true, false) => Resource::CollectionInAnyDb(c.clone()),
+                    (false, false) => Resource::Namespace(db.clone(), c.clone()),
+                })
+            }
             _ => Err(Error::new(
                 ErrorCode::FailedToParse,
                 "resource pattern must contain 'collection' or 'cluster' field",
@@ -97,7 +99,10 @@ impl Privileges {
 
     pub fn merge(&mut self, other: &Privileges) {
         for (r, a) in &other.0 {
-            self.0.entry(r.clone()).or_default().extend(a.iter().cloned());
+            self.0
+                .entry(r.clone())
+                .or_default()
+                .extend(a.iter().cloned());
         }
     }
 
@@ -403,11 +408,21 @@ pub fn builtin_privileges(r: &RoleName) -> Option<Privileges> {
         }
         "userAdminAnyDatabase" => {
             p.add(Resource::AnyNormal, USER_ADMIN);
-            p.add(Resource::Cluster, &["listDatabases", "viewUser", "viewRole"]);
+            p.add(
+                Resource::Cluster,
+                &["listDatabases", "viewUser", "viewRole"],
+            );
             for c in ["system.users", "system.roles"] {
                 p.add(
                     Resource::Namespace("admin".into(), c.into()),
-                    &["find", "insert", "update", "remove", "createIndex", "dropIndex"],
+                    &[
+                        "find",
+                        "insert",
+                        "update",
+                        "remove",
+                        "createIndex",
+                        "dropIndex",
+                    ],
                 );
             }
         }
@@ -421,13 +436,17 @@ pub fn builtin_privileges(r: &RoleName) -> Option<Privileges> {
         }
         "clusterMonitor" => {
             p.add(Resource::Cluster, CLUSTER_MONITOR);
-            p.add(
-                Resource::AnyNormal,
-                &["collStats", "dbStats", "indexStats"],
-            );
+            p.add(Resource::AnyNormal, &["collStats", "dbStats", "indexStats"]);
         }
         "root" => {
-            for set in [READ, WRITE, DB_ADMIN, USER_ADMIN, CLUSTER_MONITOR, CLUSTER_ADMIN] {
+            for set in [
+                READ,
+                WRITE,
+                DB_ADMIN,
+                USER_ADMIN,
+                CLUSTER_MONITOR,
+                CLUSTER_ADMIN,
+            ] {
                 p.add(Resource::Any, set);
                 p.add(Resource::Cluster, set);
             }

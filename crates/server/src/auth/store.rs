@@ -77,7 +77,10 @@ pub fn replace(engine: &Engine, ns: &Namespace, id: &str, d: Document) -> Result
         sort: None,
         hint: None,
     };
-    Ok(engine.update(&coll, &spec, &WriteOpts::default())?.n_matched > 0)
+    Ok(engine
+        .update(&coll, &spec, &WriteOpts::default())?
+        .n_matched
+        > 0)
 }
 
 pub fn delete(engine: &Engine, ns: &Namespace, filter: &Document) -> Result<u64> {

@@ -69,7 +69,9 @@ fn start(
     let Some(mechanism) = Mechanism::from_name(&mech_name) else {
         return Err(Error::new(
             ErrorCode::MechanismUnavailable,
-            format!("Received authentication for mechanism {mech_name} which is unknown or not enabled"),
+            format!(
+                "Received authentication for mechanism {mech_name} which is unknown or not enabled"
+            ),
         ));
     };
     let skip_empty_exchange = body
@@ -102,7 +104,13 @@ fn start(
         .and_then(|c| c.get_document(mechanism.name()).ok().cloned())
         .and_then(|c| Credentials::from_document(&c));
     let Some(creds) = creds else {
-        log_failure(conn_id, &mech_name, &first.user, db, "user or credentials not found");
+        log_failure(
+            conn_id,
+            &mech_name,
+            &first.user,
+            db,
+            "user or credentials not found",
+        );
         return Err(auth_failed());
     };
     let user = first.user.clone();
@@ -113,7 +121,7 @@ fn start(
         id,
         db: db.to_string(),
         user,
-        step: SaslStep::Proof(conv),
+        step: SaslStep::Proof(Box::new(conv)),
         skip_empty_exchange,
     });
     Ok(doc! {

@@ -314,7 +314,9 @@ pub fn revoke_roles_from_user(ctx: &mut Ctx) -> Result<Document> {
 fn inherited(ctx: &Ctx, roles: &[RoleName]) -> Result<(Vec<Bson>, Vec<Bson>)> {
     let (all, privileges) = store::resolve(&ctx.state.engine, roles)?;
     Ok((
-        all.iter().map(|r| Bson::Document(r.to_document())).collect(),
+        all.iter()
+            .map(|r| Bson::Document(r.to_document()))
+            .collect(),
         privileges.to_bson(),
     ))
 }
@@ -488,7 +490,11 @@ pub fn drop_role(ctx: &mut Ctx) -> Result<Document> {
         ));
     }
     let engine = &ctx.state.engine;
-    let n = store::delete(engine, &store::roles_ns(), &doc! { "_id": store::role_id(&name) })?;
+    let n = store::delete(
+        engine,
+        &store::roles_ns(),
+        &doc! { "_id": store::role_id(&name) },
+    )?;
     if n == 0 {
         ctx.state.auth.invalidate();
         return Err(Error::new(
