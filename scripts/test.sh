@@ -62,6 +62,7 @@ log "dependencies"
 ensure_build_deps
 ensure_venv
 ensure_mongosh
+ensure_apt openssl # the openssl CLI makes the certificates of tests/test_tls.py
 mkdir -p "$NIDUS_ROOT/tests/.logs"
 
 [ $lint -eq 1 ] && step "cargo fmt --check" cargo fmt --all -- --check

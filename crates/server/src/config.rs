@@ -3,6 +3,53 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+/// `--tlsMode`: which connections use TLS (as mongod's `net.tls.mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TlsMode {
+    #[default]
+    Disabled,
+    /// Plaintext between servers; clients may use either.
+    AllowTls,
+    /// TLS between servers; clients may use either.
+    PreferTls,
+    /// Every connection uses TLS.
+    RequireTls,
+}
+
+impl TlsMode {
+    fn parse(s: &str) -> Result<TlsMode, String> {
+        match s {
+            "disabled" => Ok(TlsMode::Disabled),
+            "allowTLS" => Ok(TlsMode::AllowTls),
+            "preferTLS" => Ok(TlsMode::PreferTls),
+            "requireTLS" => Ok(TlsMode::RequireTls),
+            other => Err(format!(
+                "Invalid value for tlsMode: {other} (expected disabled, allowTLS, preferTLS or requireTLS)"
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsMode::Disabled => "disabled",
+            TlsMode::AllowTls => "allowTLS",
+            TlsMode::PreferTls => "preferTLS",
+            TlsMode::RequireTls => "requireTLS",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct TlsConfig {
+    pub mode: TlsMode,
+    /// PEM file holding the server's certificate chain and its private key.
+    pub certificate_key_file: Option<PathBuf>,
+    /// PEM file of the CAs that sign client certificates (clients must then present one,
+    /// unless `allow_without_certificates`).
+    pub ca_file: Option<PathBuf>,
+    pub allow_without_certificates: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub port: u16,
@@ -11,6 +58,9 @@ pub struct Config {
     pub max_conns: usize,
     /// `--auth` / `security.authorization: enabled`: clients must authenticate.
     pub auth: bool,
+    /// `--tlsMode`, `--tlsCertificateKeyFile`, `--tlsCAFile`,
+    /// `--tlsAllowConnectionsWithoutCertificates`.
+    pub tls: TlsConfig,
     /// `--setParameter name=value`, as given.
     pub set_parameters: BTreeMap<String, String>,
     /// The arguments as given, for `getCmdLineOpts`.
@@ -25,13 +75,14 @@ impl Default for Config {
             dbpath: PathBuf::from("./data"),
             max_conns: 1_000_000,
             auth: false,
+            tls: TlsConfig::default(),
             set_parameters: BTreeMap::new(),
             argv: Vec::new(),
         }
     }
 }
 
-const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--auth] [--setParameter name=value]...";
+const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--auth] [--tlsMode disabled|allowTLS|preferTLS|requireTLS] [--tlsCertificateKeyFile PEM] [--tlsCAFile PEM] [--tlsAllowConnectionsWithoutCertificates] [--setParameter name=value]...";
 
 impl Config {
     pub fn from_args(args: Vec<String>) -> Result<Config, String> {
@@ -78,11 +129,25 @@ impl Config {
                     cfg.set_parameters.insert(k.to_string(), val.to_string());
                 }
                 "--auth" => cfg.auth = true,
+                "--tlsMode" => cfg.tls.mode = TlsMode::parse(&value("--tlsMode")?)?,
+                "--tlsCertificateKeyFile" => {
+                    cfg.tls.certificate_key_file =
+                        Some(PathBuf::from(value("--tlsCertificateKeyFile")?))
+                }
+                "--tlsCAFile" => cfg.tls.ca_file = Some(PathBuf::from(value("--tlsCAFile")?)),
+                "--tlsAllowConnectionsWithoutCertificates" => {
+                    cfg.tls.allow_without_certificates = true
+                }
                 "--noauth" => cfg.auth = false,
                 "--config" | "-f" => cfg.apply_config_file(&value("--config")?)?,
                 "--help" | "-h" => return Err(USAGE.to_string()),
                 other => return Err(format!("unrecognised option '{other}'\n{USAGE}")),
             }
+        }
+        if cfg.tls.mode != TlsMode::Disabled && cfg.tls.certificate_key_file.is_none() {
+            return Err(
+                "need tlsCertificateKeyFile or certificateSelector when TLS is enabled".to_string(),
+            );
         }
         Ok(cfg)
     }
@@ -173,6 +238,15 @@ mod tests {
         assert!(Config::from_args(args(&["--bogus"])).is_err());
         assert!(!c.auth);
         assert!(Config::from_args(args(&["--auth"])).unwrap().auth);
+        let t = Config::from_args(args(&[
+            "--tlsMode",
+            "requireTLS",
+            "--tlsCertificateKeyFile=/k.pem",
+        ]))
+        .unwrap();
+        assert_eq!(t.tls.mode, TlsMode::RequireTls);
+        assert!(Config::from_args(args(&["--tlsMode", "preferTLS"])).is_err());
+        assert!(Config::from_args(args(&["--tlsMode", "sometimes"])).is_err());
     }
 
     #[test]

@@ -98,6 +98,18 @@ pub fn get_cmd_line_opts(ctx: &mut Ctx) -> Result<Document> {
     if cfg.auth {
         parsed.insert("security", doc! { "authorization": "enabled" });
     }
+    if cfg.tls.mode != crate::config::TlsMode::Disabled {
+        let mut tls = doc! { "mode": cfg.tls.mode.name() };
+        if let Some(f) = &cfg.tls.certificate_key_file {
+            tls.insert("certificateKeyFile", f.display().to_string());
+        }
+        if let Some(f) = &cfg.tls.ca_file {
+            tls.insert("CAFile", f.display().to_string());
+        }
+        if let Ok(net) = parsed.get_document_mut("net") {
+            net.insert("tls", tls);
+        }
+    }
     Ok(doc! { "argv": cfg.argv.clone(), "parsed": parsed })
 }
 
