@@ -152,6 +152,11 @@ def test_read_user_cannot_write(auth_server, root):
                    lambda: c.app.command("createUser", "x", pwd="x", roles=[])]:
             assert code_of(op)[0] == 13
         assert root.app.docs.count_documents({}) == 3
+        # A user may look at its own entry, and at nobody else's.
+        me = c.admin.command("usersInfo", "reader")["users"]
+        assert [u["user"] for u in me] == ["reader"] and "credentials" not in me[0]
+        assert code_of(lambda: c.admin.command("usersInfo", "root"))[0] == 13
+        assert code_of(lambda: c.admin.command("usersInfo", 1))[0] == 13
     finally:
         c.close()
 

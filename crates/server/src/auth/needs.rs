@@ -366,3 +366,80 @@ pub fn users_info(db: &str, body: &Document, _: &Sequences) -> Required {
 pub fn roles_info(db: &str, body: &Document, _: &Sequences) -> Required {
     view(db, body, "rolesInfo", "viewRole")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    fn has(req: &Required, t: &Target, action: &str) -> bool {
+        req.iter().any(|(rt, a)| rt == t && *a == action)
+    }
+
+    #[test]
+    fn upserts_also_need_insert() {
+        let t = ns("d", "c");
+        let plain = update(
+            "d",
+            &doc! { "update": "c", "updates": [{ "q": {}, "u": {} }] },
+            &[],
+        );
+        assert!(has(&plain, &t, "update") && !has(&plain, &t, "insert"));
+        let seq = vec![(
+            "updates".to_string(),
+            vec![
+                RawDocumentBuf::from_document(&doc! { "q": {}, "u": {}, "upsert": true }).unwrap(),
+            ],
+        )];
+        let upsert = update("d", &doc! { "update": "c" }, &seq);
+        assert!(has(&upsert, &t, "insert"));
+        let fam = find_and_modify("d", &doc! { "findAndModify": "c", "remove": true }, &[]);
+        assert!(has(&fam, &t, "remove") && !has(&fam, &t, "update"));
+    }
+
+    #[test]
+    fn aggregation_stages_name_their_collections() {
+        let body = doc! { "aggregate": "c", "pipeline": [
+            { "$lookup": { "from": "other", "pipeline": [{ "$unionWith": "third" }], "as": "x" } },
+            { "$out": { "db": "elsewhere", "coll": "out" } },
+        ] };
+        let req = aggregate("d", &body, &[]);
+        assert!(has(&req, &ns("d", "c"), "find"));
+        assert!(has(&req, &ns("d", "other"), "find"));
+        assert!(has(&req, &ns("d", "third"), "find"));
+        assert!(has(&req, &ns("elsewhere", "out"), "insert"));
+        assert!(has(&req, &ns("elsewhere", "out"), "remove"));
+    }
+
+    #[test]
+    fn explain_needs_what_it_explains_and_rename_across_databases() {
+        let req = explain(
+            "d",
+            &doc! { "explain": { "delete": "c", "deletes": [] } },
+            &[],
+        );
+        assert_eq!(req, vec![(ns("d", "c"), "remove")]);
+        let req = rename_collection(
+            "admin",
+            &doc! { "renameCollection": "a.x", "to": "b.y", "dropTarget": true },
+            &[],
+        );
+        assert!(has(&req, &ns("a", "x"), "dropCollection"));
+        assert!(has(&req, &ns("b", "y"), "insert"));
+        assert!(has(&req, &ns("b", "y"), "dropCollection"));
+    }
+
+    #[test]
+    fn bulk_write_maps_ops_to_namespaces() {
+        let body = doc! {
+            "bulkWrite": 1,
+            "ops": [{ "insert": 0, "document": {} }, { "update": 1, "filter": {}, "updateMods": {}, "upsert": true }],
+            "nsInfo": [{ "ns": "a.x" }, { "ns": "b.y" }],
+        };
+        let req = bulk_write("admin", &body, &[]);
+        assert!(has(&req, &ns("a", "x"), "insert"));
+        assert!(has(&req, &ns("b", "y"), "update"));
+        assert!(has(&req, &ns("b", "y"), "insert"));
+        assert!(!has(&req, &ns("a", "x"), "update"));
+    }
+}

@@ -388,10 +388,10 @@ fn run_handler(
     if write_concern.journal {
         state.engine.sync()?;
     }
-    if ctx.db == "admin"
-        && matches!(ctx.body.get(name), Some(Bson::String(c)) if c == "system.users" || c == "system.roles")
-    {
-        // A direct write to the auth collections changes users or roles too.
+    let auth_collection = matches!(ctx.body.get(name),
+        Some(Bson::String(c)) if c == "system.users" || c == "system.roles");
+    if ctx.db == "admin" && (auth_collection || name == "dropDatabase") {
+        // Writing to (or dropping) the auth collections directly changes users or roles too.
         state.auth.invalidate();
     }
     Ok(body)
