@@ -161,7 +161,9 @@ static COMMANDS: &[Command] = &[
     cmd("dropIndexes", ddl::drop_indexes, coll(&["dropIndex"])),
     cmd("deleteIndexes", ddl::drop_indexes, coll(&["dropIndex"])),
     cmd("dbStats", stats::db_stats, database(&["dbStats"])),
+    cmd("dbstats", stats::db_stats, database(&["dbStats"])),
     cmd("collStats", stats::coll_stats, coll(&["collStats"])),
+    cmd("collstats", stats::coll_stats, coll(&["collStats"])),
     cmd("validate", stats::validate, coll(&["validate"])),
     counted("find", find::find, Counter::Query, coll(&["find"])),
     counted(
