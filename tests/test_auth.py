@@ -305,6 +305,10 @@ def test_user_defined_role(auth_server, root):
     try:
         assert c.app.only.find_one() == {"_id": 1}
         assert code_of(lambda: c.app.docs.find_one())[0] == 13
+        # authorizedCollections lists what the role reaches; a plain listCollections is refused.
+        names = c.app.list_collection_names(authorizedCollections=True)
+        assert names == ["only"], names
+        assert code_of(lambda: c.app.command("listCollections"))[0] == 13
         root.app.command("dropRole", "onlyOne")
         assert code_of(lambda: c.app.only.find_one())[0] == 13
         assert root.admin.command("usersInfo", "gina")["users"][0]["roles"] == []

@@ -50,6 +50,15 @@ fn bypass(t: &Target, body: &Document, out: &mut Required) {
     }
 }
 
+/// `listCollections` with `authorizedCollections: true, nameOnly: true` needs only a user;
+/// the reply then lists the collections the user has privileges on.
+pub fn list_collections(db: &str, body: &Document, _: &Sequences) -> Required {
+    if truthy(body.get("authorizedCollections")) && truthy(body.get("nameOnly")) {
+        return Vec::new();
+    }
+    vec![(Target::Database(db.to_string()), "listCollections")]
+}
+
 pub fn insert(db: &str, body: &Document, _: &Sequences) -> Required {
     let t = own_ns(db, body);
     let mut out = vec![(t.clone(), "insert")];

@@ -122,6 +122,14 @@ impl Privileges {
         })
     }
 
+    /// True when some action is allowed on the collection.
+    pub fn touches_ns(&self, db: &str, coll: &str) -> bool {
+        let t = Target::Namespace(db.to_string(), coll.to_string());
+        self.0
+            .iter()
+            .any(|(r, actions)| !actions.is_empty() && r.matches(&t))
+    }
+
     pub fn to_bson(&self) -> Vec<Bson> {
         self.0
             .iter()

@@ -141,7 +141,7 @@ static COMMANDS: &[Command] = &[
     cmd(
         "listCollections",
         ddl::list_collections,
-        database(&["listCollections"]),
+        Need::Custom(needs::list_collections),
     ),
     cmd("create", ddl::create, coll(&["createCollection"])),
     cmd("collMod", ddl::coll_mod, coll(&["collMod"])),
