@@ -63,6 +63,7 @@ class NidusServer:
         extra_args: list[str] | None = None,
         test_commands: bool = True,
         log_name: str | None = None,
+        client_options: dict | None = None,
     ):
         self.binary = Path(binary) if binary else find_binary()
         self._own_dbpath = dbpath is None
@@ -70,6 +71,8 @@ class NidusServer:
         self.port = port
         self.extra_args = list(extra_args or [])
         self.test_commands = test_commands
+        # MongoClient options every client of this server needs (e.g. tls=True under requireTLS).
+        self.client_options = dict(client_options or {})
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         name = log_name or f"nidus-{os.getpid()}-{int(time.time() * 1000)}"
         self.log_path = LOG_DIR / f"{name}.log"
@@ -149,7 +152,8 @@ class NidusServer:
                 continue
             try:
                 c = MongoClient(HOST, self.port, directConnection=True,
-                                serverSelectionTimeoutMS=2000, connectTimeoutMS=2000)
+                                serverSelectionTimeoutMS=2000, connectTimeoutMS=2000,
+                                **self.client_options)
                 try:
                     c.admin.command("ping")
                     return
@@ -209,6 +213,8 @@ class NidusServer:
 
         kwargs.setdefault("directConnection", True)
         kwargs.setdefault("serverSelectionTimeoutMS", 10000)
+        for k, v in self.client_options.items():
+            kwargs.setdefault(k, v)
         return MongoClient(HOST, self.port, **kwargs)
 
     def log_text(self) -> str:

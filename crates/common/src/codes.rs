@@ -80,6 +80,7 @@ error_codes! {
     LockBusy = 46,
     NoMatchingDocument = 47,
     NamespaceExists = 48,
+    InvalidRoleModification = 49,
     MaxTimeMSExpired = 50,
     DollarPrefixedFieldName = 52,
     InvalidIdField = 53,

@@ -74,6 +74,23 @@ fn write_value(out: &mut String, v: &Bson) {
         Bson::Decimal128(d) => {
             let _ = write!(out, "NumberDecimal(\"{d}\")");
         }
+        Bson::Binary(b) => {
+            if b.subtype == bson::spec::BinarySubtype::Uuid && b.bytes.len() == 16 {
+                let h: String = b.bytes.iter().map(|x| format!("{x:02x}")).collect();
+                let _ = write!(
+                    out,
+                    "UUID(\"{}-{}-{}-{}-{}\")",
+                    &h[..8],
+                    &h[8..12],
+                    &h[12..16],
+                    &h[16..20],
+                    &h[20..]
+                );
+            } else {
+                let h: String = b.bytes.iter().map(|x| format!("{x:02X}")).collect();
+                let _ = write!(out, "BinData({}, {h})", u8::from(b.subtype));
+            }
+        }
         other => {
             let _ = write!(out, "{other}");
         }
@@ -105,5 +122,18 @@ mod tests {
             "{ a: \"x\", b: null, c: [ 1, 2.5 ] }"
         );
         assert_eq!(format(&Bson::Double(28.0)), "28.0");
+        let uuid = bson::Binary {
+            subtype: bson::spec::BinarySubtype::Uuid,
+            bytes: (0u8..16).collect(),
+        };
+        assert_eq!(
+            format(&Bson::Binary(uuid)),
+            "UUID(\"00010203-0405-0607-0809-0a0b0c0d0e0f\")"
+        );
+        let generic = bson::Binary {
+            subtype: bson::spec::BinarySubtype::Generic,
+            bytes: b"Hi".to_vec(),
+        };
+        assert_eq!(format(&Bson::Binary(generic)), "BinData(0, 4869)");
     }
 }

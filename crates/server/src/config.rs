@@ -3,12 +3,64 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+/// `--tlsMode`: which connections use TLS (as mongod's `net.tls.mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TlsMode {
+    #[default]
+    Disabled,
+    /// Plaintext between servers; clients may use either.
+    AllowTls,
+    /// TLS between servers; clients may use either.
+    PreferTls,
+    /// Every connection uses TLS.
+    RequireTls,
+}
+
+impl TlsMode {
+    fn parse(s: &str) -> Result<TlsMode, String> {
+        match s {
+            "disabled" => Ok(TlsMode::Disabled),
+            "allowTLS" => Ok(TlsMode::AllowTls),
+            "preferTLS" => Ok(TlsMode::PreferTls),
+            "requireTLS" => Ok(TlsMode::RequireTls),
+            other => Err(format!(
+                "Invalid value for tlsMode: {other} (expected disabled, allowTLS, preferTLS or requireTLS)"
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsMode::Disabled => "disabled",
+            TlsMode::AllowTls => "allowTLS",
+            TlsMode::PreferTls => "preferTLS",
+            TlsMode::RequireTls => "requireTLS",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct TlsConfig {
+    pub mode: TlsMode,
+    /// PEM file holding the server's certificate chain and its private key.
+    pub certificate_key_file: Option<PathBuf>,
+    /// PEM file of the CAs that sign client certificates (clients must then present one,
+    /// unless `allow_without_certificates`).
+    pub ca_file: Option<PathBuf>,
+    pub allow_without_certificates: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub port: u16,
     pub bind_ip: Vec<String>,
     pub dbpath: PathBuf,
     pub max_conns: usize,
+    /// `--auth` / `security.authorization: enabled`: clients must authenticate.
+    pub auth: bool,
+    /// `--tlsMode`, `--tlsCertificateKeyFile`, `--tlsCAFile`,
+    /// `--tlsAllowConnectionsWithoutCertificates`.
+    pub tls: TlsConfig,
     /// `--setParameter name=value`, as given.
     pub set_parameters: BTreeMap<String, String>,
     /// The arguments as given, for `getCmdLineOpts`.
@@ -22,13 +74,15 @@ impl Default for Config {
             bind_ip: vec!["127.0.0.1".to_string()],
             dbpath: PathBuf::from("./data"),
             max_conns: 1_000_000,
+            auth: false,
+            tls: TlsConfig::default(),
             set_parameters: BTreeMap::new(),
             argv: Vec::new(),
         }
     }
 }
 
-const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--setParameter name=value]...";
+const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--auth] [--tlsMode disabled|allowTLS|preferTLS|requireTLS] [--tlsCertificateKeyFile PEM] [--tlsCAFile PEM] [--tlsAllowConnectionsWithoutCertificates] [--setParameter name=value]...";
 
 impl Config {
     pub fn from_args(args: Vec<String>) -> Result<Config, String> {
@@ -74,16 +128,33 @@ impl Config {
                         .ok_or_else(|| format!("--setParameter expects name=value, got {v}"))?;
                     cfg.set_parameters.insert(k.to_string(), val.to_string());
                 }
+                "--auth" => cfg.auth = true,
+                "--tlsMode" => cfg.tls.mode = TlsMode::parse(&value("--tlsMode")?)?,
+                "--tlsCertificateKeyFile" => {
+                    cfg.tls.certificate_key_file =
+                        Some(PathBuf::from(value("--tlsCertificateKeyFile")?))
+                }
+                "--tlsCAFile" => cfg.tls.ca_file = Some(PathBuf::from(value("--tlsCAFile")?)),
+                "--tlsAllowConnectionsWithoutCertificates" => {
+                    cfg.tls.allow_without_certificates = true
+                }
+                "--noauth" => cfg.auth = false,
                 "--config" | "-f" => cfg.apply_config_file(&value("--config")?)?,
                 "--help" | "-h" => return Err(USAGE.to_string()),
                 other => return Err(format!("unrecognised option '{other}'\n{USAGE}")),
             }
         }
+        if cfg.tls.mode != TlsMode::Disabled && cfg.tls.certificate_key_file.is_none() {
+            return Err(
+                "need tlsCertificateKeyFile or certificateSelector when TLS is enabled".to_string(),
+            );
+        }
         Ok(cfg)
     }
 
     /// Reads the subset of mongod's YAML config this server understands:
-    /// `net.port`, `net.bindIp`, `storage.dbPath`, `setParameter.<name>`.
+    /// `net.port`, `net.bindIp`, `storage.dbPath`, `security.authorization`,
+    /// `setParameter.<name>`.
     fn apply_config_file(&mut self, path: &str) -> Result<(), String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("--config {path}: {e}"))?;
         let mut section = String::new();
@@ -114,6 +185,17 @@ impl Config {
                         .map_err(|e| format!("net.maxIncomingConnections: {e}"))?
                 }
                 ("storage", "dbPath") => self.dbpath = PathBuf::from(v),
+                ("security", "authorization") => {
+                    self.auth = match v {
+                        "enabled" => true,
+                        "disabled" => false,
+                        other => {
+                            return Err(format!(
+                            "security.authorization: expected enabled or disabled, got '{other}'"
+                        ))
+                        }
+                    }
+                }
                 ("setParameter", name) if indented => {
                     self.set_parameters.insert(name.to_string(), v.to_string());
                 }
@@ -154,15 +236,27 @@ mod tests {
             Some("1")
         );
         assert!(Config::from_args(args(&["--bogus"])).is_err());
+        assert!(!c.auth);
+        assert!(Config::from_args(args(&["--auth"])).unwrap().auth);
+        let t = Config::from_args(args(&[
+            "--tlsMode",
+            "requireTLS",
+            "--tlsCertificateKeyFile=/k.pem",
+        ]))
+        .unwrap();
+        assert_eq!(t.tls.mode, TlsMode::RequireTls);
+        assert!(Config::from_args(args(&["--tlsMode", "preferTLS"])).is_err());
+        assert!(Config::from_args(args(&["--tlsMode", "sometimes"])).is_err());
     }
 
     #[test]
     fn reads_yaml_config() {
         let dir = std::env::temp_dir().join(format!("nidus-cfg-{}", std::process::id()));
-        std::fs::write(&dir, "net:\n  port: 29000\n  bindIp: 127.0.0.1\nstorage:\n  dbPath: /tmp/d # comment\nsetParameter:\n  enableTestCommands: 1\n").unwrap();
+        std::fs::write(&dir, "net:\n  port: 29000\n  bindIp: 127.0.0.1\nstorage:\n  dbPath: /tmp/d # comment\nsecurity:\n  authorization: enabled\nsetParameter:\n  enableTestCommands: 1\n").unwrap();
         let c = Config::from_args(args(&["--config", dir.to_str().unwrap()])).unwrap();
         std::fs::remove_file(&dir).ok();
         assert_eq!(c.port, 29000);
+        assert!(c.auth);
         assert_eq!(c.dbpath, PathBuf::from("/tmp/d"));
         assert_eq!(
             c.set_parameters

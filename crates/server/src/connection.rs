@@ -9,8 +9,11 @@ use nidus_wire::{Compressor, Decoded, MsgHeader, Request as WireRequest, HEADER_
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// A client's byte stream: plain TCP or TLS over it.
+pub trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> ClientStream for S {}
 
 /// Per-connection state commands may read or change.
 #[derive(Debug, Clone)]
@@ -21,22 +24,24 @@ pub struct ConnState {
     pub app_name: Option<String>,
     /// Compressors agreed in `hello`, in the client's order of preference.
     pub compressors: Vec<Compressor>,
+    /// The authenticated user and any SASL conversation in progress.
+    pub auth: crate::auth::AuthState,
 }
 
-pub async fn serve(state: Arc<ServerState>, mut stream: TcpStream, peer: SocketAddr) {
+pub async fn serve<S: ClientStream>(state: Arc<ServerState>, mut stream: S, peer: SocketAddr) {
     let id = state.next_connection_id();
     state.connections.current.fetch_add(1, Ordering::Relaxed);
     state
         .connections
         .total_created
         .fetch_add(1, Ordering::Relaxed);
-    let _ = stream.set_nodelay(true);
     let mut conn = ConnState {
         id,
         peer,
         client_metadata: None,
         app_name: None,
         compressors: Vec::new(),
+        auth: Default::default(),
     };
     log::info(
         "NETWORK",
@@ -73,9 +78,9 @@ pub async fn serve(state: Arc<ServerState>, mut stream: TcpStream, peer: SocketA
 
 /// Handles one message. `Ok(None)` = the client closed the connection cleanly or must be
 /// disconnected; `Err` = an I/O or framing error after which the connection is closed.
-async fn handle_one(
+async fn handle_one<S: ClientStream>(
     state: &Arc<ServerState>,
-    stream: &mut TcpStream,
+    stream: &mut S,
     conn: ConnState,
 ) -> std::io::Result<Option<ConnState>> {
     let mut header_bytes = [0u8; HEADER_LEN];

@@ -59,9 +59,15 @@ impl Cursor {
     }
 }
 
+/// An open cursor and the user who opened it (`user@db`; empty without authentication).
+struct Entry {
+    owner: Vec<String>,
+    cursor: Arc<Mutex<Cursor>>,
+}
+
 #[derive(Default)]
 pub struct CursorManager {
-    cursors: Mutex<HashMap<i64, Arc<Mutex<Cursor>>>>,
+    cursors: Mutex<HashMap<i64, Entry>>,
 }
 
 fn new_cursor_id() -> i64 {
@@ -82,24 +88,36 @@ fn new_cursor_id() -> i64 {
 }
 
 impl CursorManager {
-    pub fn register(&self, cursor: Cursor) -> i64 {
+    pub fn register(&self, cursor: Cursor, owner: Vec<String>) -> i64 {
         let mut map = self.cursors.lock();
         loop {
             let id = new_cursor_id();
             if let std::collections::hash_map::Entry::Vacant(e) = map.entry(id) {
-                e.insert(Arc::new(Mutex::new(cursor)));
+                e.insert(Entry {
+                    owner,
+                    cursor: Arc::new(Mutex::new(cursor)),
+                });
                 return id;
             }
         }
     }
 
+    /// Who opened the cursor (None when there is no such cursor).
+    pub fn owner(&self, id: i64) -> Option<Vec<String>> {
+        self.cursors.lock().get(&id).map(|e| e.owner.clone())
+    }
+
     pub fn get(&self, id: i64) -> Result<Arc<Mutex<Cursor>>> {
-        self.cursors.lock().get(&id).cloned().ok_or_else(|| {
-            Error::new(
-                ErrorCode::CursorNotFound,
-                format!("cursor id {id} not found"),
-            )
-        })
+        self.cursors
+            .lock()
+            .get(&id)
+            .map(|e| e.cursor.clone())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorCode::CursorNotFound,
+                    format!("cursor id {id} not found"),
+                )
+            })
     }
 
     pub fn remove(&self, id: i64) -> bool {
@@ -115,7 +133,7 @@ impl CursorManager {
         let now = Instant::now();
         let mut map = self.cursors.lock();
         let before = map.len();
-        map.retain(|_, c| match c.try_lock() {
+        map.retain(|_, e| match e.cursor.try_lock() {
             Some(c) => c.no_timeout || now.duration_since(c.last_used) < timeout,
             None => true,
         });

@@ -1,5 +1,6 @@
 //! `nidus`: a MongoDB-compatible document database server on RocksDB.
 
+mod auth;
 mod commands;
 mod config;
 mod connection;
@@ -8,6 +9,7 @@ mod failpoint;
 mod log;
 mod params;
 mod state;
+mod tls;
 
 use config::Config;
 use nidus_engine::Engine;
@@ -64,6 +66,7 @@ fn run(config: Config) -> Result<(), String> {
 }
 
 async fn serve(state: Arc<ServerState>) -> Result<(), String> {
+    let acceptor = tls::acceptor(&state.config.tls)?;
     let mut listeners = Vec::new();
     for ip in &state.config.bind_ip {
         let addr = format!("{ip}:{}", state.config.port);
@@ -84,11 +87,11 @@ async fn serve(state: Arc<ServerState>) -> Result<(), String> {
         23016,
         "listener",
         "Waiting for connections",
-        json!({ "port": state.config.port, "ssl": "off" }),
+        json!({ "port": state.config.port, "ssl": if acceptor.is_some() { "on" } else { "off" } }),
     );
     for l in listeners {
         let st = state.clone();
-        tokio::spawn(accept_loop(st, l));
+        tokio::spawn(accept_loop(st, l, acceptor.clone()));
     }
     tokio::spawn(cursor_reaper(state.clone()));
     shutdown_signal().await;
@@ -102,7 +105,11 @@ async fn serve(state: Arc<ServerState>) -> Result<(), String> {
     Ok(())
 }
 
-async fn accept_loop(state: Arc<ServerState>, listener: TcpListener) {
+async fn accept_loop(
+    state: Arc<ServerState>,
+    listener: TcpListener,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
@@ -121,7 +128,12 @@ async fn accept_loop(state: Arc<ServerState>, listener: TcpListener) {
                     drop(stream);
                     continue;
                 }
-                tokio::spawn(connection::serve(state.clone(), stream, peer));
+                tokio::spawn(start_connection(
+                    state.clone(),
+                    stream,
+                    peer,
+                    acceptor.clone(),
+                ));
             }
             Err(e) => {
                 log::warn(
@@ -134,6 +146,39 @@ async fn accept_loop(state: Arc<ServerState>, listener: TcpListener) {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
+    }
+}
+
+/// Serves one accepted connection, first completing the TLS handshake when it uses TLS.
+async fn start_connection(
+    state: Arc<ServerState>,
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+) {
+    let _ = stream.set_nodelay(true);
+    let Some(acceptor) = acceptor else {
+        return connection::serve(state, stream, peer).await;
+    };
+    if !tls::wants_tls(state.config.tls.mode, &stream).await {
+        return connection::serve(state, stream, peer).await;
+    }
+    match tokio::time::timeout(Duration::from_secs(30), acceptor.accept(stream)).await {
+        Ok(Ok(tls_stream)) => connection::serve(state, tls_stream, peer).await,
+        Ok(Err(e)) => log::info(
+            "NETWORK",
+            22988,
+            "listener",
+            "Error receiving request from client. Ending connection from remote",
+            json!({ "error": format!("SSLHandshakeFailed: {e}"), "remote": peer.to_string() }),
+        ),
+        Err(_) => log::info(
+            "NETWORK",
+            22988,
+            "listener",
+            "Error receiving request from client. Ending connection from remote",
+            json!({ "error": "SSLHandshakeFailed: handshake timed out", "remote": peer.to_string() }),
+        ),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Server-wide state shared by every connection.
 
+use crate::auth::AuthManager;
 use crate::config::Config;
 use crate::cursor::CursorManager;
 use crate::failpoint::FailPoints;
@@ -37,6 +38,7 @@ pub struct ServerState {
     pub connections: Connections,
     pub started: Instant,
     pub process_id: bson::oid::ObjectId,
+    pub auth: AuthManager,
     next_connection_id: AtomicU64,
 }
 
@@ -45,7 +47,7 @@ impl ServerState {
         let params = Parameters::from_config(&config.set_parameters)?;
         Ok(ServerState {
             engine,
-            config,
+            config: config.clone(),
             params,
             cursors: CursorManager::default(),
             fail_points: FailPoints::default(),
@@ -53,6 +55,7 @@ impl ServerState {
             connections: Connections::default(),
             started: Instant::now(),
             process_id: bson::oid::ObjectId::new(),
+            auth: AuthManager::new(config.auth),
             next_connection_id: AtomicU64::new(1),
         })
     }

@@ -62,7 +62,7 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
         0
     } else {
         cursor.exec.set_deadline(None);
-        ctx.state.cursors.register(cursor)
+        ctx.state.cursors.register(cursor, ctx.conn.auth.owner())
     };
     Ok(batch_reply(&req.cursor_ns, id, "firstBatch", batch))
 }

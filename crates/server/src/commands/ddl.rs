@@ -30,7 +30,25 @@ pub fn list_databases(ctx: &mut Ctx) -> Result<Document> {
     let engine = &ctx.state.engine;
     let mut dbs = Vec::new();
     let mut total = 0i64;
+    // Without the cluster's listDatabases action, only the databases the user has privileges on.
+    let all = crate::auth::is_allowed(
+        ctx.state,
+        &ctx.conn.auth,
+        &crate::auth::roles::Target::Cluster,
+        "listDatabases",
+    );
+    let visible = |name: &str| {
+        all || ctx
+            .conn
+            .auth
+            .user
+            .as_ref()
+            .is_some_and(|u| u.privileges.touches_db(name))
+    };
     for name in engine.database_names() {
+        if !visible(&name) {
+            continue;
+        }
         let size: i64 = engine
             .collections_in(&name)
             .iter()
@@ -64,8 +82,16 @@ pub fn list_collections(ctx: &mut Ctx) -> Result<Document> {
         .opt_document("filter")?
         .map(|f| Matcher::parse(&f))
         .transpose()?;
+    // Under --auth without the database's listCollections action (authorizedCollections),
+    // only the collections the user has some privilege on.
+    let db_target = crate::auth::roles::Target::Database(ctx.db.clone());
+    let all = crate::auth::is_allowed(ctx.state, &ctx.conn.auth, &db_target, "listCollections");
+    let user = ctx.conn.auth.user.as_ref();
     let mut out = Vec::new();
     for coll in ctx.state.engine.collections_in(&ctx.db) {
+        if !all && !user.is_some_and(|u| u.privileges.touches_ns(&ctx.db, &coll.ns.coll)) {
+            continue;
+        }
         let meta = coll.meta.read();
         let entry = if name_only {
             doc! { "name": coll.ns.coll.clone(), "type": "collection" }

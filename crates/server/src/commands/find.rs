@@ -125,7 +125,7 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
 fn register(ctx: &Ctx, mut cursor: Cursor) -> i64 {
     // The deadline of the command that created the cursor does not bind later getMores.
     cursor.exec.set_deadline(None);
-    ctx.state.cursors.register(cursor)
+    ctx.state.cursors.register(cursor, ctx.conn.auth.owner())
 }
 
 pub fn batch_reply(ns: &Namespace, id: i64, field: &str, batch: Vec<RawDocumentBuf>) -> Document {

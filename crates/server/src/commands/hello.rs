@@ -42,6 +42,12 @@ fn handshake(ctx: &mut Ctx, primary_field: &str) -> Result<Document> {
     if let Some(list) = negotiate_compression(ctx)? {
         reply.insert("compression", list);
     }
+    if let Some(mechs) = super::auth::supported_mechs(ctx)? {
+        reply.insert("saslSupportedMechs", mechs);
+    }
+    if let Some(spec) = super::auth::speculative(ctx) {
+        reply.insert("speculativeAuthenticate", spec);
+    }
     Ok(reply)
 }
 

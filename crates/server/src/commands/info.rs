@@ -95,6 +95,21 @@ pub fn get_cmd_line_opts(ctx: &mut Ctx) -> Result<Document> {
     if !set_parameter.is_empty() {
         parsed.insert("setParameter", set_parameter);
     }
+    if cfg.auth {
+        parsed.insert("security", doc! { "authorization": "enabled" });
+    }
+    if cfg.tls.mode != crate::config::TlsMode::Disabled {
+        let mut tls = doc! { "mode": cfg.tls.mode.name() };
+        if let Some(f) = &cfg.tls.certificate_key_file {
+            tls.insert("certificateKeyFile", f.display().to_string());
+        }
+        if let Some(f) = &cfg.tls.ca_file {
+            tls.insert("CAFile", f.display().to_string());
+        }
+        if let Ok(net) = parsed.get_document_mut("net") {
+            net.insert("tls", tls);
+        }
+    }
     Ok(doc! { "argv": cfg.argv.clone(), "parsed": parsed })
 }
 
@@ -139,16 +154,13 @@ pub fn whatsmyuri(ctx: &mut Ctx) -> Result<Document> {
     Ok(doc! { "you": ctx.conn.peer.to_string() })
 }
 
-pub fn connection_status(_ctx: &mut Ctx) -> Result<Document> {
-    Ok(doc! { "authInfo": { "authenticatedUsers": [], "authenticatedUserRoles": [] } })
-}
-
 pub fn list_commands(_ctx: &mut Ctx) -> Result<Document> {
     let mut commands = Document::new();
     for name in super::command_names() {
+        let requires_auth = !matches!(super::need_of(name), Some(crate::auth::Need::Nothing));
         commands.insert(
             name,
-            doc! { "help": "", "adminOnly": false, "requiresAuth": false },
+            doc! { "help": "", "adminOnly": false, "requiresAuth": requires_auth },
         );
     }
     Ok(doc! { "commands": commands })

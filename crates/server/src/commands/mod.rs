@@ -5,6 +5,7 @@
 //! fail points, and counts opcounters.
 
 mod aggregate;
+mod auth;
 mod bulk_write;
 mod ddl;
 mod explain;
@@ -14,8 +15,10 @@ mod hello;
 mod info;
 mod plan_cache;
 mod stats;
+mod users;
 mod write;
 
+use crate::auth::{needs, Need};
 use crate::connection::ConnState;
 use crate::state::ServerState;
 use bson::{Bson, Document, RawDocumentBuf};
@@ -56,100 +59,217 @@ struct Command {
     handler: Handler,
     counter: Counter,
     test_only: bool,
+    /// What the command needs under `--auth` (the one command → privilege table).
+    need: Need,
 }
 
-const fn cmd(name: &'static str, handler: Handler) -> Command {
+const fn cmd(name: &'static str, handler: Handler, need: Need) -> Command {
     Command {
         name,
         handler,
         counter: Counter::Command,
         test_only: false,
+        need,
     }
 }
 
+const fn counted(name: &'static str, handler: Handler, counter: Counter, need: Need) -> Command {
+    Command {
+        name,
+        handler,
+        counter,
+        test_only: false,
+        need,
+    }
+}
+
+const NONE: Need = Need::Nothing;
+const AUTHED: Need = Need::Authenticated;
+const fn coll(actions: &'static [&'static str]) -> Need {
+    Need::Collection(actions)
+}
+const fn database(actions: &'static [&'static str]) -> Need {
+    Need::Database(actions)
+}
+const fn cluster(actions: &'static [&'static str]) -> Need {
+    Need::Cluster(actions)
+}
+
 static COMMANDS: &[Command] = &[
-    cmd("hello", hello::hello),
-    cmd("isMaster", hello::is_master),
-    cmd("ismaster", hello::is_master),
-    cmd("ping", info::ping),
-    cmd("buildInfo", info::build_info),
-    cmd("buildinfo", info::build_info),
-    cmd("getParameter", info::get_parameter),
-    cmd("setParameter", info::set_parameter),
-    cmd("getCmdLineOpts", info::get_cmd_line_opts),
-    cmd("hostInfo", info::host_info),
-    cmd("whatsmyuri", info::whatsmyuri),
-    cmd("connectionStatus", info::connection_status),
-    cmd("serverStatus", stats::server_status),
-    cmd("listCommands", info::list_commands),
-    cmd("endSessions", info::end_sessions),
-    cmd("killSessions", info::end_sessions),
-    cmd("refreshSessions", info::end_sessions),
-    cmd("startSession", info::start_session),
-    cmd("getLog", info::get_log),
-    cmd("logout", info::ping),
-    cmd("getFreeMonitoringStatus", info::free_monitoring),
-    cmd("features", info::features),
-    cmd("listDatabases", ddl::list_databases),
-    cmd("listCollections", ddl::list_collections),
-    cmd("create", ddl::create),
-    cmd("collMod", ddl::coll_mod),
-    cmd("drop", ddl::drop),
-    cmd("dropDatabase", ddl::drop_database),
-    cmd("renameCollection", ddl::rename_collection),
-    cmd("createIndexes", ddl::create_indexes),
-    cmd("listIndexes", ddl::list_indexes),
-    cmd("dropIndexes", ddl::drop_indexes),
-    cmd("deleteIndexes", ddl::drop_indexes),
-    cmd("dbStats", stats::db_stats),
-    cmd("collStats", stats::coll_stats),
-    cmd("validate", stats::validate),
-    Command {
-        name: "find",
-        handler: find::find,
-        counter: Counter::Query,
-        test_only: false,
-    },
-    Command {
-        name: "getMore",
-        handler: find::get_more,
-        counter: Counter::GetMore,
-        test_only: false,
-    },
-    cmd("killCursors", find::kill_cursors),
-    cmd("count", find::count),
-    cmd("explain", explain::explain),
-    cmd("planCacheClear", plan_cache::plan_cache_clear),
-    cmd("distinct", find::distinct),
-    cmd("aggregate", aggregate::aggregate),
-    Command {
-        name: "insert",
-        handler: write::insert,
-        counter: Counter::None,
-        test_only: false,
-    },
-    Command {
-        name: "update",
-        handler: write::update,
-        counter: Counter::None,
-        test_only: false,
-    },
-    Command {
-        name: "delete",
-        handler: write::delete,
-        counter: Counter::None,
-        test_only: false,
-    },
-    cmd("bulkWrite", bulk_write::bulk_write),
-    cmd("findAndModify", find_and_modify::find_and_modify),
-    cmd("findandmodify", find_and_modify::find_and_modify),
+    cmd("hello", hello::hello, NONE),
+    cmd("isMaster", hello::is_master, NONE),
+    cmd("ismaster", hello::is_master, NONE),
+    cmd("ping", info::ping, NONE),
+    cmd("buildInfo", info::build_info, NONE),
+    cmd("buildinfo", info::build_info, NONE),
+    cmd("saslStart", auth::sasl_start, NONE),
+    cmd("saslContinue", auth::sasl_continue, NONE),
+    cmd("logout", auth::logout, NONE),
+    cmd("connectionStatus", auth::connection_status, NONE),
+    cmd("listCommands", info::list_commands, NONE),
+    cmd(
+        "getParameter",
+        info::get_parameter,
+        cluster(&["getParameter"]),
+    ),
+    cmd(
+        "setParameter",
+        info::set_parameter,
+        cluster(&["setParameter"]),
+    ),
+    cmd(
+        "getCmdLineOpts",
+        info::get_cmd_line_opts,
+        cluster(&["getCmdLineOpts"]),
+    ),
+    cmd("hostInfo", info::host_info, cluster(&["hostInfo"])),
+    cmd("whatsmyuri", info::whatsmyuri, AUTHED),
+    cmd(
+        "serverStatus",
+        stats::server_status,
+        cluster(&["serverStatus"]),
+    ),
+    cmd("endSessions", info::end_sessions, AUTHED),
+    cmd("killSessions", info::end_sessions, AUTHED),
+    cmd("refreshSessions", info::end_sessions, AUTHED),
+    cmd("startSession", info::start_session, AUTHED),
+    cmd("getLog", info::get_log, cluster(&["getLog"])),
+    cmd("getFreeMonitoringStatus", info::free_monitoring, AUTHED),
+    cmd("features", info::features, AUTHED),
+    // Without the cluster's listDatabases action the reply lists only the databases the
+    // user has privileges on (MongoDB's authorizedDatabases default).
+    cmd("listDatabases", ddl::list_databases, AUTHED),
+    cmd(
+        "listCollections",
+        ddl::list_collections,
+        Need::Custom(needs::list_collections),
+    ),
+    cmd("create", ddl::create, coll(&["createCollection"])),
+    cmd("collMod", ddl::coll_mod, coll(&["collMod"])),
+    cmd("drop", ddl::drop, coll(&["dropCollection"])),
+    cmd(
+        "dropDatabase",
+        ddl::drop_database,
+        database(&["dropDatabase"]),
+    ),
+    cmd(
+        "renameCollection",
+        ddl::rename_collection,
+        Need::Custom(needs::rename_collection),
+    ),
+    cmd("createIndexes", ddl::create_indexes, coll(&["createIndex"])),
+    cmd("listIndexes", ddl::list_indexes, coll(&["listIndexes"])),
+    cmd("dropIndexes", ddl::drop_indexes, coll(&["dropIndex"])),
+    cmd("deleteIndexes", ddl::drop_indexes, coll(&["dropIndex"])),
+    cmd("dbStats", stats::db_stats, database(&["dbStats"])),
+    cmd("dbstats", stats::db_stats, database(&["dbStats"])),
+    cmd("collStats", stats::coll_stats, coll(&["collStats"])),
+    cmd("collstats", stats::coll_stats, coll(&["collStats"])),
+    cmd("validate", stats::validate, coll(&["validate"])),
+    counted("find", find::find, Counter::Query, coll(&["find"])),
+    counted(
+        "getMore",
+        find::get_more,
+        Counter::GetMore,
+        Need::CursorOwner,
+    ),
+    cmd("killCursors", find::kill_cursors, Need::CursorOwner),
+    cmd("count", find::count, coll(&["find"])),
+    cmd("explain", explain::explain, Need::Custom(needs::explain)),
+    cmd(
+        "planCacheClear",
+        plan_cache::plan_cache_clear,
+        coll(&["planCacheWrite"]),
+    ),
+    cmd("distinct", find::distinct, coll(&["find"])),
+    cmd(
+        "aggregate",
+        aggregate::aggregate,
+        Need::Custom(needs::aggregate),
+    ),
+    counted(
+        "insert",
+        write::insert,
+        Counter::None,
+        Need::Custom(needs::insert),
+    ),
+    counted(
+        "update",
+        write::update,
+        Counter::None,
+        Need::Custom(needs::update),
+    ),
+    counted("delete", write::delete, Counter::None, coll(&["remove"])),
+    cmd(
+        "bulkWrite",
+        bulk_write::bulk_write,
+        Need::Custom(needs::bulk_write),
+    ),
+    cmd(
+        "findAndModify",
+        find_and_modify::find_and_modify,
+        Need::Custom(needs::find_and_modify),
+    ),
+    cmd(
+        "findandmodify",
+        find_and_modify::find_and_modify,
+        Need::Custom(needs::find_and_modify),
+    ),
+    cmd(
+        "createUser",
+        users::create_user,
+        Need::Custom(needs::create_user),
+    ),
+    cmd(
+        "updateUser",
+        users::update_user,
+        Need::Custom(needs::update_user),
+    ),
+    cmd("dropUser", users::drop_user, database(&["dropUser"])),
+    cmd(
+        "dropAllUsersFromDatabase",
+        users::drop_all_users,
+        database(&["dropUser"]),
+    ),
+    cmd(
+        "usersInfo",
+        users::users_info,
+        Need::Custom(needs::users_info),
+    ),
+    cmd(
+        "grantRolesToUser",
+        users::grant_roles_to_user,
+        Need::Custom(needs::grant_roles),
+    ),
+    cmd(
+        "revokeRolesFromUser",
+        users::revoke_roles_from_user,
+        Need::Custom(needs::revoke_roles),
+    ),
+    cmd(
+        "createRole",
+        users::create_role,
+        Need::Custom(needs::create_role),
+    ),
+    cmd("dropRole", users::drop_role, database(&["dropRole"])),
+    cmd(
+        "rolesInfo",
+        users::roles_info,
+        Need::Custom(needs::roles_info),
+    ),
     Command {
         name: "configureFailPoint",
         handler: info::configure_fail_point,
         counter: Counter::Command,
         test_only: true,
+        need: cluster(&["configureFailPoint"]),
     },
 ];
+
+/// What a command needs under `--auth` (for `explain`, which needs what it explains).
+pub fn need_of(name: &str) -> Option<Need> {
+    lookup(name).map(|c| c.need)
+}
 
 fn lookup(name: &str) -> Option<&'static Command> {
     COMMANDS.iter().find(|c| c.name == name)
@@ -238,6 +358,15 @@ fn run_handler(
             ))
         }
     };
+    crate::auth::authorize(
+        state,
+        conn,
+        command.need,
+        name,
+        &db,
+        &req.body,
+        &req.sequences,
+    )?;
     let deadline = parse_max_time(&req.body)?;
     if deadline.is_some() && state.fail_points.max_time_always_times_out() {
         return Err(Error::new(
@@ -266,6 +395,12 @@ fn run_handler(
     };
     if write_concern.journal {
         state.engine.sync()?;
+    }
+    let auth_collection = matches!(ctx.body.get(name),
+        Some(Bson::String(c)) if c == "system.users" || c == "system.roles");
+    if ctx.db == "admin" && (auth_collection || name == "dropDatabase") {
+        // Writing to (or dropping) the auth collections directly changes users or roles too.
+        state.auth.invalidate();
     }
     Ok(body)
 }

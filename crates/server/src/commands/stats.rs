@@ -108,7 +108,7 @@ fn collection(ctx: &Ctx, field: &str) -> Result<std::sync::Arc<Collection>> {
 
 pub fn coll_stats(ctx: &mut Ctx) -> Result<Document> {
     let scale = scale(ctx)?;
-    let coll = collection(ctx, "collStats")?;
+    let coll = collection(ctx, &ctx.command_name())?;
     let count = coll.count.load(Ordering::Relaxed);
     let size = coll.data_size.load(Ordering::Relaxed);
     let meta = coll.meta.read();

@@ -1,0 +1,304 @@
+//! Authentication (SCRAM) and authorization (roles, privileges, the per-command check).
+//!
+//! Every command declares in the command table (`commands/mod.rs`) what it needs: nothing,
+//! an authenticated user, or actions on its collection, database or the cluster (computed from
+//! the body for writes with upserts, aggregation stages, explain, ...). The dispatcher calls
+//! [`authorize`] once per command, before the handler runs, when the server runs with `--auth`.
+
+pub mod needs;
+pub mod roles;
+pub mod scram;
+pub mod store;
+
+use crate::connection::ConnState;
+use crate::state::ServerState;
+use bson::{Bson, Document};
+use nidus_common::{Error, ErrorCode, Result};
+use roles::{Privileges, RoleName, Target};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Server-wide authentication settings and the user-cache generation.
+pub struct AuthManager {
+    pub enabled: bool,
+    /// Bumped by every change to users or roles; connections re-read their user when it moves.
+    generation: AtomicU64,
+}
+
+impl AuthManager {
+    pub fn new(enabled: bool) -> AuthManager {
+        AuthManager {
+            enabled,
+            generation: AtomicU64::new(1),
+        }
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub fn invalidate(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// The user a connection authenticated as, with its roles and privileges resolved.
+#[derive(Debug, Clone)]
+pub struct AuthedUser {
+    pub user: String,
+    pub db: String,
+    /// The user's roles with every role they inherit.
+    pub all_roles: BTreeSet<RoleName>,
+    pub privileges: Arc<Privileges>,
+    generation: u64,
+}
+
+impl AuthedUser {
+    pub fn name(&self) -> String {
+        format!("{}@{}", self.user, self.db)
+    }
+}
+
+/// A SASL conversation in progress.
+#[derive(Debug, Clone)]
+pub struct Sasl {
+    pub id: i32,
+    pub db: String,
+    pub user: String,
+    pub step: SaslStep,
+    pub skip_empty_exchange: bool,
+}
+
+#[derive(Debug, Clone)]
+pub enum SaslStep {
+    /// Waiting for the client-final message.
+    Proof(Box<scram::Conversation>),
+    /// The proof checked out; waiting for the client's empty message.
+    Done,
+}
+
+/// Per-connection authentication state.
+#[derive(Debug, Clone, Default)]
+pub struct AuthState {
+    pub user: Option<AuthedUser>,
+    pub sasl: Option<Sasl>,
+    next_conversation: i32,
+}
+
+impl AuthState {
+    pub fn next_conversation_id(&mut self) -> i32 {
+        self.next_conversation += 1;
+        self.next_conversation
+    }
+
+    /// The owner recorded on cursors this connection opens (empty when not authenticated).
+    pub fn owner(&self) -> Vec<String> {
+        self.user.iter().map(AuthedUser::name).collect()
+    }
+}
+
+/// Loads a user's roles and privileges.
+pub fn load_user(state: &ServerState, db: &str, user: &str) -> Result<Option<AuthedUser>> {
+    let generation = state.auth.generation();
+    let Some(d) = store::get_user(&state.engine, db, user)? else {
+        return Ok(None);
+    };
+    let roles = store::roles_of(&d);
+    let (all_roles, privileges) = store::resolve(&state.engine, &roles)?;
+    Ok(Some(AuthedUser {
+        user: user.to_string(),
+        db: db.to_string(),
+        all_roles,
+        privileges: Arc::new(privileges),
+        generation,
+    }))
+}
+
+/// Re-reads the connection's user when users or roles changed since it was loaded; a user
+/// that was dropped is logged out.
+pub fn refresh(state: &ServerState, auth: &mut AuthState) -> Result<()> {
+    let Some(u) = &auth.user else {
+        return Ok(());
+    };
+    if u.generation == state.auth.generation() {
+        return Ok(());
+    }
+    let (db, user) = (u.db.clone(), u.user.clone());
+    auth.user = load_user(state, &db, &user)?;
+    Ok(())
+}
+
+/// What a command needs before it may run under `--auth`.
+#[derive(Clone, Copy)]
+pub enum Need {
+    /// Nothing: the handshake, `ping`, `buildInfo`, SASL, `connectionStatus`, `logout`.
+    Nothing,
+    /// An authenticated user; no particular privilege.
+    Authenticated,
+    /// These actions on the collection the command's first field names.
+    Collection(&'static [&'static str]),
+    /// These actions on the command's database.
+    Database(&'static [&'static str]),
+    /// These actions on the cluster.
+    Cluster(&'static [&'static str]),
+    /// Computed from the command: `(target, action)` pairs, all required.
+    Custom(fn(&str, &Document, &needs::Sequences) -> needs::Required),
+    /// An authenticated user who owns the cursors the command names (`getMore`, `killCursors`).
+    CursorOwner,
+}
+
+/// The privileges a command requires, as `(target, action)` pairs (None: authentication only).
+pub fn required(
+    need: Need,
+    db: &str,
+    body: &Document,
+    seqs: &needs::Sequences,
+) -> Option<needs::Required> {
+    let coll_target = || match body.values().next() {
+        Some(Bson::String(c)) => Target::Namespace(db.to_string(), c.clone()),
+        _ => Target::Database(db.to_string()),
+    };
+    let pairs = |t: Target, actions: &'static [&'static str]| {
+        actions.iter().map(|a| (t.clone(), *a)).collect::<Vec<_>>()
+    };
+    match need {
+        Need::Nothing | Need::Authenticated | Need::CursorOwner => None,
+        Need::Collection(a) => Some(pairs(coll_target(), a)),
+        Need::Database(a) => Some(pairs(Target::Database(db.to_string()), a)),
+        Need::Cluster(a) => Some(pairs(Target::Cluster, a)),
+        Need::Custom(f) => Some(f(db, body, seqs)),
+    }
+}
+
+/// The localhost exception: with no user defined yet, a connection from the loopback
+/// interface may create the first user (or role) in `admin`.
+fn localhost_exception(state: &ServerState, peer_is_loopback: bool, name: &str, db: &str) -> bool {
+    peer_is_loopback
+        && db == "admin"
+        && matches!(name, "createUser" | "createRole")
+        && !store::any_user(&state.engine)
+}
+
+/// The one authorization check, run by the dispatcher before every command under `--auth`.
+pub fn authorize(
+    state: &ServerState,
+    conn: &mut ConnState,
+    need: Need,
+    name: &str,
+    db: &str,
+    body: &Document,
+    seqs: &needs::Sequences,
+) -> Result<()> {
+    if !state.auth.enabled || matches!(need, Need::Nothing) {
+        return Ok(());
+    }
+    let peer_is_loopback = conn.peer.ip().is_loopback();
+    let auth = &mut conn.auth;
+    refresh(state, auth)?;
+    let Some(user) = &auth.user else {
+        if localhost_exception(state, peer_is_loopback, name, db) {
+            return Ok(());
+        }
+        return Err(Error::new(
+            ErrorCode::Unauthorized,
+            format!("Command {name} requires authentication"),
+        ));
+    };
+    if let Need::CursorOwner = need {
+        return check_cursor_owner(state, user, name, db, body);
+    }
+    let Some(required) = required(need, db, body, seqs) else {
+        return Ok(());
+    };
+    if required.iter().all(|(t, a)| user.privileges.allows(t, a)) {
+        return Ok(());
+    }
+    if name == "usersInfo" && asks_only_for_self(user, db, body) {
+        // Users may always look at themselves.
+        return Ok(());
+    }
+    Err(not_authorized(db, body))
+}
+
+/// `usersInfo` naming only the connection's own user.
+fn asks_only_for_self(user: &AuthedUser, db: &str, body: &Document) -> bool {
+    let is_me = |v: &Bson| match v {
+        Bson::String(u) => *u == user.user && db == user.db,
+        Bson::Document(d) => {
+            d.get_str("user").ok() == Some(user.user.as_str())
+                && d.get_str("db").ok() == Some(user.db.as_str())
+        }
+        _ => false,
+    };
+    match body.get("usersInfo") {
+        Some(Bson::Array(a)) => !a.is_empty() && a.iter().all(is_me),
+        Some(v) => is_me(v),
+        None => false,
+    }
+}
+
+fn not_authorized(db: &str, body: &Document) -> Error {
+    Error::new(
+        ErrorCode::Unauthorized,
+        format!(
+            "not authorized on {db} to execute command {}",
+            nidus_common::shell::format(&Bson::Document(redact(body)))
+        ),
+    )
+}
+
+/// `getMore` and `killCursors` may touch only cursors their user opened (unknown ids are left
+/// to the command, which reports them as not found).
+fn check_cursor_owner(
+    state: &ServerState,
+    user: &AuthedUser,
+    name: &str,
+    db: &str,
+    body: &Document,
+) -> Result<()> {
+    let me = vec![user.name()];
+    let ids: Vec<i64> = match (name, body.values().next()) {
+        ("getMore", Some(Bson::Int64(id))) => vec![*id],
+        _ => match body.get("cursors") {
+            Some(Bson::Array(a)) => a.iter().filter_map(|v| v.as_i64()).collect(),
+            _ => Vec::new(),
+        },
+    };
+    for id in ids {
+        match state.cursors.owner(id) {
+            Some(owner) if owner != me => {
+                return Err(if name == "getMore" {
+                    Error::new(
+                        ErrorCode::Unauthorized,
+                        format!("cursor id {id} was not created by the authenticated user"),
+                    )
+                } else {
+                    not_authorized(db, body)
+                })
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A command as error messages and logs may show it: passwords and SASL payloads hidden.
+pub fn redact(body: &Document) -> Document {
+    let mut out = body.clone();
+    for k in ["pwd", "payload"] {
+        if out.contains_key(k) {
+            out.insert(k, "###");
+        }
+    }
+    out
+}
+
+/// True when `action` on `target` is allowed for the connection (always without `--auth`).
+pub fn is_allowed(state: &ServerState, auth: &AuthState, target: &Target, action: &str) -> bool {
+    !state.auth.enabled
+        || auth
+            .user
+            .as_ref()
+            .is_some_and(|u| u.privileges.allows(target, action))
+}
