@@ -3,6 +3,7 @@
 pub mod catalog;
 mod ddl;
 pub mod durability;
+pub mod explain_write;
 pub mod exec;
 pub mod find;
 pub mod index;

@@ -5,6 +5,7 @@
 //! disagree with what ran.
 
 mod collscan;
+mod delete;
 mod eof;
 mod express;
 mod fetch;
@@ -16,10 +17,12 @@ mod queued_data;
 mod skip;
 mod sort;
 mod sort_merge;
+mod update;
 
 pub use collscan::CollScan;
+pub use delete::DeleteExplain;
 pub use eof::Eof;
-pub use express::ExpressIxscan;
+pub use express::{ExpressIxscan, ExpressWrite, ExpressWriteKind};
 pub use fetch::Fetch;
 pub use ixscan::IndexScan;
 pub use limit::Limit;
@@ -29,6 +32,7 @@ pub use queued_data::QueuedData;
 pub use skip::Skip;
 pub use sort::Sort;
 pub use sort_merge::SortMerge;
+pub use update::{has_positional, ReturnDoc, UpdateAction, UpdateExplain, WouldUpdate};
 
 use bson::{Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
@@ -263,6 +267,14 @@ impl Executor {
             is_cached: false,
             cache_key: None,
         }
+    }
+
+    /// Puts a stage over the plan (a write over its read plan): `wrap` gets the old root and
+    /// the results the multi-planner's trial buffered, which the new root must consume first.
+    pub fn wrap_root(&mut self, wrap: impl FnOnce(Stage, VecDeque<Member>) -> Stage) {
+        let root = std::mem::replace(&mut self.root, Stage::new(Eof));
+        let buffered = std::mem::take(&mut self.buffered);
+        self.root = wrap(root, buffered);
     }
 
     pub fn set_deadline(&mut self, deadline: Option<Instant>) {

@@ -8,6 +8,7 @@ mod aggregate;
 mod bulk_write;
 mod ddl;
 mod explain;
+mod explain_write;
 mod find;
 mod find_and_modify;
 mod hello;
