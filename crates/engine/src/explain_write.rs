@@ -20,7 +20,7 @@ use std::sync::Arc;
 /// The write being explained.
 pub enum WriteOp {
     Update {
-        update: Update,
+        update: Box<Update>,
         multi: bool,
         upsert: bool,
         returns: ReturnDoc,
@@ -81,34 +81,27 @@ impl Engine {
         let multi = spec.op.multi();
         // MongoDB's `_id` fast paths: an `{_id: <scalar>}` filter without hint or collation
         // on a collection with an `_id` index skips planning (isSimpleIdQuery).
-        let id_index = coll
-            .meta
-            .read()
-            .indexes
-            .iter()
-            .find(|i| i.is_id())
-            .cloned();
+        let id_index = coll.meta.read().indexes.iter().find(|i| i.is_id()).cloned();
         let simple_id = match (&id_index, matcher.id_equality()) {
-            (Some(ix), Some(id))
-                if spec.find.hint.is_none() && spec.find.collation.is_none() =>
-            {
+            (Some(ix), Some(id)) if spec.find.hint.is_none() && spec.find.collation.is_none() => {
                 Some((ix.clone(), id))
             }
             _ => None,
         };
         let upsert = matches!(spec.op, WriteOp::Update { upsert: true, .. });
-        let positional = matches!(&spec.op, WriteOp::Update { update, .. } if has_positional(update));
+        let positional =
+            matches!(&spec.op, WriteOp::Update { update, .. } if has_positional(update));
         if let Some((ix, id)) = &simple_id {
             if fields.is_none() && !upsert && !positional {
                 let lookup = ExpressIxscan::new(self.kv_arc(), coll.id, ix.clone(), id.clone());
                 let kind = match spec.op {
                     WriteOp::Update {
                         update, returns, ..
-                    } => ExpressWriteKind::Update(UpdateAction {
+                    } => ExpressWriteKind::Update(Box::new(UpdateAction {
                         matcher,
-                        update,
+                        update: *update,
                         returns,
-                    }),
+                    })),
                     WriteOp::Delete { return_deleted, .. } => {
                         ExpressWriteKind::Delete { return_deleted }
                     }
@@ -150,7 +143,7 @@ impl Engine {
                 pending,
                 UpdateAction {
                     matcher,
-                    update,
+                    update: *update,
                     returns,
                 },
                 multi,

@@ -3,8 +3,8 @@
 pub mod catalog;
 mod ddl;
 pub mod durability;
-pub mod explain_write;
 pub mod exec;
+pub mod explain_write;
 pub mod find;
 pub mod index;
 pub mod index_spec;

@@ -118,7 +118,7 @@ impl StageImpl for ExpressIxscan {
 
 /// What an express write does with the document it found.
 pub enum ExpressWriteKind {
-    Update(UpdateAction),
+    Update(Box<UpdateAction>),
     Delete { return_deleted: bool },
 }
 

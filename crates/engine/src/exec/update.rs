@@ -106,8 +106,7 @@ impl UpdateExplain {
     }
 
     fn finished(&self) -> bool {
-        self.done_updating()
-            && (self.upsert.is_none() || self.n_matched > 0 || self.n_upserted > 0)
+        self.done_updating() && (self.upsert.is_none() || self.n_matched > 0 || self.n_upserted > 0)
     }
 
     /// The end of the input: an upsert with no match would insert now.

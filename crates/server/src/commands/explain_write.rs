@@ -4,8 +4,7 @@
 
 use super::find::check_fields;
 use super::write::{
-    check_batch_size, parse_delete_statement, parse_update_statement, statement_opts,
-    to_document,
+    check_batch_size, parse_delete_statement, parse_update_statement, statement_opts, to_document,
 };
 use super::{find_and_modify, Ctx};
 use bson::{doc, Document};
@@ -80,7 +79,7 @@ fn update_spec(ctx: &mut Ctx) -> Result<(Namespace, WriteExplainSpec)> {
     let spec = WriteExplainSpec {
         find: find_part(ctx, parsed.filter, parsed.sort, parsed.hint, &opts),
         op: WriteOp::Update {
-            update: parsed.update,
+            update: Box::new(parsed.update),
             multi: parsed.multi,
             upsert: parsed.upsert,
             returns: ReturnDoc::None,
@@ -114,7 +113,7 @@ fn find_and_modify_spec(ctx: &mut Ctx) -> Result<(Namespace, WriteExplainSpec)> 
     let opts = super::write::opts(ctx)?.with_collation(ctx.opt_document("collation")?);
     let op = match (req.remove, req.update) {
         (false, Some(update)) => WriteOp::Update {
-            update,
+            update: Box::new(update),
             multi: false,
             upsert: req.upsert,
             returns: if req.return_new {
