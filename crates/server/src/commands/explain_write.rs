@@ -110,6 +110,13 @@ fn delete_spec(ctx: &mut Ctx) -> Result<(Namespace, WriteExplainSpec)> {
 fn find_and_modify_spec(ctx: &mut Ctx) -> Result<(Namespace, WriteExplainSpec)> {
     let ns = ctx.namespace(&ctx.command_name())?;
     let req = find_and_modify::parse(ctx)?;
+    // findAndModify's explain, unlike update's and delete's, needs the database to exist.
+    if ctx.state.engine.collections_in(&ctx.db).is_empty() {
+        return Err(Error::new(
+            ErrorCode::NamespaceNotFound,
+            format!("database {} does not exist", ctx.db),
+        ));
+    }
     let opts = super::write::opts(ctx)?.with_collation(ctx.opt_document("collation")?);
     let op = match (req.remove, req.update) {
         (false, Some(update)) => WriteOp::Update {
