@@ -5,6 +5,7 @@ mod ddl;
 pub mod distinct;
 pub mod durability;
 pub mod exec;
+pub mod explain_write;
 pub mod find;
 pub mod index;
 pub mod index_spec;

@@ -1,3 +1,4 @@
+use super::update::UpdateAction;
 use super::{Member, StageImpl, StageState};
 use crate::catalog::IndexMeta;
 use crate::index;
@@ -16,6 +17,9 @@ pub struct ExpressIxscan {
     done: bool,
     keys_examined: i64,
     docs_examined: i64,
+    /// Named `IDHACK` (the classic `_id` lookup under a write MongoDB's express path does not
+    /// take, such as an upsert).
+    idhack: bool,
 }
 
 impl ExpressIxscan {
@@ -33,6 +37,20 @@ impl ExpressIxscan {
             done: false,
             keys_examined: 0,
             docs_examined: 0,
+            idhack: false,
+        }
+    }
+
+    /// The same lookup named `IDHACK`, as the classic engine shows it under UPDATE/DELETE.
+    pub fn idhack(
+        kv: Arc<dyn KvEngine>,
+        coll_id: u64,
+        index: IndexMeta,
+        value: Bson,
+    ) -> ExpressIxscan {
+        ExpressIxscan {
+            idhack: true,
+            ..ExpressIxscan::new(kv, coll_id, index, value)
         }
     }
 
@@ -61,7 +79,11 @@ impl ExpressIxscan {
 
 impl StageImpl for ExpressIxscan {
     fn name(&self) -> &'static str {
-        "EXPRESS_IXSCAN"
+        if self.idhack {
+            "IDHACK"
+        } else {
+            "EXPRESS_IXSCAN"
+        }
     }
 
     fn work(&mut self) -> Result<StageState> {
@@ -77,6 +99,11 @@ impl StageImpl for ExpressIxscan {
 
     fn specific_stats(&self) -> Document {
         let mut d = Document::new();
+        if self.idhack {
+            d.insert("keysExamined", self.keys_examined);
+            d.insert("docsExamined", self.docs_examined);
+            return d;
+        }
         d.insert("keyPattern", self.index.key_document());
         d.insert(
             "keyPatternSummary",
@@ -85,6 +112,76 @@ impl StageImpl for ExpressIxscan {
         d.insert("indexName", self.index.name.clone());
         d.insert("keysExamined", self.keys_examined);
         d.insert("docsExamined", self.docs_examined);
+        d
+    }
+}
+
+/// What an express write does with the document it found.
+pub enum ExpressWriteKind {
+    Update(Box<UpdateAction>),
+    Delete { return_deleted: bool },
+}
+
+/// `EXPRESS_UPDATE` / `EXPRESS_DELETE`: MongoDB 8.0's express path for a write by `_id`, one
+/// stage that looks the document up and (under explain) counts what it would change.
+pub struct ExpressWrite {
+    lookup: ExpressIxscan,
+    kind: ExpressWriteKind,
+    n_modified: i64,
+    n_deleted: i64,
+}
+
+impl ExpressWrite {
+    pub fn new(lookup: ExpressIxscan, kind: ExpressWriteKind) -> ExpressWrite {
+        ExpressWrite {
+            lookup,
+            kind,
+            n_modified: 0,
+            n_deleted: 0,
+        }
+    }
+}
+
+impl StageImpl for ExpressWrite {
+    fn name(&self) -> &'static str {
+        match self.kind {
+            ExpressWriteKind::Update(_) => "EXPRESS_UPDATE",
+            ExpressWriteKind::Delete { .. } => "EXPRESS_DELETE",
+        }
+    }
+
+    fn work(&mut self) -> Result<StageState> {
+        let m = match self.lookup.work()? {
+            StageState::Advanced(m) => m,
+            other => return Ok(other),
+        };
+        match &self.kind {
+            ExpressWriteKind::Update(action) => {
+                let Some(would) = action.apply(&m)? else {
+                    return Ok(StageState::IsEof);
+                };
+                self.n_modified += i64::from(would.modified);
+                Ok(match would.returned {
+                    Some(r) => StageState::Advanced(r),
+                    None => StageState::IsEof,
+                })
+            }
+            ExpressWriteKind::Delete { return_deleted } => {
+                self.n_deleted += 1;
+                Ok(if *return_deleted {
+                    StageState::Advanced(m)
+                } else {
+                    StageState::IsEof
+                })
+            }
+        }
+    }
+
+    fn specific_stats(&self) -> Document {
+        let mut d = self.lookup.specific_stats();
+        d.insert("nWouldModify", self.n_modified);
+        d.insert("nWouldUpsert", 0i64);
+        d.insert("nWouldDelete", self.n_deleted);
         d
     }
 }

@@ -7,6 +7,7 @@
 mod collscan;
 mod count;
 mod count_scan;
+mod delete;
 mod distinct_scan;
 mod eof;
 mod express;
@@ -19,13 +20,15 @@ mod queued_data;
 mod skip;
 mod sort;
 mod sort_merge;
+mod update;
 
 pub use collscan::CollScan;
 pub use count::{Count, RecordStoreFastCount};
 pub use count_scan::CountScan;
+pub use delete::DeleteExplain;
 pub use distinct_scan::DistinctScan;
 pub use eof::Eof;
-pub use express::ExpressIxscan;
+pub use express::{ExpressIxscan, ExpressWrite, ExpressWriteKind};
 pub use fetch::Fetch;
 pub use ixscan::IndexScan;
 pub use limit::Limit;
@@ -35,6 +38,7 @@ pub use queued_data::QueuedData;
 pub use skip::Skip;
 pub use sort::Sort;
 pub use sort_merge::SortMerge;
+pub use update::{has_positional, ReturnDoc, UpdateAction, UpdateExplain, WouldUpdate};
 
 use bson::{Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
@@ -271,14 +275,18 @@ impl Executor {
         }
     }
 
+    /// Puts a stage over the plan (a write over its read plan): `wrap` gets the old root and
+    /// the results the multi-planner's trial buffered, which the new root must consume first.
+    pub fn wrap_root(&mut self, wrap: impl FnOnce(Stage, VecDeque<Member>) -> Stage) {
+        let root = std::mem::replace(&mut self.root, Stage::new(Eof));
+        let buffered = std::mem::take(&mut self.buffered);
+        self.root = wrap(root, buffered);
+    }
+
     /// The same plan under a COUNT stage, which also counts the results the trial produced.
-    pub fn into_count(self, skip: u64, limit: u64) -> Executor {
-        let count = Count::new(self.root, self.buffered, skip, limit);
-        Executor {
-            root: Stage::new(count),
-            buffered: VecDeque::new(),
-            ..self
-        }
+    pub fn into_count(mut self, skip: u64, limit: u64) -> Executor {
+        self.wrap_root(|root, buffered| Stage::new(Count::new(root, buffered, skip, limit)));
+        self
     }
 
     /// What a COUNT or RECORD_STORE_FAST_COUNT root counted.

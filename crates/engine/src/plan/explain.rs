@@ -15,6 +15,10 @@ const RUNTIME_FIELDS: &[&str] = &[
     "usedDisk",
     "spills",
     "keyPatternSummary",
+    "nMatched",
+    "nWouldModify",
+    "nWouldUpsert",
+    "nWouldDelete",
 ];
 
 /// The plan shape: `{stage, filter?, ...stage fields, inputStage(s)}`.

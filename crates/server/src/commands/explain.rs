@@ -52,8 +52,16 @@ pub fn explain(ctx: &mut Ctx) -> Result<Document> {
     let name = inner.keys().next().cloned().unwrap_or_default();
     // The inner command is parsed as if it had been sent alone.
     let outer = std::mem::replace(&mut ctx.body, inner.clone());
-    if name == "aggregate" {
-        let reply = super::aggregate::explain(ctx, pipeline_verbosity(verbosity));
+    let write = matches!(
+        name.as_str(),
+        "update" | "delete" | "findAndModify" | "findandmodify"
+    );
+    if name == "aggregate" || write {
+        let reply = if write {
+            super::explain_write::explain(ctx, pipeline_verbosity(verbosity))
+        } else {
+            super::aggregate::explain(ctx, pipeline_verbosity(verbosity))
+        };
         ctx.body = outer;
         let mut reply = reply?;
         reply.insert("command", inner);

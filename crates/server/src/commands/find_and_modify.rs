@@ -30,18 +30,18 @@ const FIELDS: &[&str] = &[
 /// between the read and the write (another writer won); MongoDB retries likewise.
 const MAX_RESTARTS: usize = 100;
 
-struct Request {
-    filter: Document,
-    sort: Option<Document>,
-    remove: bool,
-    update: Option<Update>,
-    return_new: bool,
-    upsert: bool,
+pub(super) struct Request {
+    pub(super) filter: Document,
+    pub(super) sort: Option<Document>,
+    pub(super) remove: bool,
+    pub(super) update: Option<Update>,
+    pub(super) return_new: bool,
+    pub(super) upsert: bool,
     fields: Option<Projection>,
-    hint: Option<Bson>,
+    pub(super) hint: Option<Bson>,
 }
 
-fn parse(ctx: &Ctx) -> Result<Request> {
+pub(super) fn parse(ctx: &Ctx) -> Result<Request> {
     check_fields(ctx, FIELDS)?;
     let remove = ctx.opt_bool("remove")?.unwrap_or(false);
     let return_new = ctx.opt_bool("new")?.unwrap_or(false);

@@ -9,6 +9,7 @@ mod auth;
 mod bulk_write;
 mod ddl;
 mod explain;
+mod explain_write;
 mod find;
 mod find_and_modify;
 mod hello;

@@ -10,7 +10,7 @@ use nidus_expr::LetScope;
 use nidus_query::update::Update;
 use std::sync::atomic::Ordering;
 
-fn check_batch_size(n: usize) -> Result<()> {
+pub(super) fn check_batch_size(n: usize) -> Result<()> {
     if n == 0 || n > nidus_wire::MAX_WRITE_BATCH_SIZE {
         return Err(Error::new(
             ErrorCode::InvalidLength,
