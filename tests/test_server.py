@@ -51,6 +51,34 @@ def test_hello_connection_ids_differ(nidus_server):
     assert len(ids) == 3
 
 
+def test_awaitable_hello_streams_with_exhaust(nidus_server):
+    """The drivers' streaming monitor: hello with this server's topologyVersion and
+    maxAwaitTimeMS answers after the wait; with exhaustAllowed every reply is flagged
+    moreToCome and the next follows after another wait (mongosh's Node driver needs this)."""
+    with wire.connect(nidus_server.port) as s:
+        tv = wire.command(s, {"hello": 1, "$db": "admin"})["topologyVersion"]
+        started = time.monotonic()
+        reply = wire.command(s, {"hello": 1, "topologyVersion": tv, "maxAwaitTimeMS": 300, "$db": "admin"})
+        assert reply["isWritablePrimary"] is True
+        assert time.monotonic() - started >= 0.25, "an awaitable hello waits maxAwaitTimeMS"
+        s.sendall(wire.op_msg({"hello": 1, "topologyVersion": tv, "maxAwaitTimeMS": 200, "$db": "admin"},
+                              flags=wire.EXHAUST_ALLOWED))
+        times = []
+        for _ in range(3):
+            opcode, _rto, body = wire.read_message(s)
+            flags = struct.unpack("<I", body[:4])[0]
+            assert flags & wire.MORE_TO_COME, "each streamed hello reply is flagged moreToCome"
+            assert wire.parse_reply(opcode, body)["ok"] == 1.0
+            times.append(time.monotonic())
+        assert times[2] - times[0] >= 0.3, "replies come one maxAwaitTimeMS apart"
+        # A different process's topologyVersion is answered at once.
+        with wire.connect(nidus_server.port) as s2:
+            started = time.monotonic()
+            other = {"processId": bson.ObjectId(), "counter": 0}
+            wire.command(s2, {"hello": 1, "topologyVersion": other, "maxAwaitTimeMS": 5000, "$db": "admin"})
+            assert time.monotonic() - started < 2
+
+
 def test_legacy_op_query_handshake(nidus_server):
     """Drivers open every connection with OP_QUERY isMaster on admin.$cmd; the reply is OP_REPLY."""
     with wire.connect(nidus_server.port) as s:

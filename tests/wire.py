@@ -18,6 +18,7 @@ OP_MSG = 2013
 
 CHECKSUM_PRESENT = 1
 MORE_TO_COME = 2
+EXHAUST_ALLOWED = 1 << 16
 
 COMPRESSOR_IDS = {"noop": 0, "snappy": 1, "zlib": 2, "zstd": 3}
 

@@ -177,7 +177,9 @@ fn execute(
 }
 
 /// An OP_MSG: no reply under `moreToCome`; a `getMore` with `exhaustAllowed` keeps sending
-/// batches flagged `moreToCome` until the cursor is exhausted.
+/// batches flagged `moreToCome` until the cursor is exhausted; an awaitable `hello` (the
+/// drivers' streaming monitor) answers after `maxAwaitTimeMS` without a topology change, and
+/// with `exhaustAllowed` keeps answering so until the client goes away.
 fn run_msg(
     state: &ServerState,
     conn: &mut ConnState,
@@ -189,6 +191,8 @@ fn run_msg(
     let silent = msg.more_to_come();
     let exhaust =
         msg.exhaust_allowed() && msg.body.keys().next().map(String::as_str) == Some("getMore");
+    let await_hello = awaitable_hello(state, &msg.body);
+    let hello_stream = msg.exhaust_allowed() && await_hello.is_some();
     let body = msg.body;
     let mut request = Request {
         body: body.clone(),
@@ -196,6 +200,11 @@ fn run_msg(
     };
     let mut response_to = request_id;
     loop {
+        if let Some(wait) = await_hello {
+            if !await_topology_change(state, tx, wait) {
+                return true;
+            }
+        }
         let reply = commands::run(state, conn, request);
         if reply.close_connection {
             return true;
@@ -203,7 +212,8 @@ fn run_msg(
         if silent {
             return false;
         }
-        let more = exhaust && cursor_still_open(&reply.body);
+        let more = (exhaust && cursor_still_open(&reply.body))
+            || (hello_stream && reply.body.get_f64("ok").unwrap_or(0.0) == 1.0);
         let id = next_request_id();
         let flags = if more { nidus_wire::MORE_TO_COME } else { 0 };
         let frame = nidus_wire::encode_msg(id, response_to, flags, &reply.body, compressor);
@@ -219,6 +229,41 @@ fn run_msg(
             sequences: Vec::new(),
         };
     }
+}
+
+/// How long an awaitable `hello` waits: its `maxAwaitTimeMS` when its `topologyVersion` is
+/// this server's current one (a different process answers at once).
+fn awaitable_hello(state: &ServerState, body: &Document) -> Option<std::time::Duration> {
+    let name = body.keys().next()?;
+    if !matches!(name.as_str(), "hello" | "isMaster" | "ismaster") {
+        return None;
+    }
+    let ms = match body.get("maxAwaitTimeMS")? {
+        bson::Bson::Int32(n) => i64::from(*n),
+        bson::Bson::Int64(n) => *n,
+        bson::Bson::Double(n) => *n as i64,
+        _ => return None,
+    };
+    let tv = body.get_document("topologyVersion").ok()?;
+    let same = tv.get_object_id("processId").ok() == Some(state.process_id);
+    (same && ms > 0).then(|| std::time::Duration::from_millis(ms as u64))
+}
+
+/// Waits out an awaitable `hello` (the topology never changes on a standalone server).
+/// False when the client went away or the server is shutting down.
+fn await_topology_change(
+    state: &ServerState,
+    tx: &tokio::sync::mpsc::Sender<Vec<u8>>,
+    wait: std::time::Duration,
+) -> bool {
+    let until = std::time::Instant::now() + wait;
+    while std::time::Instant::now() < until {
+        if tx.is_closed() || state.shutting_down.load(Ordering::Relaxed) {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50).min(wait));
+    }
+    true
 }
 
 fn cursor_still_open(reply: &Document) -> bool {

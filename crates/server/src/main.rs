@@ -95,6 +95,9 @@ async fn serve(state: Arc<ServerState>) -> Result<(), String> {
     }
     tokio::spawn(cursor_reaper(state.clone()));
     shutdown_signal().await;
+    state
+        .shutting_down
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     log::info(
         "CONTROL",
         23377,

@@ -39,6 +39,8 @@ pub struct ServerState {
     pub started: Instant,
     pub process_id: bson::oid::ObjectId,
     pub auth: AuthManager,
+    /// Set once shutdown begins, so waits (awaitable `hello`) end early.
+    pub shutting_down: std::sync::atomic::AtomicBool,
     next_connection_id: AtomicU64,
 }
 
@@ -56,6 +58,7 @@ impl ServerState {
             started: Instant::now(),
             process_id: bson::oid::ObjectId::new(),
             auth: AuthManager::new(config.auth),
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
             next_connection_id: AtomicU64::new(1),
         })
     }
