@@ -2,8 +2,8 @@
 
 use crate::catalog::{CollectionRef, IndexMeta};
 use crate::exec::{
-    CollScan, CountScan, Eof, Executor, ExpressIxscan, Fetch, IndexScan, Limit, ProjectionCovered,
-    ProjectionStage, RecordStoreFastCount, Skip, Sort, SortMerge, Stage,
+    CollScan, CountScan, Eof, Executor, ExpressIxscan, Fetch, IndexScan, Limit, OrStage,
+    ProjectionCovered, ProjectionStage, RecordStoreFastCount, Skip, Sort, SortMerge, Stage,
 };
 use crate::plan;
 use crate::Engine;
@@ -61,6 +61,22 @@ fn natural_direction(d: &Document) -> Option<bool> {
         Bson::Int64(n) => Some(*n >= 0),
         Bson::Double(n) => Some(*n >= 0.0),
         _ => None,
+    }
+}
+
+/// A planned access path: one index's solution, or an indexed `$or`.
+enum Candidate {
+    Index(plan::IndexSolution),
+    Or(plan::or::OrSolution),
+}
+
+impl Candidate {
+    /// The plan cache's name for the solution.
+    fn key(&self) -> String {
+        match self {
+            Candidate::Index(s) => format!("ix:{}", s.index.name),
+            Candidate::Or(o) => o.key(),
+        }
     }
 }
 
@@ -216,8 +232,8 @@ impl Engine {
                 }
             }
         }
-        let solutions = if natural_sort.is_some() {
-            Vec::new()
+        let (solutions, or_solution) = if natural_sort.is_some() {
+            (Vec::new(), None)
         } else {
             let query = plan::Query {
                 matcher: &parsed.matcher,
@@ -225,9 +241,19 @@ impl Engine {
                 projection: parsed.projection.as_ref().map(|(p, _)| p.as_ref()),
                 count: spec.count,
             };
-            plan::enumerate(&meta.indexes, &query, hinted_index.as_deref())
+            let or = match hinted_index {
+                None => plan::or::enumerate_or(&meta.indexes, &query),
+                Some(_) => None,
+            };
+            (
+                plan::enumerate(&meta.indexes, &query, hinted_index.as_deref()),
+                or,
+            )
         };
-        if solutions.is_empty() {
+        let explode_limited = solutions.iter().any(|s| s.max_scans_to_explode_reached);
+        let mut candidates: Vec<Candidate> = solutions.into_iter().map(Candidate::Index).collect();
+        candidates.extend(or_solution.map(Candidate::Or));
+        if candidates.is_empty() {
             let scan = self.collscan(coll, spec, &parsed, natural_sort.unwrap_or(true));
             return Ok(Executor::new(
                 parsed.finish(scan, true, Fetched::Yes),
@@ -235,9 +261,8 @@ impl Engine {
             ));
         }
         let limit = spec.limit.saturating_add(spec.skip);
-        let explode_limited = solutions.iter().any(|s| s.max_scans_to_explode_reached);
         // Only a race between several plans is worth remembering.
-        let cache = (solutions.len() > 1 && hinted_index.is_none()).then(|| {
+        let cache = (candidates.len() > 1 && hinted_index.is_none()).then(|| {
             let ids = plan::cache::index_ids(&meta.indexes);
             let key = plan::cache::CacheKey::new(
                 &parsed.matcher.canonical_document(),
@@ -248,22 +273,24 @@ impl Engine {
             (key, ids)
         });
         if let Some((key, ids)) = &cache {
-            if let Some(mut exec) = self.run_cached_plan(coll, &parsed, &solutions, key, ids, limit)
+            if let Some(mut exec) =
+                self.run_cached_plan(coll, &parsed, &candidates, key, ids, limit)
             {
                 exec.set_deadline(spec.deadline);
                 exec.max_scans_to_explode_reached = explode_limited;
                 return Ok(exec);
             }
         }
-        let candidates: Vec<Stage> = solutions
+        let stages: Vec<Stage> = candidates
             .iter()
-            .map(|sol| self.index_plan(coll.id, &parsed, sol))
+            .map(|c| self.candidate_plan(coll.id, &parsed, c))
             .collect();
         let num_records = coll.count.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64;
-        let outcome = plan::choose_plan(candidates, num_records, limit)?;
+        let outcome = plan::choose_plan(stages, num_records, limit)?;
         if let (Some((key, ids)), false, true) = (&cache, spec.explain, outcome.cacheable) {
+            let solution = candidates[outcome.winner_index].key();
             coll.plan_cache
-                .record(cache_entry(key, spec, &outcome), ids);
+                .record(cache_entry(key, spec, &outcome, solution), ids);
         }
         let mut exec = Executor::from_trial(outcome, spec.deadline);
         exec.max_scans_to_explode_reached = explode_limited;
@@ -281,6 +308,45 @@ impl Engine {
         let filter = (!spec.filter.is_empty())
             .then(|| (parsed.matcher.clone(), parsed.matcher.canonical_document()));
         Stage::new(CollScan::new(self.kv_arc(), coll.id, forward, filter))
+    }
+
+    fn candidate_plan(&self, coll_id: u64, parsed: &Parsed, c: &Candidate) -> Stage {
+        match c {
+            Candidate::Index(sol) => self.index_plan(coll_id, parsed, sol),
+            Candidate::Or(or) => self.or_plan(coll_id, parsed, or),
+        }
+    }
+
+    /// `FETCH` (the other conjuncts) over `OR` over each clause's `IXSCAN` (under a `FETCH`
+    /// of what its bounds leave of the clause).
+    fn or_plan(&self, coll_id: u64, parsed: &Parsed, or: &plan::or::OrSolution) -> Stage {
+        let children = or
+            .branches
+            .iter()
+            .map(|b| {
+                let sol = &b.solution;
+                let scan = Stage::new(IndexScan::new(
+                    self.kv_arc(),
+                    sol.index.clone(),
+                    sol.bounds.clone(),
+                    sol.forward,
+                ));
+                match plan::residual_filter(&b.clause, &sol.residual) {
+                    Some((m, d)) => Stage::new(Fetch::new(
+                        self.kv_arc(),
+                        coll_id,
+                        scan,
+                        Some((Arc::new(m), d)),
+                    )),
+                    None => scan,
+                }
+            })
+            .collect();
+        let filter =
+            plan::residual_filter(&parsed.matcher, &or.residual).map(|(m, d)| (Arc::new(m), d));
+        let or_stage = Stage::new(OrStage::new(children));
+        let fetch = Stage::new(Fetch::new(self.kv_arc(), coll_id, or_stage, filter));
+        parsed.finish(fetch, true, Fetched::Yes)
     }
 
     fn index_plan(&self, coll_id: u64, parsed: &Parsed, sol: &plan::IndexSolution) -> Stage {
@@ -325,17 +391,20 @@ impl Engine {
         &self,
         coll: &CollectionRef,
         parsed: &Parsed,
-        solutions: &[plan::IndexSolution],
+        candidates: &[Candidate],
         key: &plan::cache::CacheKey,
         ids: &[(u64, bool)],
         limit: u64,
     ) -> Option<Executor> {
-        let plan::cache::Lookup::Active { index, max_works } = coll.plan_cache.lookup(key, ids)
+        let plan::cache::Lookup::Active {
+            solution,
+            max_works,
+        } = coll.plan_cache.lookup(key, ids)
         else {
             return None;
         };
-        let sol = solutions.iter().find(|s| s.index.name == index)?;
-        let stage = self.index_plan(coll.id, parsed, sol);
+        let cached = candidates.iter().find(|c| c.key() == solution)?;
+        let stage = self.candidate_plan(coll.id, parsed, cached);
         match plan::run_cached(stage, max_works, limit) {
             plan::CachedRun::Kept(outcome) => {
                 let mut exec = Executor::from_trial(outcome, None);
@@ -416,18 +485,18 @@ impl Engine {
     }
 }
 
-/// The plan cache entry a race's winner makes.
+/// The plan cache entry a race's winner (`solution`) makes.
 fn cache_entry(
     key: &plan::cache::CacheKey,
     spec: &FindSpec,
     outcome: &plan::TrialOutcome,
+    solution: String,
 ) -> plan::cache::Entry {
-    let index = first_index_name(&outcome.winner).unwrap_or_default();
     let mut stats = vec![plan::explain::summary(&outcome.winner)];
     stats.extend(outcome.rejected.iter().map(plan::explain::summary));
     plan::cache::Entry {
         key: key.clone(),
-        index,
+        solution,
         works: outcome.winner.common.works,
         active: false,
         created: bson::DateTime::now(),
@@ -440,12 +509,4 @@ fn cache_entry(
         creation_stats: stats,
         scores: outcome.scores.clone(),
     }
-}
-
-/// The index the plan's first IXSCAN reads.
-fn first_index_name(s: &Stage) -> Option<String> {
-    if let Ok(name) = s.specific_stats().get_str("indexName") {
-        return Some(name.to_string());
-    }
-    s.children().into_iter().find_map(first_index_name)
 }

@@ -253,7 +253,7 @@ fn run(docs: Vec<Document>, queries: Vec<(Document, Shape)>) -> Result<(), TestC
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 64,
+        cases: 128,
         failure_persistence: None,
         ..ProptestConfig::default()
     })]

@@ -107,8 +107,8 @@ fn hex(n: u32) -> String {
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub key: CacheKey,
-    /// The winning solution's index.
-    pub index: String,
+    /// The winning solution (`ix:<index>` or `or:<indexes>`).
+    pub solution: String,
     pub works: u64,
     pub active: bool,
     pub created: DateTime,
@@ -145,8 +145,8 @@ impl Entry {
 
 /// What the cache says about a shape.
 pub enum Lookup {
-    /// Run this index's plan alone, replanning after `max_works`.
-    Active { index: String, max_works: u64 },
+    /// Run this solution's plan alone, replanning after `max_works`.
+    Active { solution: String, max_works: u64 },
     /// Race the candidates.
     Miss,
 }
@@ -180,7 +180,7 @@ impl PlanCache {
         s.validate(indexes);
         match s.entries.iter().find(|e| e.key.key == key.key) {
             Some(e) if e.active => Lookup::Active {
-                index: e.index.clone(),
+                solution: e.solution.clone(),
                 max_works: e.works.saturating_mul(EVICTION_RATIO),
             },
             _ => Lookup::Miss,

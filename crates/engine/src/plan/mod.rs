@@ -8,6 +8,7 @@ pub mod explain;
 pub mod explode;
 pub mod min_max;
 mod multi;
+pub mod or;
 
 use crate::catalog::IndexMeta;
 use bounds::{intersect_ascending, IndexBounds, OrderedIntervalList};
@@ -261,6 +262,7 @@ pub fn whole_index_sort(ix: &IndexMeta, sort: &SortPattern) -> Option<bool> {
 
 /// Whether scanning the index (forward or backward) returns documents in sort order.
 fn provided_sort(ix: &IndexMeta, bounds: &IndexBounds, sort: &SortPattern) -> (bool, bool) {
+    // Keys of fields fixed to one value order the rest of the key like a shorter index.
     let equality: Vec<bool> = bounds
         .fields
         .iter()
@@ -275,11 +277,16 @@ fn provided_sort(ix: &IndexMeta, bounds: &IndexBounds, sort: &SortPattern) -> (b
     let wanted: Vec<(&str, bool)> = sort
         .fields
         .iter()
+        // A sort field fixed to one value is no sort at all, unless arrays hold it: an
+        // array's sort key is its smallest (or largest) element, not the one that matched.
         .filter(|f| {
             !ix.pattern
                 .iter()
                 .zip(&equality)
-                .any(|((p, _), eq)| *eq && p == f.path.as_str())
+                .enumerate()
+                .any(|(i, ((p, _), eq))| {
+                    *eq && p == f.path.as_str() && ix.multikey_components(i).is_empty()
+                })
         })
         .map(|f| (f.path.as_str(), f.descending))
         .collect();

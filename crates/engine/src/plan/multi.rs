@@ -15,6 +15,8 @@ const COLL_FRACTION: f64 = 0.3;
 /// The winner (its stage tree and the results it already produced) and the losers.
 pub struct TrialOutcome {
     pub winner: Stage,
+    /// The winner's position among the candidates.
+    pub winner_index: usize,
     pub buffered: VecDeque<Member>,
     pub rejected: Vec<Stage>,
     /// The ranker's score of each plan, the winner first, then the rejected in order.
@@ -59,6 +61,7 @@ pub fn run_cached(mut plan: Stage, max_works: u64, limit: u64) -> CachedRun {
     }
     CachedRun::Kept(TrialOutcome {
         winner: plan,
+        winner_index: 0,
         buffered,
         rejected: Vec::new(),
         scores: Vec::new(),
@@ -76,6 +79,7 @@ pub fn choose_plan(
         let winner = candidates.remove(0);
         return Ok(TrialOutcome {
             winner,
+            winner_index: 0,
             buffered: VecDeque::new(),
             rejected: Vec::new(),
             scores: Vec::new(),
@@ -138,6 +142,7 @@ pub fn choose_plan(
     let cacheable = !(buffered.is_empty() && tied);
     Ok(TrialOutcome {
         winner,
+        winner_index: best,
         buffered,
         rejected: candidates,
         scores,
