@@ -13,6 +13,7 @@ pub mod namespace;
 pub mod pipeline;
 pub mod plan;
 pub mod retry;
+pub mod ttl;
 pub mod validation;
 pub mod write;
 
@@ -33,6 +34,9 @@ pub use catalog::Collection;
 #[derive(Default)]
 pub struct Metrics {
     pub write_conflicts: AtomicU64,
+    /// TTL monitor passes and the documents they deleted (`serverStatus().metrics.ttl`).
+    pub ttl_passes: AtomicU64,
+    pub ttl_deleted_documents: AtomicU64,
 }
 
 pub struct Engine {

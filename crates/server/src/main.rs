@@ -94,6 +94,7 @@ async fn serve(state: Arc<ServerState>) -> Result<(), String> {
         tokio::spawn(accept_loop(st, l, acceptor.clone()));
     }
     tokio::spawn(cursor_reaper(state.clone()));
+    tokio::spawn(ttl_monitor(state.clone()));
     shutdown_signal().await;
     state
         .shutting_down
@@ -182,6 +183,32 @@ async fn start_connection(
             "Error receiving request from client. Ending connection from remote",
             json!({ "error": "SSLHandshakeFailed: handshake timed out", "remote": peer.to_string() }),
         ),
+    }
+}
+
+/// Every `ttlMonitorSleepSecs` (while `ttlMonitorEnabled`), deletes expired documents.
+async fn ttl_monitor(state: Arc<ServerState>) {
+    loop {
+        let secs = state.params.i64("ttlMonitorSleepSecs").unwrap_or(60).max(1) as u64;
+        tokio::time::sleep(Duration::from_secs(secs)).await;
+        if !matches!(
+            state.params.get("ttlMonitorEnabled"),
+            Some(bson::Bson::Boolean(true))
+        ) {
+            continue;
+        }
+        let engine = state.engine.clone();
+        let pass =
+            tokio::task::spawn_blocking(move || engine.ttl_pass(bson::DateTime::now())).await;
+        if let Ok(Err(e)) = pass {
+            log::info(
+                "INDEX",
+                22542,
+                "TTLMonitor",
+                "Error processing ttl index",
+                json!({ "error": e.message }),
+            );
+        }
     }
 }
 

@@ -52,6 +52,10 @@ pub fn server_status(ctx: &mut Ctx) -> Result<Document> {
         "mem": { "bits": 64, "resident": resident, "virtual": virt, "supported": true },
         "metrics": {
             "operation": { "writeConflicts": st.engine.metrics.write_conflicts.load(Ordering::Relaxed) as i64 },
+            "ttl": {
+                "deletedDocuments": st.engine.metrics.ttl_deleted_documents.load(Ordering::Relaxed) as i64,
+                "passes": st.engine.metrics.ttl_passes.load(Ordering::Relaxed) as i64,
+            },
             "cursor": { "open": { "total": st.cursors.open_count() as i64 } },
         },
         "storageEngine": { "name": "rocksdb", "supportsCommittedReads": true, "persistent": true },
