@@ -73,10 +73,14 @@ WORKLOADS = [
     ("insert_j16", "insert_one j:true, 16 clients", "ops/s", "ping16",
      "put_sync_mt_syncer_per_s"),
     ("orders", "orders $elemMatch+sort+limit 10 (seed 004)", "queries/s", "ping", None),
+    ("orders_collscan", "the same orders query as a COLLSCAN (hint $natural)", "queries/s",
+     "ping", None),
     ("tpcb_doc", "TPC-B-like, single-document design (seed 003)", "tx/s", "ping", "put_per_s"),
     ("tpcb_multi", "TPC-B-like, multi-statement transaction", "tx/s", "ping", None),
 ]
-NA = {("tpcb_multi", "nidus"): "n/a (transactions: issue 7)"}
+NA = {("tpcb_multi", "nidus"): "n/a (transactions: issue 7)",
+      ("orders_collscan", "postgres"): "n/a (Nidus only)",
+      ("orders_collscan", "sqlite"): "n/a (Nidus only)"}
 # Storage-floor measurements run along with a workload's own floor, for the record.
 FLOOR_EXTRAS = {"put_sync_mt_syncer_per_s": ["put_sync_mt"]}
 
@@ -330,23 +334,27 @@ class Nidus:
         for batch in orders:
             c.insert_many(batch)
 
-    def orders_query(self, params):
+    def orders_query(self, params, hint=None):
         c = self.db["orders"]
         n = docs = 0
         for country, product in within_budget(params):
             n += 1
-            docs += len(list(c.find({"country_id": country,
-                                     "order_details": {"$elemMatch": {"product_id": product}}})
-                             .sort("created_at", -1).limit(10)))
+            cursor = c.find({"country_id": country,
+                             "order_details": {"$elemMatch": {"product_id": product}}})
+            cursor = cursor.sort("created_at", -1).limit(10)
+            if hint:
+                cursor = cursor.hint(hint)
+            docs += len(list(cursor))
         return check_orders("nidus", n, docs)
 
-    def orders_explain(self, country, product):
-        r = self.db.command({
-            "explain": {"find": "orders",
-                        "filter": {"country_id": country,
-                                   "order_details": {"$elemMatch": {"product_id": product}}},
-                        "sort": {"created_at": -1}, "limit": 10},
-            "verbosity": "executionStats"})
+    def orders_explain(self, country, product, hint=None):
+        find = {"find": "orders",
+                "filter": {"country_id": country,
+                           "order_details": {"$elemMatch": {"product_id": product}}},
+                "sort": {"created_at": -1}, "limit": 10}
+        if hint:
+            find["hint"] = hint
+        r = self.db.command({"explain": find, "verbosity": "executionStats"})
         es = r.get("executionStats", {})
         stages = []
         node = r.get("queryPlanner", {}).get("winningPlan", {})
@@ -806,6 +814,7 @@ class Bench:
         self.results = {}  # workload -> system -> list of {rate, cpu_us}
         self.floors = {}   # floor name -> system -> list of rates
         self.explain = {}
+        self.explain_collscan = None
         self.floor_cpu = {}  # system -> server CPU µs per ping
         self.load_start = list(os.getloadavg())
         self.floor_conflicts = []  # write conflicts retried by the 16-writer storage floors
@@ -937,12 +946,19 @@ class Bench:
         for name, s in self.systems.items():
             self.explain[name] = s.orders_explain(1, 5)
         log(f"orders explain (country 1, product 5): {self.explain}")
+        # The planner's choice beside a collection scan of the same query (issue 5).
+        self.explain_collscan = self.systems["nidus"].orders_explain(1, 5, {"$natural": 1})
+        log(f"orders explain as a COLLSCAN in nidus: {self.explain_collscan}")
 
         def order_params():
             return [(self.rng.randrange(10), self.rng.randrange(5, 13))
                     for _ in range(z["order_queries"])]
 
         self.each("orders", lambda s, r: (lambda p=order_params(): s.orders_query(p),))
+        natural = {"$natural": 1}
+        self.each("orders_collscan", lambda s, r: (
+            (lambda p=order_params(): s.orders_query(p, natural),) if isinstance(s, Nidus)
+            else None))
 
         for s in self.systems.values():
             s.reset_tpcb()
@@ -985,7 +1001,7 @@ def build_report(b, started, elapsed):
         per = b.results.get(key, {})
         row = {"title": title, "unit": unit, "systems": {}, "ratios": {}}
         for s in SYSTEMS:
-            if (key, s) in NA:
+            if (key, s) in NA and s in b.systems:
                 row["systems"][s] = {"na": NA[(key, s)]}
                 continue
             if s not in per:
@@ -1019,6 +1035,7 @@ def build_report(b, started, elapsed):
         "floor_write_conflicts_retried": b.floor_conflicts,
         "workloads": rows,
         "orders_explain": b.explain,
+        "orders_explain_collscan": getattr(b, "explain_collscan", None),
     }
 
 
@@ -1143,6 +1160,11 @@ def explain_lines(rep):
         bits = [f"{k}={v}" for k, v in e.items() if k != "plan"]
         out.append(f"- orders query (country 1, product 5) in {LABEL[s]}: {', '.join(bits)}"
                    f"{'; ' if bits else ''}plan `{e.get('plan')}`")
+    e = rep.get("orders_explain_collscan")
+    if e:
+        bits = [f"{k}={v}" for k, v in e.items() if k != "plan"]
+        out.append(f"- the same query in Nidus as a COLLSCAN (hint $natural): {', '.join(bits)}; "
+                   f"plan `{e.get('plan')}`")
     return out
 
 

@@ -1,11 +1,11 @@
-use super::{KeyData, Member, StageImpl, StageState};
+use super::{KeyData, Member, RecordIdDedup, StageImpl, StageState};
 use crate::catalog::IndexMeta;
 use crate::index;
 use crate::plan::bounds::{BoundsChecker, CheckResult, IndexBounds, KeyRange, SeekTarget};
 use bson::{Bson, Document};
 use nidus_common::Result;
 use nidus_storage::{keys, KvCursor, KvEngine, KvSnapshot, Space};
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Keys read per storage snapshot at most; the first batch is small so `limit` queries read
@@ -57,15 +57,14 @@ pub struct IndexScan {
     resume: Option<Resume>,
     batch: usize,
     snapshot: Option<Arc<dyn KvSnapshot>>,
-    seen: Option<HashSet<u64>>,
+    /// Multikey indexes hold several keys per document: each is returned once.
+    dedup: Option<RecordIdDedup>,
     /// The key past the end of a single-interval scan is not examined (MongoDB stops at the
     /// end key in the storage cursor).
     single_interval: bool,
     done: bool,
     keys_examined: i64,
     seeks: i64,
-    dups_tested: i64,
-    dups_dropped: i64,
 }
 
 impl IndexScan {
@@ -96,13 +95,11 @@ impl IndexScan {
             resume: (!empty).then_some(Resume::Start),
             batch: FIRST_BATCH,
             snapshot: None,
-            seen: multikey.then(HashSet::new),
+            dedup: multikey.then(RecordIdDedup::default),
             single_interval,
             done: empty,
             keys_examined: 0,
             seeks: 0,
-            dups_tested: 0,
-            dups_dropped: 0,
         }
     }
 
@@ -354,10 +351,8 @@ impl StageImpl for IndexScan {
         let Some((rid, values)) = ev.entry else {
             return Ok(StageState::NeedTime);
         };
-        if let Some(seen) = &mut self.seen {
-            self.dups_tested += 1;
-            if !seen.insert(rid) {
-                self.dups_dropped += 1;
+        if let Some(dedup) = &mut self.dedup {
+            if !dedup.first_time(rid) {
                 return Ok(StageState::NeedTime);
             }
         }
@@ -385,8 +380,10 @@ impl StageImpl for IndexScan {
         d.insert("indexBounds", bounds);
         d.insert("keysExamined", self.keys_examined);
         d.insert("seeks", self.seeks);
-        d.insert("dupsTested", self.dups_tested);
-        d.insert("dupsDropped", self.dups_dropped);
+        self.dedup
+            .as_ref()
+            .unwrap_or(&RecordIdDedup::default())
+            .add_stats(&mut d);
         d
     }
 }

@@ -93,6 +93,31 @@ fn set_path(d: &mut Document, path: &str, v: Bson) {
     }
 }
 
+/// Drops the record ids a stage already returned (multikey scans, merged and OR'ed scans),
+/// counting what explain reports as `dupsTested` and `dupsDropped`.
+#[derive(Default)]
+pub struct RecordIdDedup {
+    seen: std::collections::HashSet<u64>,
+    tested: i64,
+    dropped: i64,
+}
+
+impl RecordIdDedup {
+    /// True the first time `rid` is seen.
+    pub fn first_time(&mut self, rid: u64) -> bool {
+        self.tested += 1;
+        let new = self.seen.insert(rid);
+        self.dropped += i64::from(!new);
+        new
+    }
+
+    /// Adds `dupsTested` and `dupsDropped` to a stage's explain fields.
+    pub fn add_stats(&self, d: &mut Document) {
+        d.insert("dupsTested", self.tested);
+        d.insert("dupsDropped", self.dropped);
+    }
+}
+
 /// A result flowing between stages (MongoDB's WorkingSetMember): a record id, the document
 /// once fetched, and the index key while it comes from an index scan.
 #[derive(Clone)]

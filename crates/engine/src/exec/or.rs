@@ -1,16 +1,13 @@
-use super::{Stage, StageImpl, StageState};
+use super::{RecordIdDedup, Stage, StageImpl, StageState};
 use bson::Document;
 use nidus_common::Result;
-use std::collections::HashSet;
 
 /// `OR`: the results of its children one child after another (the index scans of an
 /// indexed `$or`, one per clause), dropping record ids an earlier clause already returned.
 pub struct OrStage {
     children: Vec<Stage>,
     current: usize,
-    seen: HashSet<u64>,
-    dups_tested: i64,
-    dups_dropped: i64,
+    dedup: RecordIdDedup,
 }
 
 impl OrStage {
@@ -18,9 +15,7 @@ impl OrStage {
         OrStage {
             children,
             current: 0,
-            seen: HashSet::new(),
-            dups_tested: 0,
-            dups_dropped: 0,
+            dedup: RecordIdDedup::default(),
         }
     }
 }
@@ -37,9 +32,7 @@ impl StageImpl for OrStage {
         match child.work()? {
             StageState::Advanced(m) => {
                 if let Some(rid) = m.rid {
-                    self.dups_tested += 1;
-                    if !self.seen.insert(rid) {
-                        self.dups_dropped += 1;
+                    if !self.dedup.first_time(rid) {
                         return Ok(StageState::NeedTime);
                     }
                 }
@@ -59,8 +52,7 @@ impl StageImpl for OrStage {
 
     fn specific_stats(&self) -> Document {
         let mut d = Document::new();
-        d.insert("dupsTested", self.dups_tested);
-        d.insert("dupsDropped", self.dups_dropped);
+        self.dedup.add_stats(&mut d);
         d
     }
 

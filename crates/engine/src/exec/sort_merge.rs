@@ -1,8 +1,8 @@
-use super::{Member, Stage, StageImpl, StageState};
+use super::{Member, RecordIdDedup, Stage, StageImpl, StageState};
 use bson::{Bson, Document};
 use nidus_common::Result;
 use nidus_query::sort::SortPattern;
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 
 /// `SORT_MERGE`: merges children that each return results in sort order (the index scans of
 /// an exploded `$in`/`$or`), dropping record ids already returned. As MongoDB's
@@ -16,9 +16,7 @@ pub struct SortMerge {
     no_result: VecDeque<usize>,
     /// One waiting result per child at most: (sort key, child, result).
     waiting: Vec<(Vec<Bson>, usize, Member)>,
-    seen: HashSet<u64>,
-    dups_tested: i64,
-    dups_dropped: i64,
+    dedup: RecordIdDedup,
 }
 
 impl SortMerge {
@@ -29,9 +27,7 @@ impl SortMerge {
             pattern,
             pattern_doc,
             waiting: Vec::new(),
-            seen: HashSet::new(),
-            dups_tested: 0,
-            dups_dropped: 0,
+            dedup: RecordIdDedup::default(),
         }
     }
 
@@ -57,9 +53,7 @@ impl SortMerge {
         match self.children[child].work()? {
             StageState::Advanced(m) => {
                 if let Some(rid) = m.rid {
-                    self.dups_tested += 1;
-                    if !self.seen.insert(rid) {
-                        self.dups_dropped += 1;
+                    if !self.dedup.first_time(rid) {
                         return Ok(StageState::NeedTime);
                     }
                 }
@@ -102,8 +96,7 @@ impl StageImpl for SortMerge {
     fn specific_stats(&self) -> Document {
         let mut d = Document::new();
         d.insert("sortPattern", self.pattern_doc.clone());
-        d.insert("dupsTested", self.dups_tested);
-        d.insert("dupsDropped", self.dups_dropped);
+        self.dedup.add_stats(&mut d);
         d
     }
 

@@ -5,6 +5,7 @@
 use super::find::check_fields;
 use super::write::{
     check_batch_size, parse_delete_statement, parse_update_statement, statement_opts, to_document,
+    DELETE_FIELDS, UPDATE_FIELDS,
 };
 use super::{find_and_modify, Ctx};
 use bson::{doc, Document};
@@ -61,16 +62,7 @@ fn find_part(
 }
 
 fn update_spec(ctx: &mut Ctx) -> Result<(Namespace, WriteExplainSpec)> {
-    check_fields(
-        ctx,
-        &[
-            "update",
-            "updates",
-            "ordered",
-            "bypassDocumentValidation",
-            "let",
-        ],
-    )?;
+    check_fields(ctx, UPDATE_FIELDS)?;
     let ns = ctx.namespace("update")?;
     let stmt = single_statement(ctx, "updates")?;
     let opts = super::write::opts(ctx)?;
@@ -90,7 +82,7 @@ fn update_spec(ctx: &mut Ctx) -> Result<(Namespace, WriteExplainSpec)> {
 }
 
 fn delete_spec(ctx: &mut Ctx) -> Result<(Namespace, WriteExplainSpec)> {
-    check_fields(ctx, &["delete", "deletes", "ordered", "let"])?;
+    check_fields(ctx, DELETE_FIELDS)?;
     let ns = ctx.namespace("delete")?;
     let stmt = single_statement(ctx, "deletes")?;
     let opts = super::write::opts(ctx)?;

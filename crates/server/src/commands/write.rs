@@ -207,17 +207,20 @@ pub(super) fn parse_update_statement(stmt: &Document, opts: &WriteOpts) -> Resul
     })
 }
 
+/// The fields of an `update` command (also what its explain accepts).
+pub const UPDATE_FIELDS: &[&str] = &[
+    "update",
+    "updates",
+    "ordered",
+    "bypassDocumentValidation",
+    "let",
+];
+
+/// The fields of a `delete` command.
+pub const DELETE_FIELDS: &[&str] = &["delete", "deletes", "ordered", "let"];
+
 pub fn update(ctx: &mut Ctx) -> Result<Document> {
-    check_fields(
-        ctx,
-        &[
-            "update",
-            "updates",
-            "ordered",
-            "bypassDocumentValidation",
-            "let",
-        ],
-    )?;
+    check_fields(ctx, UPDATE_FIELDS)?;
     let ns = ctx.namespace("update")?;
     let stmts = ctx.documents("updates")?;
     check_batch_size(stmts.len())?;
@@ -292,7 +295,7 @@ pub(super) fn parse_delete_statement(stmt: &Document) -> Result<(Document, bool,
 }
 
 pub fn delete(ctx: &mut Ctx) -> Result<Document> {
-    check_fields(ctx, &["delete", "deletes", "ordered", "let"])?;
+    check_fields(ctx, DELETE_FIELDS)?;
     let ns = ctx.namespace("delete")?;
     let stmts = ctx.documents("deletes")?;
     check_batch_size(stmts.len())?;
