@@ -1,9 +1,11 @@
 //! Turns a find request into an executable plan.
 
 use crate::catalog::{CollectionRef, IndexMeta};
+use crate::exec::MAX_SORT_MEMORY_BYTES;
 use crate::exec::{
     CollScan, CountScan, Eof, Executor, ExpressIxscan, Fetch, IndexScan, Limit, OrStage,
-    ProjectionCovered, ProjectionStage, RecordStoreFastCount, Skip, Sort, SortMerge, Stage,
+    ProjectionCovered, ProjectionStage, RecordStoreFastCount, Skip, Sort, SortLimits, SortMerge,
+    Stage,
 };
 use crate::plan;
 use crate::Engine;
@@ -44,6 +46,10 @@ pub struct FindSpec {
     /// A `count`: the plan needs no document fields and ends in a COUNT stage applying
     /// `skip` and `limit`.
     pub count: bool,
+    /// `allowDiskUse`: a blocking SORT over its memory limit spills instead of failing.
+    pub allow_disk_use: bool,
+    /// `internalQueryMaxBlockingSortMemoryUsageBytes` (None: MongoDB's 100 MB default).
+    pub sort_memory_limit: Option<usize>,
 }
 
 /// Parses a command's `collation` (None for absent or `{locale: "simple"}`).
@@ -100,6 +106,7 @@ struct Parsed {
     limit: u64,
     /// A count: no sort, projection, skip or limit stages (COUNT applies skip and limit).
     count: bool,
+    sort_limits: SortLimits,
 }
 
 impl Parsed {
@@ -121,7 +128,13 @@ impl Parsed {
             } else {
                 0
             };
-            stage = Stage::new(Sort::new(stage, p.clone(), doc.clone(), top_k));
+            stage = Stage::new(Sort::new(
+                stage,
+                p.clone(),
+                doc.clone(),
+                top_k,
+                self.sort_limits.clone(),
+            ));
             sorted = true;
         }
         if self.skip > 0 {
@@ -194,6 +207,10 @@ impl Engine {
             skip: spec.skip,
             limit: spec.limit,
             count: spec.count,
+            sort_limits: SortLimits {
+                max_memory: spec.sort_memory_limit.unwrap_or(MAX_SORT_MEMORY_BYTES),
+                spill_dir: spec.allow_disk_use.then(|| self.spill_dir()),
+            },
         };
         let meta = coll.meta.read();
         if spec.min.is_some() || spec.max.is_some() {

@@ -48,6 +48,8 @@ pub struct Engine {
     group_commit: GroupCommit,
     pub metrics: Metrics,
     stopping: AtomicBool,
+    /// Where blocking stages write what does not fit in memory (`<dbpath>/_tmp`).
+    spill_dir: parking_lot::RwLock<Option<std::path::PathBuf>>,
 }
 
 impl Engine {
@@ -61,9 +63,23 @@ impl Engine {
             group_commit: GroupCommit::default(),
             metrics: Metrics::default(),
             stopping: AtomicBool::new(false),
+            spill_dir: parking_lot::RwLock::new(None),
         };
         engine.load_catalog()?;
         Ok(Arc::new(engine))
+    }
+
+    /// Sets the directory for spilled sort runs (the server's `<dbpath>/_tmp`).
+    pub fn set_spill_dir(&self, dir: std::path::PathBuf) {
+        *self.spill_dir.write() = Some(dir);
+    }
+
+    /// The spill directory, the system's temporary directory when none was set.
+    pub fn spill_dir(&self) -> std::path::PathBuf {
+        self.spill_dir
+            .read()
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("nidus-spill"))
     }
 
     pub fn kv(&self) -> &dyn KvEngine {

@@ -46,6 +46,10 @@ fn run(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot create dbpath {}: {e}", config.dbpath.display()))?;
     let kv = RocksEngine::open(&config.dbpath).map_err(|e| e.to_string())?;
     let engine = Engine::open(Arc::new(kv)).map_err(|e| e.to_string())?;
+    // Spilled sort runs go where mongod keeps them; leftovers of a crash are removed.
+    let spill = config.dbpath.join("_tmp");
+    let _ = std::fs::remove_dir_all(&spill);
+    engine.set_spill_dir(spill);
     engine.start_background_sync();
     let state = Arc::new(ServerState::new(engine.clone(), config.clone())?);
     let runtime = tokio::runtime::Builder::new_multi_thread()

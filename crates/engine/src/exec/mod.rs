@@ -21,6 +21,7 @@ mod queued_data;
 mod skip;
 mod sort;
 mod sort_merge;
+mod spill;
 mod update;
 
 pub use collscan::CollScan;
@@ -38,7 +39,7 @@ pub use projection::ProjectionStage;
 pub use projection_covered::ProjectionCovered;
 pub use queued_data::QueuedData;
 pub use skip::Skip;
-pub use sort::Sort;
+pub use sort::{Sort, SortLimits, MAX_SORT_MEMORY_BYTES};
 pub use sort_merge::SortMerge;
 pub use update::{has_positional, ReturnDoc, UpdateAction, UpdateExplain, WouldUpdate};
 

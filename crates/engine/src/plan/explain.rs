@@ -12,6 +12,7 @@ const RUNTIME_FIELDS: &[&str] = &[
     "docsExamined",
     "alreadyHasObj",
     "totalDataSizeSorted",
+    "spilledDataStorageSize",
     "usedDisk",
     "spills",
     "keyPatternSummary",

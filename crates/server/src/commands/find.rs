@@ -92,9 +92,20 @@ pub fn find_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
         collation: ctx.opt_document("collation")?,
         min: ctx.opt_document("min")?.filter(|d| !d.is_empty()),
         max: ctx.opt_document("max")?.filter(|d| !d.is_empty()),
+        // MongoDB 6.0+ spills by default (`allowDiskUseByDefault`); `false` forbids it.
+        allow_disk_use: ctx.opt_bool("allowDiskUse")?.unwrap_or(true),
+        sort_memory_limit: sort_memory_limit(ctx),
         ..FindSpec::default()
     };
     Ok((ns, spec))
+}
+
+/// The server's `internalQueryMaxBlockingSortMemoryUsageBytes`.
+fn sort_memory_limit(ctx: &Ctx) -> Option<usize> {
+    ctx.state
+        .params
+        .i64("internalQueryMaxBlockingSortMemoryUsageBytes")
+        .map(|n| n.max(0) as usize)
 }
 
 pub fn find(ctx: &mut Ctx) -> Result<Document> {

@@ -1,0 +1,84 @@
+//! Sorted runs on disk for a blocking `SORT` over its memory limit when the query allows disk
+//! use (MongoDB's external sorter): each run is a temporary file of records in sort order,
+//! read back one record at a time while the runs are merged. A run's file is removed when the
+//! run is dropped.
+
+use bson::RawDocumentBuf;
+use nidus_common::{Error, Result};
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Record ids are written as-is; this one stands for "no record id".
+const NO_RID: u64 = u64::MAX;
+
+pub struct SpillRun {
+    path: PathBuf,
+    reader: BufReader<File>,
+    /// Bytes the run holds on disk (`spilledDataStorageSize`).
+    pub bytes: u64,
+}
+
+fn io(e: std::io::Error) -> Error {
+    Error::internal(format!("sort spill file: {e}"))
+}
+
+/// A file name unique within the process.
+fn run_path(dir: &Path) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!("extsort-{}-{n}", std::process::id()))
+}
+
+impl SpillRun {
+    /// Writes `(record id, document)` pairs, already in sort order, as one run in `dir`.
+    pub fn write<'a>(
+        dir: &Path,
+        items: impl Iterator<Item = (Option<u64>, &'a RawDocumentBuf)>,
+    ) -> Result<SpillRun> {
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let path = run_path(dir);
+        let mut out = BufWriter::new(File::create(&path).map_err(io)?);
+        let mut bytes = 0u64;
+        for (rid, doc) in items {
+            let data = doc.as_bytes();
+            out.write_all(&rid.unwrap_or(NO_RID).to_le_bytes())
+                .map_err(io)?;
+            out.write_all(&(data.len() as u32).to_le_bytes())
+                .map_err(io)?;
+            out.write_all(data).map_err(io)?;
+            bytes += 12 + data.len() as u64;
+        }
+        out.flush().map_err(io)?;
+        drop(out);
+        let reader = BufReader::new(File::open(&path).map_err(io)?);
+        Ok(SpillRun {
+            path,
+            reader,
+            bytes,
+        })
+    }
+
+    /// The next record of the run, or None at its end.
+    pub fn next(&mut self) -> Result<Option<(Option<u64>, RawDocumentBuf)>> {
+        let mut head = [0u8; 12];
+        match self.reader.read_exact(&mut head) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(io(e)),
+        }
+        let rid = u64::from_le_bytes(head[..8].try_into().unwrap_or([0; 8]));
+        let len = u32::from_le_bytes(head[8..].try_into().unwrap_or([0; 4])) as usize;
+        let mut data = vec![0u8; len];
+        self.reader.read_exact(&mut data).map_err(io)?;
+        let doc = RawDocumentBuf::from_bytes(data).map_err(|e| Error::internal(e.to_string()))?;
+        Ok(Some(((rid != NO_RID).then_some(rid), doc)))
+    }
+}
+
+impl Drop for SpillRun {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
