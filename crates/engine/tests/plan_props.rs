@@ -2,7 +2,7 @@
 //! indexes, filters, sorts and projections, the query hinted to each index in turn (one
 //! solution per index: bounds, residual filters, covered projections, explode for sort), the
 //! planner's own choice and a `$natural` scan all return the documents a naive evaluation of
-//! the filter over every document returns, in the requested order.
+//! the filter over every document returns, in the requested order, and count as many.
 
 use bson::{bson, doc, Bson, Document, RawDocumentBuf};
 use nidus_engine::find::FindSpec;
@@ -205,6 +205,23 @@ fn check(
                 );
             }
         }
+        // The same filter counted (COUNT over COUNT_SCAN, IXSCAN or FETCH) gives as many.
+        let count = FindSpec {
+            filter: spec.filter.clone(),
+            hint: hint.clone(),
+            count: true,
+            ..FindSpec::default()
+        };
+        let coll = e.collection(ns);
+        let mut exec = e.plan_find(coll.as_ref(), &count).expect("plan count");
+        while exec.get_next().expect("count").is_some() {}
+        prop_assert_eq!(
+            exec.counted() as usize,
+            want.len(),
+            "count of {} hint {:?}",
+            &spec.filter,
+            &hint
+        );
     }
     Ok(())
 }
