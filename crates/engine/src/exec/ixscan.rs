@@ -246,18 +246,7 @@ impl IndexScan {
                     }
                     seeked = false;
                 }
-                // A single-interval scan runs from its start key to its end key, so every key
-                // outside the bounds is past the end (MongoDB's cursor stops there unseen).
-                CheckResult::Seek(_) if self.single_interval => {
-                    self.events.push_back(Event {
-                        entry: None,
-                        examined: false,
-                        seeked,
-                        end: true,
-                    });
-                    break;
-                }
-                CheckResult::Seek(t) => {
+                CheckResult::Seek(t) if !self.single_interval => {
                     self.events.push_back(Event {
                         entry: None,
                         examined: true,
@@ -272,7 +261,9 @@ impl IndexScan {
                     self.position(c.as_mut(), &t)?;
                     seeked = true;
                 }
-                CheckResult::Done => {
+                // A single-interval scan runs from its start key to its end key, so any key
+                // outside the bounds is past the end, which MongoDB's cursor never shows it.
+                CheckResult::Seek(_) | CheckResult::Done => {
                     self.events.push_back(Event {
                         entry: None,
                         examined: !self.single_interval,
