@@ -50,9 +50,7 @@ impl DocumentSource for PlanCacheStats {
             .namespace
             .as_ref()
             .and_then(|ns| ctx.engine.collection(ns));
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default();
+        let host = nidus_common::hostname();
         let docs = coll
             .map(|c| {
                 c.plan_cache

@@ -128,7 +128,7 @@ fn run(
 
 fn server_info(ctx: &Ctx) -> Document {
     doc! {
-        "host": std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default(),
+        "host": nidus_common::hostname(),
         "port": i32::from(ctx.state.config.port),
         "version": super::info::COMPATIBLE_VERSION,
         "gitVersion": "nidus",

@@ -113,12 +113,6 @@ pub fn get_cmd_line_opts(ctx: &mut Ctx) -> Result<Document> {
     Ok(doc! { "argv": cfg.argv.clone(), "parsed": parsed })
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "localhost".to_string())
-}
-
 fn mem_total_mb() -> i64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -139,7 +133,7 @@ pub fn host_info(_ctx: &mut Ctx) -> Result<Document> {
     Ok(doc! {
         "system": {
             "currentTime": bson::DateTime::now(),
-            "hostname": hostname(),
+            "hostname": nidus_common::hostname(),
             "cpuAddrSize": 64,
             "memSizeMB": mem_total_mb(),
             "numCores": cores,

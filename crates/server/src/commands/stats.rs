@@ -27,7 +27,7 @@ pub fn server_status(ctx: &mut Ctx) -> Result<Document> {
     let (resident, virt) = resident_mb();
     let current = st.connections.current.load(Ordering::Relaxed);
     Ok(doc! {
-        "host": std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default(),
+        "host": nidus_common::hostname(),
         "version": super::info::COMPATIBLE_VERSION,
         "process": "mongod",
         "pid": std::process::id() as i64,
