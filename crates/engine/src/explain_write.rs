@@ -61,6 +61,7 @@ impl Engine {
             let_vars: spec.find.let_vars.clone(),
             collation: spec.find.collation.clone(),
             bypass_document_validation: false,
+            txn: None,
         };
         let matcher = Arc::new(opts.filter_matcher(&spec.find.filter)?);
         let fields = match &spec.fields {
@@ -93,7 +94,7 @@ impl Engine {
             matches!(&spec.op, WriteOp::Update { update, .. } if has_positional(update));
         if let Some((ix, id)) = &simple_id {
             if fields.is_none() && !upsert && !positional {
-                let lookup = ExpressIxscan::new(self.kv_arc(), coll.id, ix.clone(), id.clone());
+                let lookup = ExpressIxscan::new(self.read_source(None), coll.id, ix.clone(), id.clone());
                 let kind = match spec.op {
                     WriteOp::Update {
                         update, returns, ..
@@ -114,7 +115,7 @@ impl Engine {
         }
         let mut exec = match simple_id {
             Some((ix, id)) => Executor::new(
-                Stage::new(ExpressIxscan::idhack(self.kv_arc(), coll.id, ix, id)),
+                Stage::new(ExpressIxscan::idhack(self.read_source(None), coll.id, ix, id)),
                 spec.find.deadline,
             ),
             None => {

@@ -17,6 +17,7 @@ use nidus_query::matcher::Matcher;
 use nidus_query::matcher::ParseOptions;
 use nidus_query::projection::{Policy, Projection};
 use nidus_query::sort::SortPattern;
+use crate::txn::{ReadSource, Transaction};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -50,6 +51,8 @@ pub struct FindSpec {
     pub allow_disk_use: bool,
     /// `internalQueryMaxBlockingSortMemoryUsageBytes` (None: MongoDB's 100 MB default).
     pub sort_memory_limit: Option<usize>,
+    /// The multi-document transaction the query reads in (None: the latest data).
+    pub txn: Option<Arc<Transaction>>,
 }
 
 /// Parses a command's `collation` (None for absent or `{locale: "simple"}`).
@@ -107,6 +110,7 @@ struct Parsed {
     /// A count: no sort, projection, skip or limit stages (COUNT applies skip and limit).
     count: bool,
     sort_limits: SortLimits,
+    src: ReadSource,
 }
 
 impl Parsed {
@@ -211,6 +215,7 @@ impl Engine {
                 max_memory: spec.sort_memory_limit.unwrap_or(MAX_SORT_MEMORY_BYTES),
                 spill_dir: spec.allow_disk_use.then(|| self.spill_dir()),
             },
+            src: self.read_source(spec.txn.as_ref()),
         };
         let meta = coll.meta.read();
         if spec.min.is_some() || spec.max.is_some() {
@@ -241,7 +246,7 @@ impl Engine {
             if let Some(id) = parsed.matcher.id_equality() {
                 if let Some(ix) = meta.indexes.iter().find(|i| i.is_id()) {
                     let express =
-                        Stage::new(ExpressIxscan::new(self.kv_arc(), coll.id, ix.clone(), id));
+                        Stage::new(ExpressIxscan::new(parsed.src.clone(), coll.id, ix.clone(), id));
                     return Ok(Executor::new(
                         parsed.finish(express, false, Fetched::Yes),
                         spec.deadline,
@@ -324,7 +329,7 @@ impl Engine {
     ) -> Stage {
         let filter = (!spec.filter.is_empty())
             .then(|| (parsed.matcher.clone(), parsed.matcher.canonical_document()));
-        Stage::new(CollScan::new(self.kv_arc(), coll.id, forward, filter))
+        Stage::new(CollScan::new(parsed.src.clone(), coll.id, forward, filter))
     }
 
     fn candidate_plan(&self, coll_id: u64, parsed: &Parsed, c: &Candidate) -> Stage {
@@ -343,14 +348,14 @@ impl Engine {
             .map(|b| {
                 let sol = &b.solution;
                 let scan = Stage::new(IndexScan::new(
-                    self.kv_arc(),
+                    parsed.src.clone(),
                     sol.index.clone(),
                     sol.bounds.clone(),
                     sol.forward,
                 ));
                 match plan::residual_filter(&b.clause, &sol.residual) {
                     Some((m, d)) => Stage::new(Fetch::new(
-                        self.kv_arc(),
+                        parsed.src.clone(),
                         coll_id,
                         scan,
                         Some((Arc::new(m), d)),
@@ -362,14 +367,14 @@ impl Engine {
         let filter =
             plan::residual_filter(&parsed.matcher, &or.residual).map(|(m, d)| (Arc::new(m), d));
         let or_stage = Stage::new(OrStage::new(children));
-        let fetch = Stage::new(Fetch::new(self.kv_arc(), coll_id, or_stage, filter));
+        let fetch = Stage::new(Fetch::new(parsed.src.clone(), coll_id, or_stage, filter));
         parsed.finish(fetch, true, Fetched::Yes)
     }
 
     fn index_plan(&self, coll_id: u64, parsed: &Parsed, sol: &plan::IndexSolution) -> Stage {
         let scan = |bounds: &plan::bounds::IndexBounds| {
             Stage::new(IndexScan::new(
-                self.kv_arc(),
+                parsed.src.clone(),
                 sol.index.clone(),
                 bounds.clone(),
                 sol.forward,
@@ -383,14 +388,14 @@ impl Engine {
             )),
             // A count the index answers alone, over one interval, counts keys.
             _ if parsed.count && sol.covered && sol.bounds.is_single_interval() => Stage::new(
-                CountScan::new(self.kv_arc(), sol.index.clone(), sol.bounds.clone()),
+                CountScan::new(parsed.src.clone(), sol.index.clone(), sol.bounds.clone()),
             ),
             _ => scan(&sol.bounds),
         };
         if !sol.covered {
             let filter = plan::residual_filter(&parsed.matcher, &sol.residual)
                 .map(|(m, d)| (Arc::new(m), d));
-            stage = Stage::new(Fetch::new(self.kv_arc(), coll_id, stage, filter));
+            stage = Stage::new(Fetch::new(parsed.src.clone(), coll_id, stage, filter));
         }
         let fetched = if !sol.covered {
             Fetched::Yes
@@ -461,10 +466,10 @@ impl Engine {
             return Err(Error::internal("hinted index vanished while planning"));
         };
         let range = plan::min_max::key_range(ix, spec.min.as_ref(), spec.max.as_ref())?;
-        let scan = Stage::new(IndexScan::new_range(self.kv_arc(), ix.clone(), range));
+        let scan = Stage::new(IndexScan::new_range(parsed.src.clone(), ix.clone(), range));
         let filter = (!spec.filter.is_empty())
             .then(|| (parsed.matcher.clone(), parsed.matcher.canonical_document()));
-        let fetch = Stage::new(Fetch::new(self.kv_arc(), coll.id, scan, filter));
+        let fetch = Stage::new(Fetch::new(parsed.src.clone(), coll.id, scan, filter));
         let sorted = match &parsed.sort {
             Some((pattern, _)) => plan::whole_index_sort(ix, pattern) == Some(true),
             None => true,

@@ -14,6 +14,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod retry;
 pub mod ttl;
+pub mod txn;
 pub mod validation;
 pub mod write;
 
@@ -88,6 +89,14 @@ impl Engine {
 
     pub fn kv_arc(&self) -> Arc<dyn KvEngine> {
         self.kv.clone()
+    }
+
+    /// Where a query reads: inside `txn`, else the latest committed data.
+    pub fn read_source(&self, txn: Option<&Arc<txn::Transaction>>) -> txn::ReadSource {
+        match txn {
+            Some(t) => txn::ReadSource::Txn(t.clone()),
+            None => txn::ReadSource::Latest(self.kv.clone()),
+        }
     }
 
     fn load_catalog(&self) -> Result<()> {

@@ -1,10 +1,12 @@
 //! The write path: single-document inserts, updates and deletes, each in its own storage
-//! transaction, retried internally on write conflicts with MongoDB's backoff.
+//! transaction, retried internally on write conflicts with MongoDB's backoff, or inside a
+//! multi-document transaction (`WriteOpts::txn`), where a conflict goes to the client.
 
 use crate::catalog::{CollectionMeta, CollectionRef};
 use crate::find::{parse_collation, FindSpec};
 use crate::index::{self, IndexKeySet};
 use crate::retry::with_write_conflict_retry;
+use crate::txn::Transaction;
 use crate::Engine;
 use bson::{oid::ObjectId, Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
@@ -13,6 +15,7 @@ use nidus_query::matcher::{Matcher, ParseOptions};
 use nidus_query::update::{Update, UpdateContext};
 use nidus_storage::{keys, KvTxn, Space};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 pub const MAX_USER_DOC_SIZE: usize = 16 * 1024 * 1024;
@@ -31,6 +34,9 @@ pub struct WriteOpts {
     pub collation: Option<Document>,
     /// `bypassDocumentValidation`: skip the collection's validator.
     pub bypass_document_validation: bool,
+    /// The multi-document transaction the write belongs to (None: each document commits
+    /// on its own, retried on conflict).
+    pub txn: Option<Arc<Transaction>>,
 }
 
 impl WriteOpts {
@@ -177,6 +183,33 @@ impl Engine {
         )
     }
 
+    /// Runs one document's write: inside the operation's transaction (a conflict goes to the
+    /// client, which retries the whole transaction), or in a storage transaction of its own,
+    /// committed and retried with backoff on conflict.
+    fn write_unit<T>(
+        &self,
+        opts: &WriteOpts,
+        mut op: impl FnMut(&mut dyn KvTxn) -> Result<T>,
+    ) -> Result<T> {
+        if let Some(t) = &opts.txn {
+            return t.with_kv(op);
+        }
+        self.retry(opts, || {
+            let mut txn = self.kv.begin();
+            let out = op(txn.as_mut())?;
+            txn.commit()?;
+            Ok(out)
+        })
+    }
+
+    /// Counts a document change: now, or at commit for a transaction's write.
+    fn adjust_stats(&self, opts: &WriteOpts, coll: &CollectionRef, docs: i64, bytes: i64) {
+        match &opts.txn {
+            Some(t) => t.record_stats(coll, docs, bytes),
+            None => coll.adjust_stats(docs, bytes),
+        }
+    }
+
     /// Inserts one prepared document (see [`prepare_insert`]).
     pub fn insert_one(
         &self,
@@ -195,20 +228,18 @@ impl Engine {
             v.check_insert(doc)?;
         }
         let (keys, widened) = index_keys_all(&meta, doc)?;
-        self.retry(opts, || {
-            let mut txn = self.kv.begin();
+        self.write_unit(opts, |txn| {
             let rid = coll.allocate_record_id();
             for (ix, ks) in meta.indexes.iter().zip(&keys) {
-                index::insert_keys(txn.as_mut(), coll, ix, ks, rid)?;
+                index::insert_keys(txn, coll, ix, ks, rid)?;
             }
             if widened {
-                write_catalog_entry(txn.as_mut(), coll, &meta)?;
+                write_catalog_entry(txn, coll, &meta)?;
             }
             txn.put(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
-            txn.commit()?;
             Ok(())
         })?;
-        coll.adjust_stats(1, doc.as_bytes().len() as i64);
+        self.adjust_stats(opts, coll, 1, doc.as_bytes().len() as i64);
         Ok(())
     }
 
@@ -239,6 +270,7 @@ impl Engine {
             deadline: opts.deadline,
             let_vars: opts.let_vars.clone(),
             collation: opts.collation.clone(),
+            txn: opts.txn.clone(),
             ..FindSpec::default()
         };
         let mut outcome = UpdateOutcome::default();
@@ -315,8 +347,7 @@ impl Engine {
     ) -> Result<Option<(bool, Document, Document)>> {
         let meta = coll.meta.read();
         let rkey = keys::with_id(coll.id, rid);
-        let result = self.retry(opts, || {
-            let mut txn = self.kv.begin();
+        let result = self.write_unit(opts, |txn| {
             let Some(bytes) = txn.get_for_update(Space::Records, &rkey)? else {
                 return Ok(None);
             };
@@ -352,14 +383,13 @@ impl Engine {
             if let (Some(v), false) = (&meta.validator, opts.bypass_document_validation) {
                 v.check_update(old_raw, &new_raw)?;
             }
-            self.rewrite_index_entries(txn.as_mut(), coll, &meta, old_raw, &new_raw, rid)?;
+            self.rewrite_index_entries(txn, coll, &meta, old_raw, &new_raw, rid)?;
             txn.put(Space::Records, &rkey, new_raw.as_bytes())?;
-            txn.commit()?;
             let delta = new_raw.as_bytes().len() as i64 - bytes.len() as i64;
             Ok(Some((true, old_doc, new_doc, delta)))
         })?;
         Ok(result.map(|(modified, old, new, delta)| {
-            coll.adjust_stats(0, delta);
+            self.adjust_stats(opts, coll, 0, delta);
             (modified, old, new)
         }))
     }
@@ -414,6 +444,7 @@ impl Engine {
             deadline: opts.deadline,
             let_vars: opts.let_vars.clone(),
             collation: opts.collation.clone(),
+            txn: opts.txn.clone(),
             ..FindSpec::default()
         };
         let mut n = 0;
@@ -443,8 +474,7 @@ impl Engine {
     ) -> Result<Option<Document>> {
         let meta = coll.meta.read();
         let rkey = keys::with_id(coll.id, rid);
-        let deleted = self.retry(opts, || {
-            let mut txn = self.kv.begin();
+        let deleted = self.write_unit(opts, |txn| {
             let Some(bytes) = txn.get_for_update(Space::Records, &rkey)? else {
                 return Ok(None);
             };
@@ -453,14 +483,13 @@ impl Engine {
                 return Ok(None);
             }
             for ix in &meta.indexes {
-                index::remove_keys(txn.as_mut(), ix, &index::document_keys(ix, raw)?, rid)?;
+                index::remove_keys(txn, ix, &index::document_keys(ix, raw)?, rid)?;
             }
             txn.delete(Space::Records, &rkey)?;
-            txn.commit()?;
             Ok(Some((Document::try_from(raw)?, bytes.len() as i64)))
         })?;
         Ok(deleted.map(|(doc, len)| {
-            coll.adjust_stats(-1, -len);
+            self.adjust_stats(opts, coll, -1, -len);
             doc
         }))
     }

@@ -61,6 +61,9 @@ pub struct Config {
     /// `--tlsMode`, `--tlsCertificateKeyFile`, `--tlsCAFile`,
     /// `--tlsAllowConnectionsWithoutCertificates`.
     pub tls: TlsConfig,
+    /// `--replSet NAME`: present as the primary of a one-member replica set, which is what
+    /// drivers require before they use transactions and retryable writes.
+    pub repl_set: Option<String>,
     /// `--setParameter name=value`, as given.
     pub set_parameters: BTreeMap<String, String>,
     /// The arguments as given, for `getCmdLineOpts`.
@@ -76,13 +79,14 @@ impl Default for Config {
             max_conns: 1_000_000,
             auth: false,
             tls: TlsConfig::default(),
+            repl_set: None,
             set_parameters: BTreeMap::new(),
             argv: Vec::new(),
         }
     }
 }
 
-const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--auth] [--tlsMode disabled|allowTLS|preferTLS|requireTLS] [--tlsCertificateKeyFile PEM] [--tlsCAFile PEM] [--tlsAllowConnectionsWithoutCertificates] [--setParameter name=value]...";
+const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--auth] [--replSet NAME] [--tlsMode disabled|allowTLS|preferTLS|requireTLS] [--tlsCertificateKeyFile PEM] [--tlsCAFile PEM] [--tlsAllowConnectionsWithoutCertificates] [--setParameter name=value]...";
 
 impl Config {
     pub fn from_args(args: Vec<String>) -> Result<Config, String> {
@@ -129,6 +133,7 @@ impl Config {
                     cfg.set_parameters.insert(k.to_string(), val.to_string());
                 }
                 "--auth" => cfg.auth = true,
+                "--replSet" => cfg.repl_set = Some(value("--replSet")?).filter(|s| !s.is_empty()),
                 "--tlsMode" => cfg.tls.mode = TlsMode::parse(&value("--tlsMode")?)?,
                 "--tlsCertificateKeyFile" => {
                     cfg.tls.certificate_key_file =
@@ -185,6 +190,9 @@ impl Config {
                         .map_err(|e| format!("net.maxIncomingConnections: {e}"))?
                 }
                 ("storage", "dbPath") => self.dbpath = PathBuf::from(v),
+                ("replication", "replSetName") => {
+                    self.repl_set = Some(v.to_string()).filter(|s| !s.is_empty())
+                }
                 ("security", "authorization") => {
                     self.auth = match v {
                         "enabled" => true,

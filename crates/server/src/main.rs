@@ -8,6 +8,7 @@ mod cursor;
 mod failpoint;
 mod log;
 mod params;
+mod session;
 mod state;
 mod tls;
 
@@ -99,6 +100,7 @@ async fn serve(state: Arc<ServerState>) -> Result<(), String> {
     }
     tokio::spawn(cursor_reaper(state.clone()));
     tokio::spawn(ttl_monitor(state.clone()));
+    tokio::spawn(transaction_reaper(state.clone()));
     shutdown_signal().await;
     state
         .shutting_down
@@ -211,6 +213,38 @@ async fn ttl_monitor(state: Arc<ServerState>) {
                 "TTLMonitor",
                 "Error processing ttl index",
                 json!({ "error": e.message }),
+            );
+        }
+    }
+}
+
+/// Aborts transactions older than `transactionLifetimeLimitSeconds` (their locks go with
+/// them, so writers waiting on those documents proceed) and forgets sessions idle longer than
+/// `localLogicalSessionTimeoutMinutes`.
+async fn transaction_reaper(state: Arc<ServerState>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let lifetime = state
+            .params
+            .i64("transactionLifetimeLimitSeconds")
+            .unwrap_or(60)
+            .max(1) as u64;
+        let idle_minutes = state
+            .params
+            .i64("localLogicalSessionTimeoutMinutes")
+            .unwrap_or(30)
+            .max(1) as u64;
+        let aborted = state.sessions.reap(
+            Duration::from_secs(lifetime),
+            Duration::from_secs(idle_minutes * 60),
+        );
+        if aborted > 0 {
+            log::info(
+                "TXN",
+                5047400,
+                "TransactionReaper",
+                "Aborting transactions that exceeded transactionLifetimeLimitSeconds",
+                json!({ "numAborted": aborted, "transactionLifetimeLimitSeconds": lifetime }),
             );
         }
     }

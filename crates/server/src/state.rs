@@ -5,6 +5,7 @@ use crate::config::Config;
 use crate::cursor::CursorManager;
 use crate::failpoint::FailPoints;
 use crate::params::Parameters;
+use crate::session::Sessions;
 use nidus_engine::Engine;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,6 +29,32 @@ pub struct Connections {
     pub active: AtomicI64,
 }
 
+/// The cluster time a replica set member reports (`operationTime`, `$clusterTime`): a
+/// timestamp of whole seconds and an increment, strictly increasing across calls.
+#[derive(Default)]
+pub struct ClusterClock {
+    last: parking_lot::Mutex<(u32, u32)>,
+}
+
+impl ClusterClock {
+    pub fn tick(&self) -> bson::Timestamp {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as u32)
+            .unwrap_or(0);
+        let mut last = self.last.lock();
+        *last = if now > last.0 {
+            (now, 1)
+        } else {
+            (last.0, last.1.saturating_add(1))
+        };
+        bson::Timestamp {
+            time: last.0,
+            increment: last.1,
+        }
+    }
+}
+
 pub struct ServerState {
     pub engine: Arc<Engine>,
     pub config: Config,
@@ -39,6 +66,8 @@ pub struct ServerState {
     pub started: Instant,
     pub process_id: bson::oid::ObjectId,
     pub auth: AuthManager,
+    pub sessions: Sessions,
+    pub cluster_time: ClusterClock,
     /// Set once shutdown begins, so waits (awaitable `hello`) end early.
     pub shutting_down: std::sync::atomic::AtomicBool,
     next_connection_id: AtomicU64,
@@ -58,6 +87,8 @@ impl ServerState {
             started: Instant::now(),
             process_id: bson::oid::ObjectId::new(),
             auth: AuthManager::new(config.auth),
+            sessions: Sessions::default(),
+            cluster_time: ClusterClock::default(),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             next_connection_id: AtomicU64::new(1),
         })

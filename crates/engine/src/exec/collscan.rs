@@ -2,7 +2,8 @@ use super::{Member, StageImpl, StageState};
 use bson::{Document, RawDocumentBuf};
 use nidus_common::Result;
 use nidus_query::matcher::Matcher;
-use nidus_storage::{keys, KvEngine, Space};
+use crate::txn::ReadSource;
+use nidus_storage::{keys, KvRead, Space};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ const BATCH: usize = 256;
 
 /// `COLLSCAN`: the record store in RecordId order (natural order), forward or backward.
 pub struct CollScan {
-    kv: Arc<dyn KvEngine>,
+    src: ReadSource,
     coll_id: u64,
     forward: bool,
     filter: Option<Arc<Matcher>>,
@@ -26,7 +27,7 @@ pub struct CollScan {
 
 impl CollScan {
     pub fn new(
-        kv: Arc<dyn KvEngine>,
+        src: ReadSource,
         coll_id: u64,
         forward: bool,
         filter: Option<(Arc<Matcher>, Document)>,
@@ -36,7 +37,7 @@ impl CollScan {
             None => (None, None),
         };
         CollScan {
-            kv,
+            src,
             coll_id,
             forward,
             filter,
@@ -49,7 +50,8 @@ impl CollScan {
     }
 
     fn refill(&mut self) -> Result<()> {
-        let snap = self.kv.snapshot();
+        let src = self.src.clone();
+        let snap = src.view()?;
         let lower = keys::u64_be(self.coll_id);
         let upper = keys::prefix_end(self.coll_id);
         let mut c = snap.cursor(Space::Records, &lower, &upper);

@@ -3,8 +3,8 @@ use crate::catalog::IndexMeta;
 use crate::plan::bounds::IndexBounds;
 use bson::Document;
 use nidus_common::Result;
-use nidus_storage::KvEngine;
-use std::sync::Arc;
+use crate::txn::ReadSource;
+
 
 /// `COUNT_SCAN`: counts the keys between a start key and an end key of one index (a count
 /// whose filter the index answers as a single interval), without fetching documents or
@@ -17,10 +17,10 @@ pub struct CountScan {
 
 impl CountScan {
     /// `bounds` must be a single interval (points, then at most one range, then all values).
-    pub fn new(kv: Arc<dyn KvEngine>, index: IndexMeta, bounds: IndexBounds) -> CountScan {
+    pub fn new(src: ReadSource, index: IndexMeta, bounds: IndexBounds) -> CountScan {
         let printed = key_range_document(&index, &bounds);
         CountScan {
-            scan: IndexScan::new(kv, index, bounds, true),
+            scan: IndexScan::new(src, index, bounds, true),
             bounds: printed,
         }
     }

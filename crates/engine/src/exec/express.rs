@@ -4,13 +4,14 @@ use crate::catalog::IndexMeta;
 use crate::index;
 use bson::{Bson, Document, RawBson, RawDocumentBuf};
 use nidus_common::{Error, Result};
-use nidus_storage::{keys, KvEngine, Space};
-use std::sync::Arc;
+use crate::txn::ReadSource;
+use nidus_storage::{keys, KvRead, Space};
+
 
 /// `EXPRESS_IXSCAN`: the point lookup of `{_id: <value>}` through the unique `_id` index,
 /// without planning (MongoDB 8.0's express path).
 pub struct ExpressIxscan {
-    kv: Arc<dyn KvEngine>,
+    src: ReadSource,
     coll_id: u64,
     index: IndexMeta,
     value: Bson,
@@ -24,13 +25,13 @@ pub struct ExpressIxscan {
 
 impl ExpressIxscan {
     pub fn new(
-        kv: Arc<dyn KvEngine>,
+        src: ReadSource,
         coll_id: u64,
         index: IndexMeta,
         value: Bson,
     ) -> ExpressIxscan {
         ExpressIxscan {
-            kv,
+            src,
             coll_id,
             index,
             value,
@@ -43,14 +44,14 @@ impl ExpressIxscan {
 
     /// The same lookup named `IDHACK`, as the classic engine shows it under UPDATE/DELETE.
     pub fn idhack(
-        kv: Arc<dyn KvEngine>,
+        src: ReadSource,
         coll_id: u64,
         index: IndexMeta,
         value: Bson,
     ) -> ExpressIxscan {
         ExpressIxscan {
             idhack: true,
-            ..ExpressIxscan::new(kv, coll_id, index, value)
+            ..ExpressIxscan::new(src, coll_id, index, value)
         }
     }
 
@@ -58,7 +59,7 @@ impl ExpressIxscan {
         let raw =
             RawBson::try_from(self.value.clone()).map_err(|e| Error::internal(e.to_string()))?;
         let (ks, _) = nidus_doc::keystring::encode_key(&[(raw.as_raw_bson_ref(), false)]);
-        let snap = self.kv.snapshot();
+        let snap = self.src.view()?;
         let Some(entry) = snap.get(Space::Indexes, &index::entry_key(&self.index, &ks, 0))? else {
             return Ok(None);
         };

@@ -2,13 +2,14 @@ use super::{Stage, StageImpl, StageState};
 use bson::{Document, RawDocumentBuf};
 use nidus_common::Result;
 use nidus_query::matcher::Matcher;
-use nidus_storage::{keys, KvEngine, Space};
+use crate::txn::ReadSource;
+use nidus_storage::{keys, KvRead, Space};
 use std::sync::Arc;
 
 /// `FETCH`: reads the document an index key points at (in the snapshot the key was read
 /// in) and applies the part of the filter the index bounds did not answer.
 pub struct Fetch {
-    kv: Arc<dyn KvEngine>,
+    src: ReadSource,
     coll_id: u64,
     child: Box<Stage>,
     filter: Option<(Arc<Matcher>, Document)>,
@@ -18,13 +19,13 @@ pub struct Fetch {
 
 impl Fetch {
     pub fn new(
-        kv: Arc<dyn KvEngine>,
+        src: ReadSource,
         coll_id: u64,
         child: Stage,
         filter: Option<(Arc<Matcher>, Document)>,
     ) -> Fetch {
         Fetch {
-            kv,
+            src,
             coll_id,
             child: Box::new(child),
             filter,
@@ -53,7 +54,7 @@ impl StageImpl for Fetch {
             let key = keys::with_id(self.coll_id, rid);
             let bytes = match &m.snapshot {
                 Some(s) => s.get(Space::Records, &key)?,
-                None => self.kv.snapshot().get(Space::Records, &key)?,
+                None => self.src.view()?.get(Space::Records, &key)?,
             };
             // The record went away between reading the key and here (a later snapshot).
             let Some(bytes) = bytes else {

@@ -4,7 +4,8 @@ use crate::index;
 use crate::plan::bounds::{BoundsChecker, CheckResult, IndexBounds, KeyRange, SeekTarget};
 use bson::{Bson, Document};
 use nidus_common::Result;
-use nidus_storage::{keys, KvCursor, KvEngine, KvSnapshot, Space};
+use crate::txn::ReadSource;
+use nidus_storage::{keys, KvCursor, KvRead, KvSnapshot, Space};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -43,7 +44,7 @@ enum Resume {
 /// one key as MongoDB's IndexScan does: keys outside the bounds make the scan seek to the next
 /// interval (`seeks`) and return NEED_TIME. Multikey indexes drop repeated record ids.
 pub struct IndexScan {
-    kv: Arc<dyn KvEngine>,
+    src: ReadSource,
     index: IndexMeta,
     forward: bool,
     checker: Checker,
@@ -70,7 +71,7 @@ pub struct IndexScan {
 impl IndexScan {
     /// `bounds` are in index order; a backward scan reverses them.
     pub fn new(
-        kv: Arc<dyn KvEngine>,
+        src: ReadSource,
         index: IndexMeta,
         bounds: IndexBounds,
         forward: bool,
@@ -84,7 +85,7 @@ impl IndexScan {
         let single_interval = bounds.is_single_interval();
         let multikey = index.is_multikey();
         IndexScan {
-            kv,
+            src,
             index,
             forward,
             checker: Checker::Bounds(BoundsChecker::new(bounds, scan_desc)),
@@ -104,9 +105,9 @@ impl IndexScan {
     }
 
     /// A forward scan of the keys in `range` (a `min`/`max` query).
-    pub fn new_range(kv: Arc<dyn KvEngine>, index: IndexMeta, range: KeyRange) -> Self {
+    pub fn new_range(src: ReadSource, index: IndexMeta, range: KeyRange) -> Self {
         // No per-field bounds: a single interval, from the range's start key to its end key.
-        let mut scan = IndexScan::new(kv, index, IndexBounds { fields: Vec::new() }, true);
+        let mut scan = IndexScan::new(src, index, IndexBounds { fields: Vec::new() }, true);
         scan.checker = Checker::Range(range);
         scan
     }
@@ -153,7 +154,8 @@ impl IndexScan {
         let Some(resume) = self.resume.take() else {
             return Ok(());
         };
-        let snap: Arc<dyn KvSnapshot> = Arc::from(self.kv.snapshot());
+        let src = self.src.clone();
+        let snap = src.view()?;
         let lower = keys::u64_be(self.index.id);
         let upper = keys::prefix_end(self.index.id);
         let mut c = snap.cursor(Space::Indexes, &lower, &upper);
@@ -275,7 +277,7 @@ impl IndexScan {
             }
         }
         drop(c);
-        self.snapshot = Some(snap);
+        self.snapshot = snap.shared_snapshot();
         self.batch = (self.batch * 2).min(MAX_BATCH);
         Ok(())
     }

@@ -106,6 +106,8 @@ pub struct ExpCtx {
     pub bindings: Vec<Binding>,
     /// The collection the pipeline reads (None for `aggregate: 1`).
     pub namespace: Option<crate::namespace::Namespace>,
+    /// The multi-document transaction the pipeline reads and writes in.
+    pub txn: Option<Arc<crate::txn::Transaction>>,
     interrupt: Arc<Interrupt>,
 }
 
@@ -118,6 +120,7 @@ impl ExpCtx {
             now: DateTime::now(),
             bindings: Vec::new(),
             namespace: None,
+            txn: None,
             interrupt: Arc::new(Interrupt::default()),
         }
     }

@@ -56,7 +56,8 @@ pub fn open(
     let (mut stream, cursor): (Stream, Option<CursorSource>) = match (input, ns) {
         (Some(input), _) => (input, None),
         (None, Some(ns)) if !starts_with_source => {
-            let (spec, taken) = optimize::cursor_pushdown::take(&mut stages, ctx.deadline());
+            let (mut spec, taken) = optimize::cursor_pushdown::take(&mut stages, ctx.deadline());
+            spec.txn = ctx.txn.clone();
             if taken {
                 rewrites.push(optimize::cursor_pushdown::NAME);
             }

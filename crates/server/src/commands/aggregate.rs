@@ -137,6 +137,7 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
         }
     };
     let mut exp = ExpCtx::new(ctx.state.engine.clone(), &ctx.db);
+    exp.txn = ctx.txn.clone();
     exp.allow_disk_use = ctx.opt_bool("allowDiskUse")?.unwrap_or(false);
     exp.set_deadline(ctx.deadline);
     let pcx = ParseCtx::new(&ctx.db);

@@ -95,6 +95,7 @@ pub fn find_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
         // MongoDB 6.0+ spills by default (`allowDiskUseByDefault`); `false` forbids it.
         allow_disk_use: ctx.opt_bool("allowDiskUse")?.unwrap_or(true),
         sort_memory_limit: sort_memory_limit(ctx),
+        txn: ctx.txn.clone(),
         ..FindSpec::default()
     };
     Ok((ns, spec))
@@ -324,6 +325,7 @@ pub fn distinct_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec, String)> {
         hint: hint(ctx)?,
         deadline: ctx.deadline,
         collation: ctx.opt_document("collation")?,
+        txn: ctx.txn.clone(),
         ..FindSpec::default()
     };
     Ok((ns, spec, key))

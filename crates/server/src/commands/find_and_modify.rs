@@ -127,6 +127,7 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
             deadline: ctx.deadline,
             let_vars: opts.let_vars.clone(),
             collation: opts.collation.clone(),
+            txn: opts.txn.clone(),
             ..FindSpec::default()
         };
         for _ in 0..MAX_RESTARTS {

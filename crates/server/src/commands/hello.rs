@@ -39,6 +39,9 @@ fn handshake(ctx: &mut Ctx, primary_field: &str) -> Result<Document> {
     reply.insert("minWireVersion", 0);
     reply.insert("maxWireVersion", MAX_WIRE_VERSION);
     reply.insert("readOnly", false);
+    if let Some(set) = &ctx.state.config.repl_set {
+        add_replica_set_fields(ctx, set, &mut reply);
+    }
     if let Some(list) = negotiate_compression(ctx)? {
         reply.insert("compression", list);
     }
@@ -49,6 +52,42 @@ fn handshake(ctx: &mut Ctx, primary_field: &str) -> Result<Document> {
         reply.insert("speculativeAuthenticate", spec);
     }
     Ok(reply)
+}
+
+/// A one-member replica set whose only member is this primary.
+fn add_replica_set_fields(ctx: &Ctx, set: &str, reply: &mut Document) {
+    let me = member_address(&ctx.state.config);
+    let now = bson::DateTime::now();
+    let op_time = doc! { "ts": ctx.state.cluster_time.tick(), "t": 1i64 };
+    reply.insert("hosts", vec![me.clone()]);
+    reply.insert("setName", set);
+    reply.insert("setVersion", 1);
+    reply.insert("secondary", false);
+    reply.insert("primary", me.clone());
+    reply.insert("me", me);
+    reply.insert(
+        "electionId",
+        bson::oid::ObjectId::from_bytes([0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 1]),
+    );
+    reply.insert(
+        "lastWrite",
+        doc! {
+            "opTime": op_time.clone(),
+            "lastWriteDate": now,
+            "majorityOpTime": op_time,
+            "majorityWriteDate": now,
+        },
+    );
+}
+
+/// `host:port` as clients reach this server: the first bind address, or the host name when
+/// bound to every interface.
+pub fn member_address(config: &crate::config::Config) -> String {
+    let host = match config.bind_ip.first().map(String::as_str) {
+        None | Some("0.0.0.0") | Some("::") => nidus_common::hostname(),
+        Some(ip) => ip.to_string(),
+    };
+    format!("{host}:{}", config.port)
 }
 
 /// The first handshake may carry `client` metadata; later ones may not change it.

@@ -161,18 +161,6 @@ pub fn list_commands(_ctx: &mut Ctx) -> Result<Document> {
 }
 
 /// Sessions are accepted and tracked by the client; the server keeps no per-session state yet.
-pub fn end_sessions(_ctx: &mut Ctx) -> Result<Document> {
-    Ok(Document::new())
-}
-
-pub fn start_session(_ctx: &mut Ctx) -> Result<Document> {
-    let id = bson::Binary {
-        subtype: bson::spec::BinarySubtype::Uuid,
-        bytes: bson::Uuid::new().bytes().to_vec(),
-    };
-    Ok(doc! { "id": { "id": id }, "timeoutMinutes": 30 })
-}
-
 pub fn get_log(ctx: &mut Ctx) -> Result<Document> {
     match ctx.body.get("getLog") {
         Some(Bson::String(s)) if s == "*" => Ok(doc! { "names": ["global", "startupWarnings"] }),

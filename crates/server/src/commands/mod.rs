@@ -16,6 +16,7 @@ mod hello;
 mod info;
 mod plan_cache;
 mod stats;
+mod transaction;
 mod users;
 mod write;
 
@@ -41,6 +42,10 @@ pub struct Ctx<'a> {
     pub body: Document,
     pub sequences: Vec<(String, Vec<RawDocumentBuf>)>,
     pub deadline: Option<Instant>,
+    /// The session the command runs on (checked out until the command ends).
+    pub session: Option<crate::session::Binding>,
+    /// The multi-document transaction the command is a statement of.
+    pub txn: Option<std::sync::Arc<nidus_engine::txn::Transaction>>,
 }
 
 type Handler = fn(&mut Ctx) -> Result<Document>;
@@ -130,10 +135,17 @@ static COMMANDS: &[Command] = &[
         stats::server_status,
         cluster(&["serverStatus"]),
     ),
-    cmd("endSessions", info::end_sessions, AUTHED),
-    cmd("killSessions", info::end_sessions, AUTHED),
-    cmd("refreshSessions", info::end_sessions, AUTHED),
-    cmd("startSession", info::start_session, AUTHED),
+    cmd("endSessions", transaction::end_sessions, AUTHED),
+    cmd("killSessions", transaction::end_sessions, AUTHED),
+    cmd("refreshSessions", transaction::refresh_sessions, AUTHED),
+    cmd("startSession", transaction::start_session, AUTHED),
+    cmd(
+        "killAllSessions",
+        transaction::kill_all_sessions,
+        cluster(&["killAnySession"]),
+    ),
+    cmd("commitTransaction", transaction::commit_transaction, AUTHED),
+    cmd("abortTransaction", transaction::abort_transaction, AUTHED),
     cmd("getLog", info::get_log, cluster(&["getLog"])),
     cmd("getFreeMonitoringStatus", info::free_monitoring, AUTHED),
     cmd("features", info::features, AUTHED),
@@ -315,11 +327,15 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
         }
     }
     let started = Instant::now();
+    let in_transaction = req.body.contains_key("autocommit");
     let result = run_handler(state, conn, command, &name, req);
     let mut reply = match result {
         Ok(body) => Reply::ok(body),
-        Err(e) => Reply::error(e),
+        Err(e) => Reply::error(transaction::label(e, &name, in_transaction)),
     };
+    if state.config.repl_set.is_some() {
+        transaction::add_cluster_time(state, &mut reply.body);
+    }
     if let Some(wce) = injection.and_then(|i| i.write_concern_error) {
         reply.body.insert("writeConcernError", wce);
     }
@@ -376,6 +392,18 @@ fn run_handler(
         ));
     }
     let write_concern = WriteConcern::parse(&req.body)?;
+    let session = state.sessions.bind(
+        &state.engine,
+        state.config.repl_set.is_some(),
+        name,
+        &req.body,
+    )?;
+    if let Some(stored) = session.as_ref().and_then(|s| s.stored_reply.clone()) {
+        // A retried write whose first attempt completed: its reply, not a second execution.
+        return Ok(stored);
+    }
+    transaction::check_statement(session.as_ref(), name, &req.body)?;
+    let txn = session.as_ref().and_then(|s| s.txn.clone());
     let mut ctx = Ctx {
         state,
         conn,
@@ -383,17 +411,18 @@ fn run_handler(
         body: req.body,
         sequences: req.sequences,
         deadline,
+        session,
+        txn,
     };
     let outcome =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (command.handler)(&mut ctx)));
-    let body = match outcome {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(Error::internal(format!(
-                "internal error while running command '{name}'"
-            )))
-        }
+    let result = match outcome {
+        Ok(r) => r,
+        Err(_) => Err(Error::internal(format!(
+            "internal error while running command '{name}'"
+        ))),
     };
+    let body = transaction::finish_statement(ctx.session.as_ref(), result)?;
     if write_concern.journal {
         state.engine.sync()?;
     }

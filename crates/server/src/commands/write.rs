@@ -57,6 +57,7 @@ pub(super) fn opts(ctx: &Ctx) -> Result<WriteOpts> {
         let_vars: ctx.opt_document("let")?,
         collation: None,
         bypass_document_validation: ctx.opt_bool("bypassDocumentValidation")?.unwrap_or(false),
+        txn: ctx.txn.clone(),
     })
 }
 

@@ -1,0 +1,583 @@
+//! Logical sessions, their transactions and retryable writes.
+//!
+//! A command carrying `lsid` runs on that session: the session is checked out for the
+//! command's duration (a second command on the same session waits, as in MongoDB), which is
+//! what makes a retried write see the first attempt's stored reply instead of running again.
+//! The session's state (transaction number, transaction, stored reply) sits behind a short
+//! lock of its own so the lifetime reaper and `killSessions` never wait for a running command.
+
+use bson::{doc, Binary, Bson, Document};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_engine::txn::Transaction;
+use nidus_engine::Engine;
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Commands a multi-document transaction may run (MongoDB's allow-list).
+const TXN_COMMANDS: &[&str] = &[
+    "find",
+    "getMore",
+    "killCursors",
+    "aggregate",
+    "distinct",
+    "insert",
+    "update",
+    "delete",
+    "findAndModify",
+    "findandmodify",
+    "bulkWrite",
+    "commitTransaction",
+    "abortTransaction",
+    "create",
+    "createIndexes",
+];
+
+/// Writes a `txnNumber` outside a transaction makes retryable.
+const RETRYABLE_COMMANDS: &[&str] = &[
+    "insert",
+    "update",
+    "delete",
+    "findAndModify",
+    "findandmodify",
+    "bulkWrite",
+    "commitTransaction",
+    "abortTransaction",
+];
+
+#[derive(Default)]
+pub struct Sessions {
+    map: Mutex<HashMap<Vec<u8>, Arc<Session>>>,
+}
+
+pub struct Session {
+    id: Binary,
+    checked_out: Mutex<bool>,
+    released: Condvar,
+    state: Mutex<SessionState>,
+}
+
+struct SessionState {
+    last_use: Instant,
+    /// The highest transaction number the session has seen.
+    txn_number: Option<i64>,
+    txn: TxnState,
+    /// The reply of the retryable write numbered `.0`.
+    stored: Option<(i64, Document)>,
+}
+
+enum TxnState {
+    /// No transaction at `txn_number` (a retryable write, or nothing yet).
+    None,
+    Active {
+        txn: Arc<Transaction>,
+        started: Instant,
+        /// Set once the first statement ran: only it may carry `readConcern`.
+        statements: u64,
+    },
+    Committed,
+    Aborted,
+}
+
+/// What a command runs under: its session checked out, and its transaction if in one.
+pub struct Binding {
+    session: Arc<Session>,
+    pub txn_number: Option<i64>,
+    /// The command is a statement of a multi-document transaction (`autocommit: false`).
+    pub in_transaction: bool,
+    pub txn: Option<Arc<Transaction>>,
+    /// A retryable write whose first attempt already replied: this is that reply.
+    pub stored_reply: Option<Document>,
+    retryable_write: bool,
+}
+
+impl Drop for Binding {
+    fn drop(&mut self) {
+        let mut out = self.session.checked_out.lock();
+        *out = false;
+        self.session.released.notify_one();
+    }
+}
+
+/// The command's session fields.
+struct SessionArgs {
+    lsid: Option<Binary>,
+    txn_number: Option<i64>,
+    autocommit: Option<bool>,
+    start_transaction: Option<bool>,
+}
+
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::new(ErrorCode::InvalidOptions, msg)
+}
+
+fn parse_args(body: &Document) -> Result<SessionArgs> {
+    let lsid = match body.get("lsid") {
+        None => None,
+        Some(Bson::Document(d)) => match d.get("id") {
+            Some(Bson::Binary(b)) if b.subtype == bson::spec::BinarySubtype::Uuid => {
+                Some(b.clone())
+            }
+            _ => {
+                return Err(Error::new(
+                    ErrorCode::Location(40414),
+                    "BSON field 'OperationSessionInfo.lsid.id' is missing but a required field",
+                ))
+            }
+        },
+        Some(_) => {
+            return Err(Error::type_mismatch(
+                "BSON field 'OperationSessionInfo.lsid' is the wrong type, expected type 'object'",
+            ))
+        }
+    };
+    let txn_number = match body.get("txnNumber") {
+        None => None,
+        Some(Bson::Int64(n)) => Some(*n),
+        Some(Bson::Int32(n)) => Some(*n as i64),
+        Some(other) => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'OperationSessionInfo.txnNumber' is the wrong type '{}', expected type 'long'",
+                crate::commands::type_name(other)
+            )))
+        }
+    };
+    let flag = |name: &str| -> Result<Option<bool>> {
+        match body.get(name) {
+            None => Ok(None),
+            Some(Bson::Boolean(b)) => Ok(Some(*b)),
+            Some(other) => Err(Error::type_mismatch(format!(
+                "BSON field 'OperationSessionInfo.{name}' is the wrong type '{}', expected type 'bool'",
+                crate::commands::type_name(other)
+            ))),
+        }
+    };
+    Ok(SessionArgs {
+        lsid,
+        txn_number,
+        autocommit: flag("autocommit")?,
+        start_transaction: flag("startTransaction")?,
+    })
+}
+
+impl Sessions {
+    /// Checks the command's session fields against the session's state and checks the
+    /// session out. None when the command carries no session.
+    pub fn bind(
+        &self,
+        engine: &Engine,
+        replica_set: bool,
+        command: &str,
+        body: &Document,
+    ) -> Result<Option<Binding>> {
+        let args = parse_args(body)?;
+        let Some(lsid) = args.lsid else {
+            if args.txn_number.is_some() {
+                return Err(invalid(
+                    "Transaction number requires a session ID to also be specified",
+                ));
+            }
+            if args.autocommit.is_some() || args.start_transaction.is_some() {
+                return Err(invalid(
+                    "'autocommit' field requires a transaction number to also be specified",
+                ));
+            }
+            return Ok(None);
+        };
+        if args.txn_number.is_none()
+            && (args.autocommit.is_some() || args.start_transaction.is_some())
+        {
+            return Err(invalid(
+                "'autocommit' field requires a transaction number to also be specified",
+            ));
+        }
+        if args.txn_number.is_some() && !replica_set {
+            return Err(Error::new(
+                ErrorCode::IllegalOperation,
+                "Transaction numbers are only allowed on a replica set member or mongos",
+            ));
+        }
+        match (args.autocommit, args.start_transaction) {
+            (Some(true), _) => return Err(invalid("Specifying autocommit=true is not allowed.")),
+            (_, Some(false)) => {
+                return Err(invalid("Specifying startTransaction=false is not allowed."))
+            }
+            (None, Some(true)) => {
+                return Err(invalid(
+                    "txnNumber may only be provided for multi-document transactions and retryable write commands. autocommit:false was not provided, and txnNumber was provided",
+                ))
+            }
+            _ => {}
+        }
+        let in_transaction = args.autocommit == Some(false);
+        if let Some(n) = args.txn_number {
+            if in_transaction && !TXN_COMMANDS.contains(&command) {
+                return Err(Error::new(
+                    ErrorCode::OperationNotSupportedInTransaction,
+                    format!("Cannot run '{command}' in a multi-document transaction."),
+                ));
+            }
+            if !in_transaction && !RETRYABLE_COMMANDS.contains(&command) {
+                return Err(invalid(format!(
+                    "txnNumber may only be provided for multi-document transactions and retryable write commands. autocommit:false was not provided, and {command} is not a retryable write command."
+                )));
+            }
+            if n < 0 {
+                return Err(Error::bad_value(format!(
+                    "TxnNumber cannot be negative, got {n}"
+                )));
+            }
+        }
+        let session = self.get_or_create(&lsid);
+        session.check_out();
+        let mut binding = Binding {
+            session: session.clone(),
+            txn_number: args.txn_number,
+            in_transaction,
+            txn: None,
+            stored_reply: None,
+            retryable_write: false,
+        };
+        let mut st = session.state.lock();
+        st.last_use = Instant::now();
+        let Some(n) = args.txn_number else {
+            return Ok(Some(binding));
+        };
+        let lsid_text = uuid_text(&lsid);
+        if let Some(current) = st.txn_number.filter(|c| n < *c) {
+            return Err(Error::new(
+                ErrorCode::TransactionTooOld,
+                format!(
+                    "Cannot start transaction {n} on session {lsid_text} because a newer transaction {current} has already started."
+                ),
+            ));
+        }
+        let newer = st.txn_number != Some(n);
+        if newer && in_transaction && args.start_transaction != Some(true) {
+            return Err(Error::new(
+                ErrorCode::NoSuchTransaction,
+                format!(
+                    "Given transaction number {n} does not match any in-progress transactions. The active transaction number is {}",
+                    st.txn_number.unwrap_or(-1)
+                ),
+            ));
+        }
+        if newer {
+            // A new number ends whatever the session was doing.
+            if let TxnState::Active { txn, .. } = &st.txn {
+                txn.abort();
+            }
+            st.txn_number = Some(n);
+            st.txn = TxnState::None;
+            st.stored = None;
+        }
+        if !in_transaction {
+            if matches!(st.txn, TxnState::Active { .. } | TxnState::Committed | TxnState::Aborted)
+            {
+                return Err(Error::new(
+                    ErrorCode::Location(50776),
+                    format!("Cannot run a retryable write on transaction number {n}: it is a multi-document transaction"),
+                ));
+            }
+            binding.retryable_write = true;
+            binding.stored_reply = st
+                .stored
+                .as_ref()
+                .filter(|(num, _)| *num == n)
+                .map(|(_, reply)| reply.clone());
+            drop(st);
+            return Ok(Some(binding));
+        }
+        if args.start_transaction == Some(true) {
+            if !newer {
+                let state = match st.txn {
+                    TxnState::Committed => "TxnState::Committed",
+                    TxnState::Aborted => "TxnState::Aborted",
+                    _ => "TxnState::InProgress",
+                };
+                return Err(Error::new(
+                    ErrorCode::ConflictingOperationInProgress,
+                    format!("Cannot start a transaction at given transaction number {n} a transaction with the same number is in state {state}"),
+                ));
+            }
+            check_transaction_read_concern(body)?;
+            let txn = Transaction::begin(engine.kv());
+            st.txn = TxnState::Active {
+                txn: txn.clone(),
+                started: Instant::now(),
+                statements: 0,
+            };
+            binding.txn = Some(txn);
+            drop(st);
+            return Ok(Some(binding));
+        }
+        match &mut st.txn {
+            TxnState::Active {
+                txn, statements, ..
+            } => {
+                if *statements > 0 && body.contains_key("readConcern") {
+                    return Err(invalid(
+                        "Only the first command in a transaction may specify a readConcern",
+                    ));
+                }
+                *statements += 1;
+                binding.txn = Some(txn.clone());
+            }
+            TxnState::Committed
+                if matches!(command, "commitTransaction" | "abortTransaction") => {}
+            TxnState::Committed => {
+                return Err(Error::new(
+                    ErrorCode::TransactionCommitted,
+                    format!("Transaction with {{ txnNumber: {n} }} has been committed."),
+                ))
+            }
+            TxnState::Aborted | TxnState::None => return Err(aborted(n)),
+        }
+        drop(st);
+        Ok(Some(binding))
+    }
+
+    fn get_or_create(&self, lsid: &Binary) -> Arc<Session> {
+        self.map
+            .lock()
+            .entry(lsid.bytes.clone())
+            .or_insert_with(|| {
+                Arc::new(Session {
+                    id: lsid.clone(),
+                    checked_out: Mutex::new(false),
+                    released: Condvar::new(),
+                    state: Mutex::new(SessionState {
+                        last_use: Instant::now(),
+                        txn_number: None,
+                        txn: TxnState::None,
+                        stored: None,
+                    }),
+                })
+            })
+            .clone()
+    }
+
+    /// Ends sessions (`endSessions`, `killSessions`): their transactions abort.
+    pub fn end(&self, ids: &[Vec<u8>]) {
+        let removed: Vec<Arc<Session>> = {
+            let mut map = self.map.lock();
+            ids.iter().filter_map(|id| map.remove(id)).collect()
+        };
+        for s in removed {
+            s.abort_active();
+        }
+    }
+
+    /// Ends every session (`killAllSessions`).
+    pub fn end_all(&self) {
+        let all: Vec<Arc<Session>> = self.map.lock().drain().map(|(_, s)| s).collect();
+        for s in all {
+            s.abort_active();
+        }
+    }
+
+    /// Marks sessions used now (`refreshSessions`).
+    pub fn refresh(&self, ids: &[Vec<u8>]) {
+        let map = self.map.lock();
+        for id in ids {
+            if let Some(s) = map.get(id) {
+                s.state.lock().last_use = Instant::now();
+            }
+        }
+    }
+
+    /// Aborts transactions older than `lifetime` and forgets sessions idle longer than
+    /// `idle` (MongoDB's transaction reaper and logical session cache). Returns how many
+    /// transactions were aborted.
+    pub fn reap(&self, lifetime: Duration, idle: Duration) -> usize {
+        let now = Instant::now();
+        let sessions: Vec<Arc<Session>> = self.map.lock().values().cloned().collect();
+        let mut aborted = 0;
+        let mut expired = Vec::new();
+        for s in sessions {
+            let mut st = s.state.lock();
+            if let TxnState::Active { txn, started, .. } = &st.txn {
+                if now.duration_since(*started) >= lifetime {
+                    txn.abort();
+                    st.txn = TxnState::Aborted;
+                    aborted += 1;
+                }
+            }
+            let idle_for = now.duration_since(st.last_use);
+            if idle_for >= idle && !matches!(st.txn, TxnState::Active { .. }) {
+                expired.push(s.id.bytes.clone());
+            }
+        }
+        if !expired.is_empty() {
+            let mut map = self.map.lock();
+            for id in expired {
+                map.remove(&id);
+            }
+        }
+        aborted
+    }
+
+    /// Open transactions (`serverStatus().transactions.currentOpen`).
+    pub fn open_transactions(&self) -> usize {
+        self.map
+            .lock()
+            .values()
+            .filter(|s| matches!(s.state.lock().txn, TxnState::Active { .. }))
+            .count()
+    }
+
+    pub fn active_sessions(&self) -> usize {
+        self.map.lock().len()
+    }
+}
+
+impl Session {
+    /// Waits until no other command runs on the session, then claims it.
+    fn check_out(&self) {
+        let mut out = self.checked_out.lock();
+        while *out {
+            self.released.wait(&mut out);
+        }
+        *out = true;
+    }
+
+    fn abort_active(&self) {
+        let mut st = self.state.lock();
+        if let TxnState::Active { txn, .. } = &st.txn {
+            txn.abort();
+            st.txn = TxnState::Aborted;
+        }
+    }
+}
+
+impl Binding {
+    /// `commitTransaction`: makes the transaction's writes visible; a retried commit of a
+    /// committed transaction succeeds again.
+    pub fn commit(&self) -> Result<()> {
+        let n = self.txn_number.unwrap_or(0);
+        let mut st = self.session.state.lock();
+        match std::mem::replace(&mut st.txn, TxnState::None) {
+            TxnState::Active { txn, .. } => {
+                drop(st);
+                let result = txn.commit();
+                let mut st = self.session.state.lock();
+                st.txn = match &result {
+                    Ok(()) => TxnState::Committed,
+                    Err(_) => TxnState::Aborted,
+                };
+                result
+            }
+            TxnState::Committed => {
+                st.txn = TxnState::Committed;
+                Ok(())
+            }
+            other => {
+                st.txn = other;
+                Err(aborted(n))
+            }
+        }
+    }
+
+    /// `abortTransaction`.
+    pub fn abort(&self) -> Result<()> {
+        let n = self.txn_number.unwrap_or(0);
+        let mut st = self.session.state.lock();
+        match &st.txn {
+            TxnState::Active { txn, .. } => {
+                txn.abort();
+                st.txn = TxnState::Aborted;
+                Ok(())
+            }
+            TxnState::Committed => Err(Error::new(
+                ErrorCode::TransactionCommitted,
+                format!("Transaction with {{ txnNumber: {n} }} has been committed."),
+            )),
+            _ => Err(aborted(n)),
+        }
+    }
+
+    /// After a transaction statement failed: MongoDB aborts the transaction.
+    pub fn abort_after_error(&self) {
+        let mut st = self.session.state.lock();
+        if let TxnState::Active { txn, .. } = &st.txn {
+            txn.abort();
+            st.txn = TxnState::Aborted;
+        }
+    }
+
+    /// Keeps a retryable write's reply so a retry of it gets the same answer.
+    pub fn store_reply(&self, reply: &Document) {
+        if !self.retryable_write {
+            return;
+        }
+        if let Some(n) = self.txn_number {
+            let mut st = self.session.state.lock();
+            if st.txn_number == Some(n) {
+                st.stored = Some((n, reply.clone()));
+            }
+        }
+    }
+}
+
+fn aborted(n: i64) -> Error {
+    Error::new(
+        ErrorCode::NoSuchTransaction,
+        format!("Transaction with {{ txnNumber: {n} }} has been aborted."),
+    )
+}
+
+/// A transaction reads at `snapshot`, `majority` or `local` (all one snapshot here).
+fn check_transaction_read_concern(body: &Document) -> Result<()> {
+    let Some(Bson::Document(rc)) = body.get("readConcern") else {
+        return Ok(());
+    };
+    match rc.get("level") {
+        None => Ok(()),
+        Some(Bson::String(l)) if matches!(l.as_str(), "snapshot" | "majority" | "local") => Ok(()),
+        Some(Bson::String(l)) => Err(invalid(format!(
+            "The readConcern level must be either 'local' (default), 'majority' or 'snapshot' in order to run in a transaction; got {l}"
+        ))),
+        Some(_) => Err(Error::type_mismatch(
+            "BSON field 'readConcern.level' is the wrong type, expected type 'string'",
+        )),
+    }
+}
+
+fn uuid_text(b: &Binary) -> String {
+    match <[u8; 16]>::try_from(b.bytes.as_slice()) {
+        Ok(bytes) => bson::Uuid::from_bytes(bytes).to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+/// The session ids a command lists (`endSessions: [{id: UUID}, ...]`).
+pub fn listed_ids(v: Option<&Bson>) -> Result<Vec<Vec<u8>>> {
+    let Some(Bson::Array(items)) = v else {
+        return Err(Error::type_mismatch("sessions must be given as an array"));
+    };
+    items
+        .iter()
+        .map(|item| match item {
+            Bson::Document(d) => match d.get("id") {
+                Some(Bson::Binary(b)) => Ok(b.bytes.clone()),
+                _ => Err(Error::new(
+                    ErrorCode::Location(40414),
+                    "BSON field 'LogicalSessionFromClient.id' is missing but a required field",
+                )),
+            },
+            _ => Err(Error::type_mismatch(
+                "BSON field 'sessions' items must be objects",
+            )),
+        })
+        .collect()
+}
+
+/// `startSession`'s reply for a new session id.
+pub fn new_session_reply(timeout_minutes: i32) -> Document {
+    let id = Binary {
+        subtype: bson::spec::BinarySubtype::Uuid,
+        bytes: bson::Uuid::new().bytes().to_vec(),
+    };
+    doc! { "id": { "id": id }, "timeoutMinutes": timeout_minutes }
+}
