@@ -1,0 +1,283 @@
+"""Sessions, multi-document transactions and retryable writes, with pymongo against a
+nidus started as a one-member replica set (`--replSet rs0`), its transaction lifetime limit
+lowered to 3 s so seed 003's abort-after-the-limit scenario runs in seconds."""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+import time
+
+import pytest
+from bson import Int64
+from bson.binary import UUID_SUBTYPE, Binary
+from pymongo import MongoClient
+from pymongo.errors import OperationFailure
+from pymongo.read_concern import ReadConcern
+
+import wire
+from nidus_harness import NidusServer
+
+LIFETIME_SECONDS = 3
+
+
+@pytest.fixture(scope="module")
+def rs_server(nidus_binary, tmp_path_factory):
+    server = NidusServer(
+        dbpath=tmp_path_factory.mktemp("nidus-txn") / "db",
+        binary=nidus_binary,
+        log_name="nidus-txn",
+        extra_args=["--replSet", "rs0", "--setParameter",
+                    f"transactionLifetimeLimitSeconds={LIFETIME_SECONDS}"],
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def rs_client(rs_server):
+    # Discovered as a replica set, as an application connecting without directConnection is.
+    client = MongoClient(f"mongodb://127.0.0.1:{rs_server.port}/", serverSelectionTimeoutMS=10000)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def tdb(rs_client, request):
+    name = "txn_" + re.sub(r"[^A-Za-z0-9_]", "_", request.node.name)[:40]
+    rs_client.drop_database(name)
+    return rs_client[name]
+
+
+def test_hello_presents_a_one_member_replica_set(rs_client, rs_server):
+    hello = rs_client.admin.command("hello")
+    me = f"127.0.0.1:{rs_server.port}"
+    assert hello["setName"] == "rs0"
+    assert hello["isWritablePrimary"] is True
+    assert hello["hosts"] == [me] and hello["primary"] == me and hello["me"] == me
+    assert "operationTime" in hello and "$clusterTime" in hello
+    assert rs_client.topology_description.topology_type_name == "ReplicaSetWithPrimary"
+
+
+def test_commit_makes_writes_visible_at_once(tdb, rs_client):
+    tdb.accounts.insert_many([{"_id": "a", "balance": 100}, {"_id": "b", "balance": 0}])
+    with rs_client.start_session() as s:
+        with s.start_transaction():
+            tdb.accounts.update_one({"_id": "a"}, {"$inc": {"balance": -30}}, session=s)
+            tdb.accounts.update_one({"_id": "b"}, {"$inc": {"balance": 30}}, session=s)
+            tdb.accounts.insert_one({"_id": "log1", "amount": 30}, session=s)
+            # The transaction reads its own writes; others do not see them yet.
+            assert tdb.accounts.find_one({"_id": "a"}, session=s)["balance"] == 70
+            assert tdb.accounts.count_documents({}, session=s) == 3
+            assert tdb.accounts.find_one({"_id": "a"})["balance"] == 100
+            assert tdb.accounts.find_one({"_id": "log1"}) is None
+            assert tdb.accounts.count_documents({}) == 2
+    assert tdb.accounts.find_one({"_id": "a"})["balance"] == 70
+    assert tdb.accounts.find_one({"_id": "b"})["balance"] == 30
+    assert tdb.accounts.count_documents({}) == 3
+    assert tdb.command("collStats", "accounts")["count"] == 3
+
+
+def test_abort_discards_writes(tdb, rs_client):
+    tdb.items.insert_one({"_id": 1, "v": 1})
+    with rs_client.start_session() as s:
+        s.start_transaction()
+        tdb.items.insert_one({"_id": 2}, session=s)
+        tdb.items.delete_one({"_id": 1}, session=s)
+        tdb.items.update_one({"_id": 3}, {"$set": {"v": 3}}, upsert=True, session=s)
+        assert sorted(d["_id"] for d in tdb.items.find({}, session=s)) == [2, 3]
+        s.abort_transaction()
+    assert list(tdb.items.find()) == [{"_id": 1, "v": 1}]
+    assert tdb.command("collStats", "items")["count"] == 1
+
+
+def test_snapshot_isolation_hides_later_commits(tdb, rs_client):
+    tdb.snap.insert_one({"_id": 1, "v": 1})
+    with rs_client.start_session() as s:
+        with s.start_transaction(read_concern=ReadConcern("snapshot")):
+            assert tdb.snap.find_one({"_id": 1}, session=s)["v"] == 1
+            tdb.snap.update_one({"_id": 1}, {"$set": {"v": 2}})  # outside, commits at once
+            tdb.snap.insert_one({"_id": 2})
+            assert tdb.snap.find_one({"_id": 1}, session=s)["v"] == 1
+            assert tdb.snap.find_one({"_id": 2}, session=s) is None
+    assert tdb.snap.find_one({"_id": 1})["v"] == 2
+
+
+def test_write_conflict_inside_transaction_fails_at_once(tdb, rs_client):
+    """Seed 003: B's update of a document A's open transaction changed fails at once with
+    WriteConflict and the TransientTransactionError label."""
+    tdb.demo.insert_one({"_id": "x", "value": 0})
+    a = rs_client.start_session()
+    b = rs_client.start_session()
+    a.start_transaction()
+    tdb.demo.update_one({"_id": "x"}, {"$inc": {"value": 2}}, session=a)
+    b.start_transaction()
+    started = time.monotonic()
+    with pytest.raises(OperationFailure) as err:
+        tdb.demo.update_one({"_id": "x"}, {"$inc": {"value": 4}}, session=b)
+    assert time.monotonic() - started < 1.0
+    assert err.value.code == 112
+    assert err.value.details["codeName"] == "WriteConflict"
+    assert "TransientTransactionError" in err.value.details["errorLabels"]
+    assert err.value.details["errmsg"] == (
+        "Caused by :: Write conflict during plan execution and yielding is disabled. "
+        ":: Please retry your operation or multi-document transaction.")
+    # The failed statement ended B's transaction.
+    with pytest.raises(OperationFailure) as err:
+        b.commit_transaction()
+    assert err.value.code == 251
+    a.abort_transaction()
+    a.end_session()
+    b.end_session()
+
+
+def test_seed_003_wait_on_conflict_then_lifetime_abort(tdb, rs_client, rs_server):
+    """Seed 003 end to end: A's transaction holds the document; B's update outside a
+    transaction waits (internal retries) until A is aborted by the lifetime limit, then
+    succeeds; A's commit gets NoSuchTransaction; the document is {_id: 'x', value: 8}."""
+    tdb.demo.insert_one({"_id": "x", "value": 0})
+    a = rs_client.start_session()
+    a.start_transaction()
+    tdb.demo.update_one({"_id": "x"}, {"$inc": {"value": 2}}, session=a)
+    conflicts_before = rs_client.admin.command("serverStatus")["metrics"]["operation"]["writeConflicts"]
+    started = time.monotonic()
+    result = tdb.demo.update_one({"_id": "x"}, {"$inc": {"value": 8}})
+    waited = time.monotonic() - started
+    assert result.matched_count == 1 and result.modified_count == 1
+    assert 1.0 < waited < LIFETIME_SECONDS + 5
+    conflicts_after = rs_client.admin.command("serverStatus")["metrics"]["operation"]["writeConflicts"]
+    assert conflicts_after > conflicts_before
+    with pytest.raises(OperationFailure) as err:
+        a.commit_transaction()
+    assert err.value.code == 251
+    assert err.value.details["codeName"] == "NoSuchTransaction"
+    assert "TransientTransactionError" in err.value.details["errorLabels"]
+    assert err.value.details["errmsg"] == (
+        f"Transaction with {{ txnNumber: {a._server_session.transaction_id} }} has been aborted.")
+    a.end_session()
+    assert list(tdb.demo.find()) == [{"_id": "x", "value": 8}]
+    assert "Aborting transactions that exceeded transactionLifetimeLimitSeconds" in rs_server.log_text()
+
+
+def test_error_in_statement_aborts_the_transaction(tdb, rs_client):
+    tdb.dup.insert_one({"_id": 1})
+    with rs_client.start_session() as s:
+        s.start_transaction()
+        with pytest.raises(OperationFailure) as err:
+            tdb.dup.insert_one({"_id": 1}, session=s)
+        assert err.value.code == 11000
+        assert "TransientTransactionError" not in (err.value.details.get("errorLabels") or [])
+        with pytest.raises(OperationFailure) as err:
+            tdb.dup.insert_one({"_id": 2}, session=s)
+        assert err.value.code == 251
+        assert "TransientTransactionError" in err.value.details["errorLabels"]
+        s.abort_transaction()
+    assert tdb.dup.count_documents({}) == 1
+
+
+def new_lsid():
+    return {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+
+
+def raw_session_command(port, db, lsid, txn_number, command, **extra):
+    """One command on the wire with exactly these session fields (a driver would add its own)."""
+    body = dict(command)
+    body.update({"lsid": lsid, "txnNumber": Int64(txn_number), "$db": db.name})
+    body.update(extra)
+    sock = wire.connect(port)
+    try:
+        return wire.command(sock, body)
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize("case", [
+    # (commands run in order on one session, expected code of the last, expected codeName)
+    ("count in a transaction", [({"count": "c"}, {"startTransaction": True, "autocommit": False})],
+     263, "OperationNotSupportedInTransaction"),
+    ("autocommit true", [({"find": "c"}, {"autocommit": True})], 72, "InvalidOptions"),
+    ("continue without start", [({"find": "c"}, {"autocommit": False})], 251, "NoSuchTransaction"),
+    ("older transaction number", [({"insert": "c", "documents": [{}]}, {}),
+                                  ({"find": "c"}, {"startTransaction": True, "autocommit": False, "txn": 0})],
+     225, "TransactionTooOld"),
+    ("restart the same number", [({"find": "c"}, {"startTransaction": True, "autocommit": False}),
+                                 ({"find": "c"}, {"startTransaction": True, "autocommit": False})],
+     117, "ConflictingOperationInProgress"),
+    ("$out in a transaction", [({"aggregate": "c", "pipeline": [{"$out": "d"}], "cursor": {}},
+                                {"startTransaction": True, "autocommit": False})],
+     263, "OperationNotSupportedInTransaction"),
+], ids=lambda c: c[0])
+def test_session_rule_errors(tdb, rs_server, case):
+    _, steps, code, code_name = case
+    lsid = new_lsid()
+    reply = None
+    for command, extra in steps:
+        extra = dict(extra)
+        txn = extra.pop("txn", 1)
+        reply = raw_session_command(rs_server.port, tdb, lsid, txn, command, **extra)
+    assert reply["ok"] == 0
+    assert (reply["code"], reply["codeName"]) == (code, code_name)
+
+
+def test_retryable_write_is_applied_once(tdb, rs_server):
+    lsid = new_lsid()
+    tdb.counter.insert_one({"_id": 1, "n": 0})
+    update = {"update": "counter", "updates": [{"q": {"_id": 1}, "u": {"$inc": {"n": 1}}}]}
+    first = raw_session_command(rs_server.port, tdb, lsid, 5, update)
+    again = raw_session_command(rs_server.port, tdb, lsid, 5, update)
+    assert first["ok"] == 1 and again["ok"] == 1
+    assert (first["n"], first["nModified"]) == (again["n"], again["nModified"]) == (1, 1)
+    assert tdb.counter.find_one({"_id": 1})["n"] == 1
+    newer = raw_session_command(rs_server.port, tdb, lsid, 6, update)
+    assert newer["ok"] == 1
+    assert tdb.counter.find_one({"_id": 1})["n"] == 2
+    older = raw_session_command(rs_server.port, tdb, lsid, 5, update)
+    assert older["codeName"] == "TransactionTooOld"
+
+
+def test_standalone_refuses_transaction_numbers(db, port):
+    lsid = new_lsid()
+    reply = raw_session_command(port, db, lsid, 1, {"insert": "c", "documents": [{}]})
+    assert (reply["code"], reply["codeName"]) == (20, "IllegalOperation")
+
+
+def test_concurrent_transfers_keep_the_total(tdb, rs_client):
+    """8 clients x many transfers between accounts in transactions, retried on
+    TransientTransactionError: the total never changes and every commit is counted."""
+    accounts = 20
+    tdb.bank.insert_many([{"_id": i, "balance": 1000} for i in range(accounts)])
+    committed = []
+    errors = []
+
+    def worker(seed: int):
+        import random
+        rng = random.Random(seed)
+        done = 0
+        try:
+            with rs_client.start_session() as s:
+                for _ in range(60):
+                    src, dst = rng.sample(range(accounts), 2)
+                    amount = rng.randint(1, 50)
+
+                    def transfer(session):
+                        tdb.bank.update_one({"_id": src}, {"$inc": {"balance": -amount}}, session=session)
+                        tdb.bank.update_one({"_id": dst}, {"$inc": {"balance": amount}}, session=session)
+                        tdb.ledger.insert_one({"src": src, "dst": dst, "amount": amount}, session=session)
+
+                    s.with_transaction(transfer)
+                    done += 1
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+        committed.append(done)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    total = sum(d["balance"] for d in tdb.bank.find())
+    assert total == accounts * 1000
+    assert tdb.ledger.count_documents({}) == sum(committed) == 8 * 60
