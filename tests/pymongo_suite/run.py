@@ -138,7 +138,8 @@ def run_file(src: Path, test_file: str, timeout: int, binary: Path) -> dict:
     junit.unlink(missing_ok=True)
     result = {"file": test_file, "status": "ok", **dict.fromkeys(COUNT_KEYS, 0)}
     with tempfile.TemporaryDirectory(prefix="nidus-pymongo-") as tmp:
-        server = NidusServer(dbpath=Path(tmp) / "db", binary=binary, log_name=f"pymongo-{slug}")
+        server = NidusServer(dbpath=Path(tmp) / "db", binary=binary, log_name=f"pymongo-{slug}",
+                             extra_args=list(SUITE.get("server_args", [])))
         try:
             server.start()
         except NidusError as e:

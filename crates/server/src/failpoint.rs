@@ -1,5 +1,5 @@
-//! The `failCommand` fail point, as the driver specifications use it
-//! (`configureFailPoint`, accepted only with `enableTestCommands`).
+//! The `failCommand` and `onPrimaryTransactionalWrite` fail points, as the driver
+//! specifications and tests use them (`configureFailPoint`, only with `enableTestCommands`).
 
 use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
@@ -33,12 +33,33 @@ pub struct Injection {
     pub block: Option<Duration>,
     pub close_connection: bool,
     pub error: Option<Error>,
+    /// The fail point named the error's labels (possibly none): the server adds none.
+    pub labels_given: bool,
     pub write_concern_error: Option<Document>,
+}
+
+/// `onPrimaryTransactionalWrite`: a retryable write's statements fail (the connection closes)
+/// before they commit, or after they commit so the reply is lost and the driver retries.
+#[derive(Debug, Clone)]
+struct TransactionalWrite {
+    mode: Mode,
+    close_connection: bool,
+    fail_before_commit: Option<i32>,
+}
+
+/// What happens to one retryable write when `onPrimaryTransactionalWrite` fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteInjection {
+    /// Nothing is written; the connection closes.
+    FailBeforeCommit,
+    /// The write commits (its reply is stored for the retry); the connection closes.
+    CloseAfterCommit,
 }
 
 #[derive(Default)]
 pub struct FailPoints {
     fail_command: Mutex<Option<FailCommand>>,
+    transactional_write: Mutex<Option<TransactionalWrite>>,
     /// `maxTimeAlwaysTimeOut`: every operation with a `maxTimeMS` times out at once.
     max_time_always_time_out: std::sync::atomic::AtomicBool,
 }
@@ -80,6 +101,18 @@ impl FailPoints {
         let mode = parse_mode(cmd.get("mode").unwrap_or(&Bson::Null))?;
         match name {
             "failCommand" => {}
+            "onPrimaryTransactionalWrite" => {
+                let data = cmd.get_document("data").cloned().unwrap_or_default();
+                *self.transactional_write.lock() = (mode != Mode::Off).then(|| TransactionalWrite {
+                    mode,
+                    close_connection: data.get_bool("closeConnection").unwrap_or(true),
+                    fail_before_commit: data
+                        .get("failBeforeCommitExceptionCode")
+                        .and_then(as_i64)
+                        .map(|n| n as i32),
+                });
+                return Ok(0);
+            }
             "maxTimeAlwaysTimeOut" => {
                 let was = self
                     .max_time_always_time_out
@@ -137,6 +170,39 @@ impl FailPoints {
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Decides whether a retryable write of `statements` statements (documents, updates,
+    /// deletes) meets `onPrimaryTransactionalWrite`; each statement consumes one activation.
+    pub fn check_transactional_write(&self, statements: usize) -> Option<WriteInjection> {
+        let mut slot = self.transactional_write.lock();
+        let tw = slot.as_mut()?;
+        let mut fire = false;
+        for _ in 0..statements.max(1) {
+            fire |= match &mut tw.mode {
+                Mode::Off => false,
+                Mode::AlwaysOn => true,
+                Mode::Times(n) => {
+                    *n -= 1;
+                    *n >= 0
+                }
+                Mode::Skip(n) => {
+                    *n -= 1;
+                    *n < 0
+                }
+                Mode::Probability(p) => rand_unit() < *p,
+            };
+        }
+        let injection = match (fire, tw.fail_before_commit, tw.close_connection) {
+            (false, _, _) => None,
+            (true, Some(_), _) => Some(WriteInjection::FailBeforeCommit),
+            (true, None, true) => Some(WriteInjection::CloseAfterCommit),
+            (true, None, false) => None,
+        };
+        if matches!(tw.mode, Mode::Times(n) if n <= 0) {
+            *slot = None;
+        }
+        injection
+    }
+
     /// Decides whether `command` from a client named `app_name` fails, consuming one activation.
     pub fn check(&self, command: &str, app_name: Option<&str>) -> Option<Injection> {
         let mut slot = self.fail_command.lock();
@@ -178,6 +244,7 @@ impl FailPoints {
                 }
                 e
             }),
+            labels_given: fc.error_labels.is_some(),
             write_concern_error: fc.write_concern_error.clone(),
         };
         if matches!(fc.mode, Mode::Times(0)) {

@@ -506,6 +506,11 @@ impl Binding {
         }
     }
 
+    /// A write with a `txnNumber` outside a transaction, to be run (not replayed).
+    pub fn is_retryable_write(&self) -> bool {
+        self.retryable_write && self.stored_reply.is_none()
+    }
+
     /// Keeps a retryable write's reply so a retry of it gets the same answer.
     pub fn store_reply(&self, reply: &Document) {
         if !self.retryable_write {

@@ -22,6 +22,7 @@ mod write;
 
 use crate::auth::{needs, Need};
 use crate::connection::ConnState;
+use crate::failpoint::WriteInjection;
 use crate::state::ServerState;
 use bson::{Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
@@ -322,24 +323,37 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
         if inj.close_connection {
             return Reply::close();
         }
-        if let Some(e) = &inj.error {
-            return Reply::error(e.clone());
-        }
     }
+    let kind = transaction::StatementKind::of(&req.body);
     let started = Instant::now();
-    let in_transaction = req.body.contains_key("autocommit");
-    let result = run_handler(state, conn, command, &name, req);
+    let mut close = false;
+    let result = match injection.as_ref().and_then(|i| i.error.clone()) {
+        Some(e) if injection.as_ref().is_some_and(|i| i.labels_given) => {
+            return finish_reply(state, Reply::error(e))
+        }
+        Some(e) => Err(e),
+        None => run_handler(state, conn, command, &name, req, &mut close),
+    };
+    if close {
+        return Reply::close();
+    }
     let mut reply = match result {
         Ok(body) => Reply::ok(body),
-        Err(e) => Reply::error(transaction::label(e, &name, in_transaction)),
+        Err(e) => Reply::error(transaction::label(e, &name, kind)),
     };
-    if state.config.repl_set.is_some() {
-        transaction::add_cluster_time(state, &mut reply.body);
-    }
     if let Some(wce) = injection.and_then(|i| i.write_concern_error) {
+        transaction::label_write_concern_error(&mut reply.body, &wce, &name, kind);
         reply.body.insert("writeConcernError", wce);
     }
     slow_op_log(state, &name, started.elapsed());
+    finish_reply(state, reply)
+}
+
+/// What every reply gets last: a replica set member's cluster time.
+fn finish_reply(state: &ServerState, mut reply: Reply) -> Reply {
+    if state.config.repl_set.is_some() {
+        transaction::add_cluster_time(state, &mut reply.body);
+    }
     reply
 }
 
@@ -360,6 +374,7 @@ fn run_handler(
     command: &Command,
     name: &str,
     req: Request,
+    close_connection: &mut bool,
 ) -> Result<Document> {
     let db = match req.body.get("$db") {
         Some(Bson::String(db)) => db.clone(),
@@ -403,6 +418,17 @@ fn run_handler(
         return Ok(stored);
     }
     transaction::check_statement(session.as_ref(), name, &req.body)?;
+    let injection = match &session {
+        Some(s) if s.is_retryable_write() => state
+            .fail_points
+            .check_transactional_write(statement_count(name, &req)),
+        _ => None,
+    };
+    if injection == Some(WriteInjection::FailBeforeCommit) {
+        *close_connection = true;
+        return Ok(Document::new());
+    }
+    *close_connection = injection == Some(WriteInjection::CloseAfterCommit);
     let txn = session.as_ref().and_then(|s| s.txn.clone());
     let mut ctx = Ctx {
         state,
@@ -433,6 +459,25 @@ fn run_handler(
         state.auth.invalidate();
     }
     Ok(body)
+}
+
+/// How many statements a write command carries (documents, updates, deletes or operations).
+fn statement_count(name: &str, req: &Request) -> usize {
+    let field = match name {
+        "insert" => "documents",
+        "update" => "updates",
+        "delete" => "deletes",
+        "bulkWrite" => "ops",
+        _ => return 1,
+    };
+    match req.body.get(field) {
+        Some(Bson::Array(a)) => a.len(),
+        _ => req
+            .sequences
+            .iter()
+            .find(|(id, _)| id == field)
+            .map_or(1, |(_, docs)| docs.len()),
+    }
 }
 
 fn slow_op_log(state: &ServerState, name: &str, elapsed: Duration) {

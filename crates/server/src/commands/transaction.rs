@@ -9,6 +9,7 @@ use nidus_common::{Error, ErrorCode, Result};
 
 const TRANSIENT: &str = "TransientTransactionError";
 const UNKNOWN_COMMIT: &str = "UnknownTransactionCommitResult";
+const RETRYABLE_WRITE: &str = "RetryableWriteError";
 
 pub fn commit_transaction(ctx: &mut Ctx) -> Result<Document> {
     transaction_binding(ctx, "commitTransaction")?.commit()?;
@@ -137,14 +138,59 @@ fn write_conflict_message() -> &'static str {
     "Caused by :: Write conflict during plan execution and yielding is disabled. :: Please retry your operation or multi-document transaction."
 }
 
-/// The error labels MongoDB adds to a transaction statement's error: transient errors (a
-/// conflict, a transaction that no longer exists) mean the whole transaction may be retried;
-/// a commit that timed out may or may not have committed.
-pub fn label(e: Error, name: &str, in_transaction: bool) -> Error {
-    if !in_transaction {
+/// How a command relates to sessions, for the error labels its failure gets.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum StatementKind {
+    Plain,
+    /// A statement of a multi-document transaction (`autocommit: false`).
+    InTransaction,
+    /// A write with a `txnNumber` outside a transaction.
+    RetryableWrite,
+}
+
+impl StatementKind {
+    pub fn of(body: &Document) -> StatementKind {
+        match (body.contains_key("autocommit"), body.contains_key("txnNumber")) {
+            (true, _) => StatementKind::InTransaction,
+            (false, true) => StatementKind::RetryableWrite,
+            _ => StatementKind::Plain,
+        }
+    }
+}
+
+/// Codes after which a retryable write (or a commit) may be retried: the primary stepped
+/// down or shut down, or the network failed (the retryable writes specification's list).
+fn is_retryable_code(code: i32) -> bool {
+    matches!(
+        code,
+        6 | 7 | 89 | 91 | 189 | 262 | 9001 | 10107 | 11600 | 11602 | 13435 | 13436
+    )
+}
+
+/// Not-primary and shutdown errors: a transaction may be retried whole after them.
+fn is_not_primary_or_shutdown(code: i32) -> bool {
+    matches!(code, 91 | 189 | 10107 | 11600 | 11602 | 13435 | 13436)
+}
+
+/// The error labels MongoDB adds: transient errors inside a transaction (a conflict, a
+/// transaction that no longer exists, a primary that went away) mean the whole transaction
+/// may be retried; a commit that failed that way may or may not have committed; a retryable
+/// write (or commit/abort) that failed with a retryable code may be retried.
+pub fn label(e: Error, name: &str, kind: StatementKind) -> Error {
+    let code = e.code.code();
+    let ends_transaction = matches!(name, "commitTransaction" | "abortTransaction");
+    let mut e = e;
+    if (kind == StatementKind::RetryableWrite || ends_transaction) && is_retryable_code(code) {
+        e = e.with_label(RETRYABLE_WRITE);
+    }
+    if kind != StatementKind::InTransaction {
         return e;
     }
-    let commit = name == "commitTransaction";
+    if name == "commitTransaction"
+        && (is_retryable_code(code) || e.code == ErrorCode::MaxTimeMSExpired)
+    {
+        return e.with_label(UNKNOWN_COMMIT);
+    }
     match e.code {
         ErrorCode::WriteConflict => {
             let mut e = e.with_label(TRANSIENT);
@@ -154,8 +200,31 @@ pub fn label(e: Error, name: &str, in_transaction: bool) -> Error {
             e
         }
         ErrorCode::NoSuchTransaction | ErrorCode::LockTimeout => e.with_label(TRANSIENT),
-        ErrorCode::MaxTimeMSExpired if commit => e.with_label(UNKNOWN_COMMIT),
+        _ if !ends_transaction && is_not_primary_or_shutdown(code) => e.with_label(TRANSIENT),
         _ => e,
+    }
+}
+
+/// Labels for a reply carrying a write concern error: a retryable write (or commit) whose
+/// write concern failed with a retryable code may be retried; a commit whose write concern
+/// timed out or failed may or may not have committed.
+pub fn label_write_concern_error(reply: &mut Document, wce: &Document, name: &str, kind: StatementKind) {
+    let code = match wce.get("code") {
+        Some(Bson::Int32(c)) => *c,
+        Some(Bson::Int64(c)) => *c as i32,
+        _ => return,
+    };
+    let ends_transaction = matches!(name, "commitTransaction" | "abortTransaction");
+    let mut labels = Vec::new();
+    if (kind == StatementKind::RetryableWrite || ends_transaction) && is_retryable_code(code) {
+        labels.push(RETRYABLE_WRITE);
+    }
+    // UnsatisfiableWriteConcern (100) and UnknownReplWriteConcern (79) cannot succeed on retry.
+    if name == "commitTransaction" && !matches!(code, 79 | 100) {
+        labels.push(UNKNOWN_COMMIT);
+    }
+    if !labels.is_empty() {
+        reply.insert("errorLabels", labels);
     }
 }
 
