@@ -50,6 +50,9 @@ pub struct FindSpec {
     pub allow_disk_use: bool,
     /// `internalQueryMaxBlockingSortMemoryUsageBytes` (None: MongoDB's 100 MB default).
     pub sort_memory_limit: Option<usize>,
+    /// A tailable cursor over a capped collection: a forward COLLSCAN that stays open at
+    /// its end and reads what was inserted since on the next `getMore`.
+    pub tailable: bool,
 }
 
 /// Parses a command's `collation` (None for absent or `{locale: "simple"}`).
@@ -216,6 +219,13 @@ impl Engine {
         if spec.min.is_some() || spec.max.is_some() {
             return self.min_max_plan(coll, spec, &parsed, &meta.indexes);
         }
+        if spec.tailable {
+            let scan = self.collscan(coll, spec, &parsed, true);
+            return Ok(Executor::new(
+                parsed.finish(scan, false, Fetched::Yes),
+                spec.deadline,
+            ));
+        }
         let hinted_index = match &spec.hint {
             // Indexes hold binary string keys: under a collation only a scan answers
             // string predicates and sorts correctly (until indexes carry collations).
@@ -324,7 +334,10 @@ impl Engine {
     ) -> Stage {
         let filter = (!spec.filter.is_empty())
             .then(|| (parsed.matcher.clone(), parsed.matcher.canonical_document()));
-        Stage::new(CollScan::new(self.kv_arc(), coll.id, forward, filter))
+        let scan = CollScan::new(self.kv_arc(), coll.id, forward, filter)
+            .capped(coll.is_capped())
+            .tailable(spec.tailable);
+        Stage::new(scan)
     }
 
     fn candidate_plan(&self, coll_id: u64, parsed: &Parsed, c: &Candidate) -> Stage {

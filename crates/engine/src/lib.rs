@@ -1,5 +1,6 @@
 //! The engine: catalog, write path and read path over the storage traits.
 
+pub mod capped;
 pub mod catalog;
 mod ddl;
 pub mod distinct;
@@ -15,6 +16,7 @@ pub mod plan;
 pub mod retry;
 pub mod ttl;
 pub mod validation;
+pub mod view;
 pub mod write;
 
 use catalog::{CollectionRef, NEXT_ID_KEY};
@@ -42,6 +44,8 @@ pub struct Metrics {
 pub struct Engine {
     kv: Arc<dyn KvEngine>,
     collections: RwLock<BTreeMap<Namespace, CollectionRef>>,
+    /// Views by namespace (`view.rs`); changed under the DDL lock like collections.
+    views: RwLock<BTreeMap<Namespace, Arc<view::ViewDef>>>,
     /// Serializes catalog changes; data writes never take it.
     ddl: Mutex<()>,
     next_id: AtomicU64,
@@ -58,6 +62,7 @@ impl Engine {
         let engine = Engine {
             kv,
             collections: RwLock::new(BTreeMap::new()),
+            views: RwLock::new(BTreeMap::new()),
             ddl: Mutex::new(()),
             next_id: AtomicU64::new(1),
             group_commit: GroupCommit::default(),
@@ -66,6 +71,7 @@ impl Engine {
             spill_dir: parking_lot::RwLock::new(None),
         };
         engine.load_catalog()?;
+        engine.load_views()?;
         Ok(Arc::new(engine))
     }
 
@@ -172,6 +178,8 @@ impl Engine {
             .keys()
             .map(|ns| ns.db.clone())
             .collect();
+        names.extend(self.views.read().keys().map(|ns| ns.db.clone()));
+        names.sort();
         names.dedup();
         names
     }
