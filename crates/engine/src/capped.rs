@@ -131,8 +131,7 @@ impl Engine {
                 }
                 if widened {
                     let entry = crate::catalog::entry_document(coll.id, &coll.ns, meta);
-                    let bytes =
-                        bson::to_vec(&entry).map_err(|e| Error::internal(e.to_string()))?;
+                    let bytes = bson::to_vec(&entry).map_err(|e| Error::internal(e.to_string()))?;
                     txn.put(Space::Catalog, &coll.catalog_key(), &bytes)?;
                 }
                 txn.put(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
@@ -206,7 +205,11 @@ impl Engine {
         }
         let temp = Namespace::new(
             &ns.db,
-            &format!("tmp{}.convertToCapped.{}", bson::oid::ObjectId::new(), ns.coll),
+            &format!(
+                "tmp{}.convertToCapped.{}",
+                bson::oid::ObjectId::new(),
+                ns.coll
+            ),
         );
         if let Err(e) = self.clone_collection_as_capped(ns, &temp, limits) {
             let _ = self.drop_collection(&temp);

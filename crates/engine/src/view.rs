@@ -419,7 +419,10 @@ mod tests {
         let g = graph(&[("v1", "v4"), ("v4", "v1")]);
         let e = check_graph(&g, &Namespace::new("t", "v1")).unwrap_err();
         assert_eq!(e.code, ErrorCode::GraphContainsCycle);
-        assert_eq!(e.message, "View cycle detected: t.v1 => t.v1 => t.v4 => t.v1");
+        assert_eq!(
+            e.message,
+            "View cycle detected: t.v1 => t.v1 => t.v4 => t.v1"
+        );
     }
 
     #[test]

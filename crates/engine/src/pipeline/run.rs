@@ -47,7 +47,8 @@ pub fn open(
     let (ns, stages) = match (ns, &input) {
         (Some(view), None) => match ctx.engine.resolve_view(view)? {
             Some(r) => {
-                let docs: Vec<bson::Bson> = r.pipeline.into_iter().map(bson::Bson::Document).collect();
+                let docs: Vec<bson::Bson> =
+                    r.pipeline.into_iter().map(bson::Bson::Document).collect();
                 let mut all = super::parse_pipeline(&docs, &super::ParseCtx::new(&r.ns.db))?;
                 all.extend(stages.iter().cloned());
                 resolved = (r.ns, all);

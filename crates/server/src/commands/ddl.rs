@@ -240,7 +240,14 @@ pub fn create(ctx: &mut Ctx) -> Result<Document> {
         ));
     }
     if let Some(view_on) = view_on {
-        return create_view(ctx, ns, view_on, pipeline.unwrap_or_default(), capped, options);
+        return create_view(
+            ctx,
+            ns,
+            view_on,
+            pipeline.unwrap_or_default(),
+            capped,
+            options,
+        );
     }
     if let Some(size) = size {
         // Stored as MongoDB shows them: `capped`, `size`, then `max`.
@@ -279,7 +286,13 @@ fn create_view(
             "option not supported on a view: changeStreamPreAndPostImages",
         ));
     }
-    let not_on_view = ["validator", "validationLevel", "validationAction", "storageEngine", "indexOptionDefaults"];
+    let not_on_view = [
+        "validator",
+        "validationLevel",
+        "validationAction",
+        "storageEngine",
+        "indexOptionDefaults",
+    ];
     if let Some(k) = options.keys().find(|k| not_on_view.contains(&k.as_str())) {
         return Err(Error::new(
             ErrorCode::InvalidOptions,
@@ -321,7 +334,12 @@ fn pipeline_documents(command: &str, stages: &[Bson]) -> Result<Vec<Document>> {
         .enumerate()
         .map(|(i, s)| match s {
             Bson::Document(d) => Ok(d.clone()),
-            other => Err(wrong_type(command, &format!("pipeline.{i}"), other, "object")),
+            other => Err(wrong_type(
+                command,
+                &format!("pipeline.{i}"),
+                other,
+                "object",
+            )),
         })
         .collect()
 }
@@ -509,29 +527,28 @@ pub fn convert_to_capped(ctx: &mut Ctx) -> Result<Document> {
 
 pub fn clone_collection_as_capped(ctx: &mut Ctx) -> Result<Document> {
     let from = ctx.namespace("cloneCollectionAsCapped")?;
-    let to = match ctx.body.get("toCollection") {
-        Some(Bson::String(c)) if !c.is_empty() => Namespace::new(&ctx.db, c),
-        Some(Bson::String(_)) => {
-            return Err(Error::new(
-                ErrorCode::InvalidNamespace,
-                format!("Invalid namespace specified '{}.'", ctx.db),
-            ))
-        }
-        Some(other) => {
-            return Err(wrong_type(
-                "cloneCollectionAsCapped",
-                "toCollection",
-                other,
-                "string",
-            ))
-        }
-        None => {
-            return Err(Error::new(
+    let to =
+        match ctx.body.get("toCollection") {
+            Some(Bson::String(c)) if !c.is_empty() => Namespace::new(&ctx.db, c),
+            Some(Bson::String(_)) => {
+                return Err(Error::new(
+                    ErrorCode::InvalidNamespace,
+                    format!("Invalid namespace specified '{}.'", ctx.db),
+                ))
+            }
+            Some(other) => {
+                return Err(wrong_type(
+                    "cloneCollectionAsCapped",
+                    "toCollection",
+                    other,
+                    "string",
+                ))
+            }
+            None => return Err(Error::new(
                 ErrorCode::Location(40414),
                 "BSON field 'cloneCollectionAsCapped.toCollection' is missing but a required field",
-            ))
-        }
-    };
+            )),
+        };
     let limits = capped_limits(ctx)?;
     ctx.state
         .engine

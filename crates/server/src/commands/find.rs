@@ -233,7 +233,9 @@ pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
     }
     let result = if await_data {
         // maxTimeMS is how long to wait for new documents (1 s by default), not a deadline.
-        let wait = ctx.deadline.unwrap_or_else(|| Instant::now() + AWAIT_DATA_DEFAULT);
+        let wait = ctx
+            .deadline
+            .unwrap_or_else(|| Instant::now() + AWAIT_DATA_DEFAULT);
         await_batch(&mut cursor, batch_size, wait)
     } else {
         cursor.exec.set_deadline(ctx.deadline);

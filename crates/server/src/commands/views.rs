@@ -45,7 +45,11 @@ pub fn find_pipeline(ctx: &Ctx, spec: &FindSpec) -> Result<Vec<Document>> {
             return Err(not_in_aggregation(option));
         }
     }
-    if spec.sort.as_ref().is_some_and(|s| s.contains_key("$natural")) {
+    if spec
+        .sort
+        .as_ref()
+        .is_some_and(|s| s.contains_key("$natural"))
+    {
         return Err(Error::new(
             ErrorCode::InvalidPipelineOperator,
             "Sort option $natural not supported in aggregation.",
