@@ -105,8 +105,7 @@ impl Engine {
         coll: &CollectionRef,
         meta: &CollectionMeta,
         doc: &RawDocument,
-        keys: &[IndexKeySet],
-        widened: bool,
+        (keys, widened): (&[IndexKeySet], bool),
         limits: CappedLimits,
         opts: &WriteOpts,
     ) -> Result<()> {

@@ -196,7 +196,7 @@ impl Engine {
         }
         let (keys, widened) = index_keys_all(&meta, doc)?;
         if let Some(limits) = crate::capped::CappedLimits::of(&meta.options) {
-            return self.insert_capped(coll, &meta, doc, &keys, widened, limits, opts);
+            return self.insert_capped(coll, &meta, doc, (&keys, widened), limits, opts);
         }
         self.retry(opts, || {
             let mut txn = self.kv.begin();

@@ -270,7 +270,7 @@ fn create_view(
     capped: bool,
     mut options: Document,
 ) -> Result<Document> {
-    if let Some(id_index) = options.get_document("idIndex").ok() {
+    if let Ok(id_index) = options.get_document("idIndex") {
         return Err(Error::new(
             ErrorCode::InvalidOptions,
             format!(
