@@ -206,6 +206,9 @@ pub struct Collection {
     pub count: AtomicI64,
     pub data_size: AtomicI64,
     pub plan_cache: crate::plan::cache::PlanCache,
+    /// Capped collections: inserts are serialized (natural order = commit order) and wake
+    /// tailable cursors waiting for data (`capped.rs`).
+    pub capped: crate::capped::CappedState,
 }
 
 impl Collection {
@@ -218,6 +221,7 @@ impl Collection {
             count: AtomicI64::new(0),
             data_size: AtomicI64::new(0),
             plan_cache: Default::default(),
+            capped: Default::default(),
         }
     }
 
@@ -228,6 +232,11 @@ impl Collection {
 
     pub fn catalog_key(&self) -> Vec<u8> {
         catalog_key(&self.ns)
+    }
+
+    /// `capped: true` in the collection's options.
+    pub fn is_capped(&self) -> bool {
+        crate::capped::CappedLimits::of(&self.meta.read().options).is_some()
     }
 
     pub fn adjust_stats(&self, docs: i64, bytes: i64) {

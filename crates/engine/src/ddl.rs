@@ -40,6 +40,12 @@ impl Engine {
     pub fn create_collection(&self, ns: &Namespace, options: Document) -> Result<CollectionRef> {
         namespace::validate_coll_name(&ns.db, &ns.coll)?;
         let _ddl = self.ddl.lock();
+        if self.view(ns).is_some() {
+            return Err(Error::new(
+                ErrorCode::NamespaceExists,
+                format!("A view already exists. NS: {ns}"),
+            ));
+        }
         if let Some(existing) = self.collection(ns) {
             // MongoDB 7.0+: re-creating with identical options succeeds.
             let meta = existing.meta.read();
@@ -67,6 +73,7 @@ impl Engine {
         if let Some(c) = self.collection(ns) {
             return Ok(c);
         }
+        self.check_not_view(ns)?;
         self.create_locked(ns, Document::new())
     }
 
@@ -114,6 +121,9 @@ impl Engine {
     pub fn drop_database(&self, db: &str) -> Result<()> {
         for coll in self.collections_in(db) {
             self.drop_collection(&coll.ns)?;
+        }
+        for view in self.views_in(db) {
+            self.drop_view(&view.ns)?;
         }
         Ok(())
     }

@@ -63,7 +63,12 @@ impl Engine {
         let Some((sol, field)) = best else {
             return Ok(None);
         };
-        let scan = IndexScan::new(self.read_source(spec.txn.as_ref()), sol.index.clone(), sol.bounds.clone(), true);
+        let scan = IndexScan::new(
+            self.read_source(spec.txn.as_ref()),
+            sol.index.clone(),
+            sol.bounds.clone(),
+            true,
+        );
         let distinct = Stage::new(DistinctScan::new(scan, field));
         let root = Stage::new(ProjectionCovered::new(distinct, projection, transform));
         Ok(Some(Executor::new(root, spec.deadline)))

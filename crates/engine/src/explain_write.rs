@@ -94,7 +94,8 @@ impl Engine {
             matches!(&spec.op, WriteOp::Update { update, .. } if has_positional(update));
         if let Some((ix, id)) = &simple_id {
             if fields.is_none() && !upsert && !positional {
-                let lookup = ExpressIxscan::new(self.read_source(None), coll.id, ix.clone(), id.clone());
+                let lookup =
+                    ExpressIxscan::new(self.read_source(None), coll.id, ix.clone(), id.clone());
                 let kind = match spec.op {
                     WriteOp::Update {
                         update, returns, ..
@@ -115,7 +116,12 @@ impl Engine {
         }
         let mut exec = match simple_id {
             Some((ix, id)) => Executor::new(
-                Stage::new(ExpressIxscan::idhack(self.read_source(None), coll.id, ix, id)),
+                Stage::new(ExpressIxscan::idhack(
+                    self.read_source(None),
+                    coll.id,
+                    ix,
+                    id,
+                )),
                 spec.find.deadline,
             ),
             None => {

@@ -8,6 +8,7 @@ use crate::exec::{
     Stage,
 };
 use crate::plan;
+use crate::txn::{ReadSource, Transaction};
 use crate::Engine;
 use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
@@ -17,7 +18,6 @@ use nidus_query::matcher::Matcher;
 use nidus_query::matcher::ParseOptions;
 use nidus_query::projection::{Policy, Projection};
 use nidus_query::sort::SortPattern;
-use crate::txn::{ReadSource, Transaction};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -53,6 +53,9 @@ pub struct FindSpec {
     pub sort_memory_limit: Option<usize>,
     /// The multi-document transaction the query reads in (None: the latest data).
     pub txn: Option<Arc<Transaction>>,
+    /// A tailable cursor over a capped collection: a forward COLLSCAN that stays open at
+    /// its end and reads what was inserted since on the next `getMore`.
+    pub tailable: bool,
 }
 
 /// Parses a command's `collation` (None for absent or `{locale: "simple"}`).
@@ -221,6 +224,13 @@ impl Engine {
         if spec.min.is_some() || spec.max.is_some() {
             return self.min_max_plan(coll, spec, &parsed, &meta.indexes);
         }
+        if spec.tailable {
+            let scan = self.collscan(coll, spec, &parsed, true);
+            return Ok(Executor::new(
+                parsed.finish(scan, false, Fetched::Yes),
+                spec.deadline,
+            ));
+        }
         let hinted_index = match &spec.hint {
             // Indexes hold binary string keys: under a collation only a scan answers
             // string predicates and sorts correctly (until indexes carry collations).
@@ -245,8 +255,12 @@ impl Engine {
         if hinted_index.is_none() && natural_sort.is_none() && parsed.sort.is_none() {
             if let Some(id) = parsed.matcher.id_equality() {
                 if let Some(ix) = meta.indexes.iter().find(|i| i.is_id()) {
-                    let express =
-                        Stage::new(ExpressIxscan::new(parsed.src.clone(), coll.id, ix.clone(), id));
+                    let express = Stage::new(ExpressIxscan::new(
+                        parsed.src.clone(),
+                        coll.id,
+                        ix.clone(),
+                        id,
+                    ));
                     return Ok(Executor::new(
                         parsed.finish(express, false, Fetched::Yes),
                         spec.deadline,
@@ -329,7 +343,10 @@ impl Engine {
     ) -> Stage {
         let filter = (!spec.filter.is_empty())
             .then(|| (parsed.matcher.clone(), parsed.matcher.canonical_document()));
-        Stage::new(CollScan::new(parsed.src.clone(), coll.id, forward, filter))
+        let scan = CollScan::new(parsed.src.clone(), coll.id, forward, filter)
+            .capped(coll.is_capped())
+            .tailable(spec.tailable);
+        Stage::new(scan)
     }
 
     fn candidate_plan(&self, coll_id: u64, parsed: &Parsed, c: &Candidate) -> Stage {

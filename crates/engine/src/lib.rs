@@ -1,5 +1,6 @@
 //! The engine: catalog, write path and read path over the storage traits.
 
+pub mod capped;
 pub mod catalog;
 mod ddl;
 pub mod distinct;
@@ -16,6 +17,7 @@ pub mod retry;
 pub mod ttl;
 pub mod txn;
 pub mod validation;
+pub mod view;
 pub mod write;
 
 use catalog::{CollectionRef, NEXT_ID_KEY};
@@ -43,6 +45,8 @@ pub struct Metrics {
 pub struct Engine {
     kv: Arc<dyn KvEngine>,
     collections: RwLock<BTreeMap<Namespace, CollectionRef>>,
+    /// Views by namespace (`view.rs`); changed under the DDL lock like collections.
+    views: RwLock<BTreeMap<Namespace, Arc<view::ViewDef>>>,
     /// Serializes catalog changes; data writes never take it.
     ddl: Mutex<()>,
     next_id: AtomicU64,
@@ -59,6 +63,7 @@ impl Engine {
         let engine = Engine {
             kv,
             collections: RwLock::new(BTreeMap::new()),
+            views: RwLock::new(BTreeMap::new()),
             ddl: Mutex::new(()),
             next_id: AtomicU64::new(1),
             group_commit: GroupCommit::default(),
@@ -67,6 +72,7 @@ impl Engine {
             spill_dir: parking_lot::RwLock::new(None),
         };
         engine.load_catalog()?;
+        engine.load_views()?;
         Ok(Arc::new(engine))
     }
 
@@ -181,6 +187,8 @@ impl Engine {
             .keys()
             .map(|ns| ns.db.clone())
             .collect();
+        names.extend(self.views.read().keys().map(|ns| ns.db.clone()));
+        names.sort();
         names.dedup();
         names
     }

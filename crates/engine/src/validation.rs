@@ -9,7 +9,19 @@
 use bson::{Bson, Document, RawDocument};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_query::matcher::{Expr, Matcher};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+/// What `validationAction: "warn"` reports for a document that fails validation: the
+/// namespace, the document and MongoDB's `errInfo`. The server logs it (id 20294);
+/// the engine only calls the sink.
+pub type WarningSink = Box<dyn Fn(&str, &Document, &Document) + Send + Sync>;
+
+static WARNING_SINK: OnceLock<WarningSink> = OnceLock::new();
+
+/// Installs the sink for validation warnings (once per process; later calls are ignored).
+pub fn set_warning_sink(sink: WarningSink) {
+    let _ = WARNING_SINK.set(sink);
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
@@ -89,29 +101,29 @@ impl Validator {
     }
 
     /// Checks a document an insert (or an upsert) writes.
-    pub fn check_insert(&self, doc: &RawDocument) -> Result<()> {
+    pub fn check_insert(&self, ns: &impl std::fmt::Display, doc: &RawDocument) -> Result<()> {
         if self.level == Level::Off {
             return Ok(());
         }
-        self.check(doc)
+        self.check(ns, doc)
     }
 
     /// Checks the new version of an updated document.
-    pub fn check_update(&self, old: &RawDocument, new: &RawDocument) -> Result<()> {
+    pub fn check_update(
+        &self,
+        ns: &impl std::fmt::Display,
+        old: &RawDocument,
+        new: &RawDocument,
+    ) -> Result<()> {
         match self.level {
             Level::Off => Ok(()),
             Level::Moderate if !self.matcher.matches(old)? => Ok(()),
-            _ => self.check(new),
+            _ => self.check(ns, new),
         }
     }
 
-    fn check(&self, doc: &RawDocument) -> Result<()> {
+    fn check(&self, ns: &impl std::fmt::Display, doc: &RawDocument) -> Result<()> {
         if self.matcher.matches(doc)? {
-            return Ok(());
-        }
-        if self.action == Action::Warn {
-            // MongoDB also logs "Document would fail validation" (id 20294); the engine has
-            // no log sink yet, so the write is accepted silently.
             return Ok(());
         }
         let id = doc
@@ -125,6 +137,14 @@ impl Validator {
         }
         if let Some(details) = self.details(doc) {
             info.insert("details", details);
+        }
+        if self.action == Action::Warn {
+            // The write is accepted; MongoDB logs "Document would fail validation" (20294).
+            if let Some(sink) = WARNING_SINK.get() {
+                let document = Document::try_from(doc).unwrap_or_default();
+                sink(&ns.to_string(), &document, &info);
+            }
+            return Ok(());
         }
         Err(Error::new(
             ErrorCode::DocumentValidationFailure,

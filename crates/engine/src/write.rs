@@ -225,9 +225,12 @@ impl Engine {
             ));
         }
         if let (Some(v), false) = (&meta.validator, opts.bypass_document_validation) {
-            v.check_insert(doc)?;
+            v.check_insert(&coll.ns, doc)?;
         }
         let (keys, widened) = index_keys_all(&meta, doc)?;
+        if let Some(limits) = crate::capped::CappedLimits::of(&meta.options) {
+            return self.insert_capped(coll, &meta, doc, (&keys, widened), limits, opts);
+        }
         self.write_unit(opts, |txn| {
             let rid = coll.allocate_record_id();
             for (ix, ks) in meta.indexes.iter().zip(&keys) {
@@ -381,7 +384,7 @@ impl Engine {
                 ));
             }
             if let (Some(v), false) = (&meta.validator, opts.bypass_document_validation) {
-                v.check_update(old_raw, &new_raw)?;
+                v.check_update(&coll.ns, old_raw, &new_raw)?;
             }
             self.rewrite_index_entries(txn, coll, &meta, old_raw, &new_raw, rid)?;
             txn.put(Space::Records, &rkey, new_raw.as_bytes())?;

@@ -2,6 +2,7 @@
 
 use bson::RawDocumentBuf;
 use nidus_common::{Error, ErrorCode, Result};
+use nidus_engine::catalog::CollectionRef;
 use nidus_engine::exec::Executor;
 use nidus_engine::namespace::Namespace;
 use parking_lot::Mutex;
@@ -24,6 +25,15 @@ pub struct Cursor {
     pub no_timeout: bool,
     /// A result read from the plan that did not fit in the previous batch.
     pub pending: Option<RawDocumentBuf>,
+    /// A tailable cursor on a capped collection: open at the end of the data, and with
+    /// `awaitData` its `getMore` waits for inserts into `tailing`.
+    pub tail: Option<Tail>,
+}
+
+/// What a tailable cursor follows.
+pub struct Tail {
+    pub coll: CollectionRef,
+    pub await_data: bool,
 }
 
 impl Cursor {
@@ -44,7 +54,7 @@ impl Cursor {
                 Some(d) => d,
                 None => match self.exec.next_doc()? {
                     Some(d) => d,
-                    None => return Ok((batch, true)),
+                    None => return Ok((batch, self.tail.is_none())),
                 },
             };
             let len = doc.as_bytes().len();

@@ -103,14 +103,15 @@ impl FailPoints {
             "failCommand" => {}
             "onPrimaryTransactionalWrite" => {
                 let data = cmd.get_document("data").cloned().unwrap_or_default();
-                *self.transactional_write.lock() = (mode != Mode::Off).then(|| TransactionalWrite {
-                    mode,
-                    close_connection: data.get_bool("closeConnection").unwrap_or(true),
-                    fail_before_commit: data
-                        .get("failBeforeCommitExceptionCode")
-                        .and_then(as_i64)
-                        .map(|n| n as i32),
-                });
+                *self.transactional_write.lock() =
+                    (mode != Mode::Off).then(|| TransactionalWrite {
+                        mode,
+                        close_connection: data.get_bool("closeConnection").unwrap_or(true),
+                        fail_before_commit: data
+                            .get("failBeforeCommitExceptionCode")
+                            .and_then(as_i64)
+                            .map(|n| n as i32),
+                    });
                 return Ok(0);
             }
             "maxTimeAlwaysTimeOut" => {

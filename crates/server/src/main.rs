@@ -52,6 +52,19 @@ fn run(config: Config) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&spill);
     engine.set_spill_dir(spill);
     engine.start_background_sync();
+    nidus_engine::validation::set_warning_sink(Box::new(|ns, document, err_info| {
+        log::warn(
+            "STORAGE",
+            20294,
+            "conn",
+            "Document would fail validation",
+            serde_json::json!({
+                "namespace": ns,
+                "document": bson::Bson::Document(document.clone()).into_relaxed_extjson(),
+                "errInfo": bson::Bson::Document(err_info.clone()).into_relaxed_extjson(),
+            }),
+        )
+    }));
     let state = Arc::new(ServerState::new(engine.clone(), config.clone())?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -113,25 +113,24 @@ fn invalid(msg: impl Into<String>) -> Error {
 }
 
 fn parse_args(body: &Document) -> Result<SessionArgs> {
-    let lsid = match body.get("lsid") {
-        None => None,
-        Some(Bson::Document(d)) => match d.get("id") {
-            Some(Bson::Binary(b)) if b.subtype == bson::spec::BinarySubtype::Uuid => {
-                Some(b.clone())
+    let lsid =
+        match body.get("lsid") {
+            None => None,
+            Some(Bson::Document(d)) => {
+                match d.get("id") {
+                    Some(Bson::Binary(b)) if b.subtype == bson::spec::BinarySubtype::Uuid => {
+                        Some(b.clone())
+                    }
+                    _ => return Err(Error::new(
+                        ErrorCode::Location(40414),
+                        "BSON field 'OperationSessionInfo.lsid.id' is missing but a required field",
+                    )),
+                }
             }
-            _ => {
-                return Err(Error::new(
-                    ErrorCode::Location(40414),
-                    "BSON field 'OperationSessionInfo.lsid.id' is missing but a required field",
-                ))
-            }
-        },
-        Some(_) => {
-            return Err(Error::type_mismatch(
+            Some(_) => return Err(Error::type_mismatch(
                 "BSON field 'OperationSessionInfo.lsid' is the wrong type, expected type 'object'",
-            ))
-        }
-    };
+            )),
+        };
     let txn_number = match body.get("txnNumber") {
         None => None,
         Some(Bson::Int64(n)) => Some(*n),
@@ -273,8 +272,10 @@ impl Sessions {
             st.stored = None;
         }
         if !in_transaction {
-            if matches!(st.txn, TxnState::Active { .. } | TxnState::Committed | TxnState::Aborted)
-            {
+            if matches!(
+                st.txn,
+                TxnState::Active { .. } | TxnState::Committed | TxnState::Aborted
+            ) {
                 return Err(Error::new(
                     ErrorCode::Location(50776),
                     format!("Cannot run a retryable write on transaction number {n}: it is a multi-document transaction"),
@@ -324,8 +325,7 @@ impl Sessions {
                 *statements += 1;
                 binding.txn = Some(txn.clone());
             }
-            TxnState::Committed
-                if matches!(command, "commitTransaction" | "abortTransaction") => {}
+            TxnState::Committed if matches!(command, "commitTransaction" | "abortTransaction") => {}
             TxnState::Committed => {
                 return Err(Error::new(
                     ErrorCode::TransactionCommitted,

@@ -1,8 +1,8 @@
 use super::{Member, StageImpl, StageState};
-use bson::{Document, RawDocumentBuf};
-use nidus_common::Result;
-use nidus_query::matcher::Matcher;
 use crate::txn::ReadSource;
+use bson::{Document, RawDocumentBuf};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_query::matcher::Matcher;
 use nidus_storage::{keys, KvRead, Space};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -23,6 +23,12 @@ pub struct CollScan {
     buffer: VecDeque<(u64, Vec<u8>)>,
     exhausted: bool,
     docs_examined: i64,
+    /// A capped collection: resuming after a record that was deleted meanwhile fails with
+    /// CappedPositionLost, as MongoDB's scan does after a yield.
+    capped: bool,
+    /// A tailable cursor: the end of the records is not the end of the scan; the next
+    /// `work` reads again after the last record returned.
+    tailable: bool,
 }
 
 impl CollScan {
@@ -46,12 +52,42 @@ impl CollScan {
             buffer: VecDeque::new(),
             exhausted: false,
             docs_examined: 0,
+            capped: false,
+            tailable: false,
         }
+    }
+
+    pub fn capped(mut self, capped: bool) -> CollScan {
+        self.capped = capped;
+        self
+    }
+
+    pub fn tailable(mut self, tailable: bool) -> CollScan {
+        self.tailable = tailable;
+        self
+    }
+
+    /// CappedPositionLost when the record the scan would resume after is gone.
+    fn check_position(&self, snap: &dyn KvRead) -> Result<()> {
+        let Some(rid) = self.resume.filter(|_| self.capped) else {
+            return Ok(());
+        };
+        if snap
+            .get(Space::Records, &keys::with_id(self.coll_id, rid))?
+            .is_none()
+        {
+            return Err(Error::new(
+                ErrorCode::CappedPositionLost,
+                format!("CollectionScan died due to position in capped collection being deleted. Last seen record id: RecordId({rid})"),
+            ));
+        }
+        Ok(())
     }
 
     fn refill(&mut self) -> Result<()> {
         let src = self.src.clone();
         let snap = src.view()?;
+        self.check_position(&snap)?;
         let lower = keys::u64_be(self.coll_id);
         let upper = keys::prefix_end(self.coll_id);
         let mut c = snap.cursor(Space::Records, &lower, &upper);
@@ -92,7 +128,7 @@ impl StageImpl for CollScan {
 
     fn work(&mut self) -> Result<StageState> {
         if self.buffer.is_empty() {
-            if self.exhausted {
+            if self.exhausted && !self.tailable {
                 return Ok(StageState::IsEof);
             }
             self.refill()?;

@@ -1,10 +1,9 @@
 use super::{IndexScan, Stage, StageImpl, StageState};
 use crate::catalog::IndexMeta;
 use crate::plan::bounds::IndexBounds;
+use crate::txn::ReadSource;
 use bson::Document;
 use nidus_common::Result;
-use crate::txn::ReadSource;
-
 
 /// `COUNT_SCAN`: counts the keys between a start key and an end key of one index (a count
 /// whose filter the index answers as a single interval), without fetching documents or

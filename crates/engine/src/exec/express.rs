@@ -2,11 +2,10 @@ use super::update::UpdateAction;
 use super::{Member, StageImpl, StageState};
 use crate::catalog::IndexMeta;
 use crate::index;
+use crate::txn::ReadSource;
 use bson::{Bson, Document, RawBson, RawDocumentBuf};
 use nidus_common::{Error, Result};
-use crate::txn::ReadSource;
 use nidus_storage::{keys, KvRead, Space};
-
 
 /// `EXPRESS_IXSCAN`: the point lookup of `{_id: <value>}` through the unique `_id` index,
 /// without planning (MongoDB 8.0's express path).
@@ -24,12 +23,7 @@ pub struct ExpressIxscan {
 }
 
 impl ExpressIxscan {
-    pub fn new(
-        src: ReadSource,
-        coll_id: u64,
-        index: IndexMeta,
-        value: Bson,
-    ) -> ExpressIxscan {
+    pub fn new(src: ReadSource, coll_id: u64, index: IndexMeta, value: Bson) -> ExpressIxscan {
         ExpressIxscan {
             src,
             coll_id,
@@ -43,12 +37,7 @@ impl ExpressIxscan {
     }
 
     /// The same lookup named `IDHACK`, as the classic engine shows it under UPDATE/DELETE.
-    pub fn idhack(
-        src: ReadSource,
-        coll_id: u64,
-        index: IndexMeta,
-        value: Bson,
-    ) -> ExpressIxscan {
+    pub fn idhack(src: ReadSource, coll_id: u64, index: IndexMeta, value: Bson) -> ExpressIxscan {
         ExpressIxscan {
             idhack: true,
             ..ExpressIxscan::new(src, coll_id, index, value)

@@ -1,8 +1,8 @@
 use super::{Stage, StageImpl, StageState};
+use crate::txn::ReadSource;
 use bson::{Document, RawDocumentBuf};
 use nidus_common::Result;
 use nidus_query::matcher::Matcher;
-use crate::txn::ReadSource;
 use nidus_storage::{keys, KvRead, Space};
 use std::sync::Arc;
 

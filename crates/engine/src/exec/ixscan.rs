@@ -2,9 +2,9 @@ use super::{KeyData, Member, RecordIdDedup, StageImpl, StageState};
 use crate::catalog::IndexMeta;
 use crate::index;
 use crate::plan::bounds::{BoundsChecker, CheckResult, IndexBounds, KeyRange, SeekTarget};
+use crate::txn::ReadSource;
 use bson::{Bson, Document};
 use nidus_common::Result;
-use crate::txn::ReadSource;
 use nidus_storage::{keys, KvCursor, KvRead, KvSnapshot, Space};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -70,12 +70,7 @@ pub struct IndexScan {
 
 impl IndexScan {
     /// `bounds` are in index order; a backward scan reverses them.
-    pub fn new(
-        src: ReadSource,
-        index: IndexMeta,
-        bounds: IndexBounds,
-        forward: bool,
-    ) -> Self {
+    pub fn new(src: ReadSource, index: IndexMeta, bounds: IndexBounds, forward: bool) -> Self {
         let directions: Vec<bool> = index.pattern.iter().map(|(_, d)| *d).collect();
         let paths = index.pattern.iter().map(|(p, _)| p.clone()).collect();
         // A field runs descending in scan order when it is descending XOR the scan is backward.

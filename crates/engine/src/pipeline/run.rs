@@ -42,6 +42,22 @@ pub fn open(
     stages: &[StageRef],
     input: Option<Stream>,
 ) -> Result<Opened> {
+    // A view reads its collection through its pipeline, optimized with the reader's stages.
+    let resolved;
+    let (ns, stages) = match (ns, &input) {
+        (Some(view), None) => match ctx.engine.resolve_view(view)? {
+            Some(r) => {
+                let docs: Vec<bson::Bson> =
+                    r.pipeline.into_iter().map(bson::Bson::Document).collect();
+                let mut all = super::parse_pipeline(&docs, &super::ParseCtx::new(&r.ns.db))?;
+                all.extend(stages.iter().cloned());
+                resolved = (r.ns, all);
+                (Some(&resolved.0), resolved.1.as_slice())
+            }
+            None => (Some(view), stages),
+        },
+        _ => (ns, stages),
+    };
     let scoped;
     let ctx = match ns {
         Some(ns) if ctx.namespace.as_ref() != Some(ns) => {

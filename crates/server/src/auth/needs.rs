@@ -377,6 +377,16 @@ pub fn roles_info(db: &str, body: &Document, _: &Sequences) -> Required {
     view(db, body, "rolesInfo", "viewRole")
 }
 
+/// `cloneCollectionAsCapped`: find on the source; insert and createCollection on the target.
+pub fn clone_collection_as_capped(db: &str, body: &Document, _: &Sequences) -> Required {
+    let mut out = vec![(own_ns(db, body), "find")];
+    if let Some(Bson::String(to)) = body.get("toCollection") {
+        out.push((ns(db, to), "insert"));
+        out.push((ns(db, to), "createCollection"));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -52,6 +52,7 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
         last_used: Instant::now(),
         no_timeout: false,
         pending: None,
+        tail: None,
     };
     let first = req
         .batch_size

@@ -111,6 +111,7 @@ fn run_op(
             let spec = parse_update_statement(&stmt, &wopts)?;
             let wopts = statement_opts(&wopts, "bulkWrite.ops", &stmt)?;
             ctx.state.opcounters.update.fetch_add(1, Ordering::Relaxed);
+            engine.check_not_view(&ns)?;
             let out = match engine.collection(&ns) {
                 Some(c) => engine.update(&c, &spec, &wopts)?,
                 None if spec.upsert => {
@@ -142,6 +143,7 @@ fn run_op(
             let (filter, multi, hint) = parse_delete_statement(&stmt)?;
             let wopts = statement_opts(&wopts, "bulkWrite.ops", &stmt)?;
             ctx.state.opcounters.delete.fetch_add(1, Ordering::Relaxed);
+            engine.check_not_view(&ns)?;
             let n = match engine.collection(&ns) {
                 Some(c) => engine.delete(&c, &filter, multi, hint, &wopts)?,
                 None => 0,

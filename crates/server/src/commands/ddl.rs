@@ -3,7 +3,9 @@
 use super::{wrong_type, Ctx};
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
+use nidus_engine::capped::{option_number, CappedLimits};
 use nidus_engine::namespace::Namespace;
+use nidus_engine::view::ViewDef;
 use nidus_query::matcher::Matcher;
 use std::sync::atomic::Ordering;
 
@@ -113,6 +115,29 @@ pub fn list_collections(ctx: &mut Ctx) -> Result<Document> {
         }
         out.push(Bson::Document(entry));
     }
+    for view in ctx.state.engine.views_in(&ctx.db) {
+        if !all && !user.is_some_and(|u| u.privileges.touches_ns(&ctx.db, &view.ns.coll)) {
+            continue;
+        }
+        let entry = if name_only {
+            doc! { "name": view.ns.coll.clone(), "type": "view" }
+        } else {
+            doc! {
+                "name": view.ns.coll.clone(),
+                "type": "view",
+                "options": view.options(),
+                "info": { "readOnly": true },
+            }
+        };
+        if let Some(m) = &filter {
+            let raw = RawDocumentBuf::from_document(&entry)
+                .map_err(|e| Error::internal(e.to_string()))?;
+            if !m.matches(&raw)? {
+                continue;
+            }
+        }
+        out.push(Bson::Document(entry));
+    }
     Ok(cursor_reply(
         &format!("{}.$cmd.listCollections", ctx.db),
         out,
@@ -127,21 +152,61 @@ pub fn cursor_reply(ns: &str, docs: Vec<Bson>) -> Document {
 pub fn create(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace("create")?;
     let mut options = Document::new();
+    let (mut view_on, mut pipeline) = (None, None);
+    let (mut capped, mut size, mut max) = (false, None, None);
     for (k, v) in ctx.body.iter().skip(1) {
         if super::is_generic_arg(k) {
             continue;
         }
         match k.as_str() {
-            "viewOn" | "pipeline" => {
-                return Err(Error::new(
-                    ErrorCode::CommandNotSupported,
-                    "views are not supported yet by this server",
-                ))
+            "viewOn" => match v {
+                Bson::String(s) => view_on = Some(s.clone()),
+                Bson::Null => {}
+                other => return Err(wrong_type("create", k, other, "string")),
+            },
+            "pipeline" => match v {
+                Bson::Array(a) => pipeline = Some(pipeline_documents("create", a)?),
+                Bson::Null => {}
+                other => return Err(wrong_type("create", k, other, "array")),
+            },
+            "capped" => match v {
+                Bson::Null => {}
+                Bson::Boolean(b) => capped = *b,
+                n if number(n).is_some() => capped = number(n) != Some(0),
+                other => return Err(wrong_types("create", k, other, "[bool, long, int, decimal, double']")),
+            },
+            "size" | "max" => {
+                let n = match v {
+                    Bson::Null => continue,
+                    n => number(n).ok_or_else(|| {
+                        wrong_types("create", k, n, "[long, int, decimal, double']")
+                    })?,
+                };
+                if k == "size" {
+                    size = Some(capped_size(n)?);
+                } else {
+                    max = Some(capped_max(n)?);
+                }
             }
-            "timeseries" | "expireAfterSeconds" | "clusteredIndex" => {
+            "timeseries" => {
+                if !matches!(v, Bson::Document(_)) {
+                    return Err(wrong_type("create", k, v, "object"));
+                }
                 return Err(Error::new(
                     ErrorCode::InvalidOptions,
-                    format!("the '{k}' option is not supported by this server"),
+                    "time-series collections are not supported by this server",
+                ));
+            }
+            "expireAfterSeconds" => {
+                return Err(Error::new(
+                    ErrorCode::InvalidOptions,
+                    "'expireAfterSeconds' is only supported on time-series collections or when the 'clusteredIndex' option is specified",
+                ))
+            }
+            "clusteredIndex" => {
+                return Err(Error::new(
+                    ErrorCode::InvalidOptions,
+                    "clustered collections are not supported by this server",
                 ))
             }
             "autoIndexId" => {}
@@ -156,48 +221,263 @@ pub fn create(ctx: &mut Ctx) -> Result<Document> {
             }
         }
     }
-    if options.get_bool("capped").unwrap_or(false) && !options.contains_key("size") {
+    if capped && size.is_none() {
         return Err(Error::new(
             ErrorCode::InvalidOptions,
             "the 'size' field is required when 'capped' is true",
         ));
     }
+    if (size.is_some() || max.is_some()) && !capped {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "the 'capped' field needs to be true when either the 'size' or 'max' fields are present",
+        ));
+    }
+    if pipeline.is_some() && view_on.is_none() {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "'pipeline' requires 'viewOn' to also be specified",
+        ));
+    }
+    if let Some(view_on) = view_on {
+        return create_view(
+            ctx,
+            ns,
+            view_on,
+            pipeline.unwrap_or_default(),
+            capped,
+            options,
+        );
+    }
+    if let Some(size) = size {
+        // Stored as MongoDB shows them: `capped`, `size`, then `max`.
+        let mut capped_options = doc! { "capped": true, "size": option_number(size) };
+        if let Some(m) = max {
+            capped_options.insert("max", option_number(m));
+        }
+        capped_options.extend(options);
+        options = capped_options;
+    }
     ctx.state.engine.create_collection(&ns, options)?;
     Ok(Document::new())
 }
 
-/// `collMod` of the validation options (other modifications are refused, not ignored).
+fn create_view(
+    ctx: &mut Ctx,
+    ns: Namespace,
+    view_on: String,
+    pipeline: Vec<Document>,
+    capped: bool,
+    mut options: Document,
+) -> Result<Document> {
+    if let Ok(id_index) = options.get_document("idIndex") {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            format!(
+                "'idIndex' is not allowed with 'viewOn': {}",
+                nidus_common::shell::format(&Bson::Document(id_index.clone()))
+            ),
+        ));
+    }
+    if matches!(options.get_document("changeStreamPreAndPostImages"), Ok(d) if d.get_bool("enabled") == Ok(true))
+    {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "option not supported on a view: changeStreamPreAndPostImages",
+        ));
+    }
+    let not_on_view = [
+        "validator",
+        "validationLevel",
+        "validationAction",
+        "storageEngine",
+        "indexOptionDefaults",
+    ];
+    if let Some(k) = options.keys().find(|k| not_on_view.contains(&k.as_str())) {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            format!("option not supported on a view: {k}"),
+        ));
+    }
+    if capped {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "option not supported on a view: capped",
+        ));
+    }
+    if ns.is_system() {
+        return Err(Error::new(
+            ErrorCode::InvalidNamespace,
+            format!("Cannot create a view called '{}'", ns.coll),
+        ));
+    }
+    if view_on.is_empty() {
+        return Err(Error::bad_value("'viewOn' cannot be empty"));
+    }
+    let collation = options.remove("collation").and_then(|c| match c {
+        Bson::Document(d) => Some(d),
+        _ => None,
+    });
+    ctx.state.engine.create_view(ViewDef {
+        ns,
+        view_on,
+        pipeline,
+        collation,
+    })?;
+    Ok(Document::new())
+}
+
+/// A `pipeline` option: an array of stage documents.
+fn pipeline_documents(command: &str, stages: &[Bson]) -> Result<Vec<Document>> {
+    stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| match s {
+            Bson::Document(d) => Ok(d.clone()),
+            other => Err(wrong_type(
+                command,
+                &format!("pipeline.{i}"),
+                other,
+                "object",
+            )),
+        })
+        .collect()
+}
+
+fn number(v: &Bson) -> Option<i64> {
+    match v {
+        Bson::Int32(n) => Some(*n as i64),
+        Bson::Int64(n) => Some(*n),
+        Bson::Double(f) if f.is_finite() => Some(*f as i64),
+        Bson::Decimal128(d) => d.to_string().parse::<f64>().ok().map(|f| f as i64),
+        _ => None,
+    }
+}
+
+fn wrong_types(command: &str, field: &str, v: &Bson, expected: &str) -> Error {
+    Error::type_mismatch(format!(
+        "BSON field '{command}.{field}' is the wrong type '{}', expected types '{expected}",
+        super::type_name(v)
+    ))
+}
+
+/// A capped `size`: 1 byte to 1 PB (MongoDB 8.0 no longer rounds it to 256 bytes).
+fn capped_size(n: i64) -> Result<i64> {
+    const PB: i64 = 1 << 50;
+    if n < 1 {
+        return Err(Error::new(
+            ErrorCode::Location(51024),
+            format!("BSON field 'size' value must be >= 1, actual value '{n}'"),
+        ));
+    }
+    if n > PB {
+        return Err(Error::new(
+            ErrorCode::Location(51024),
+            format!("BSON field 'size' value must be <= {PB}, actual value '{n}'"),
+        ));
+    }
+    Ok(n)
+}
+
+/// A capped `max`: below 2^31; zero or negative is stored as 2^31 - 1, as MongoDB does.
+fn capped_max(n: i64) -> Result<i64> {
+    if n >= 1 << 31 {
+        return Err(Error::bad_value(
+            "max in a capped collection has to be < 2^31 or not set",
+        ));
+    }
+    Ok(if n <= 0 { i32::MAX as i64 } else { n })
+}
+
+/// `collMod`: validation options and capped limits of a collection, `viewOn`/`pipeline` of
+/// a view (other modifications are refused, not ignored).
 pub fn coll_mod(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace("collMod")?;
+    let is_view = ctx.state.engine.view(&ns).is_some();
     let mut changes = Document::new();
+    let (mut view_on, mut pipeline) = (None, None);
     for (k, v) in ctx.body.iter().skip(1) {
         if super::is_generic_arg(k) {
             continue;
+        }
+        let known = matches!(
+            k.as_str(),
+            "validator"
+                | "validationLevel"
+                | "validationAction"
+                | "viewOn"
+                | "pipeline"
+                | "cappedSize"
+                | "cappedMax"
+                | "index"
+                | "expireAfterSeconds"
+                | "changeStreamPreAndPostImages"
+                | "timeseries"
+        );
+        if !known {
+            return Err(Error::new(
+                ErrorCode::Location(40415),
+                format!("BSON field 'collMod.{k}' is an unknown field."),
+            ));
+        }
+        let view_option = matches!(k.as_str(), "viewOn" | "pipeline");
+        if is_view && !view_option {
+            return Err(Error::new(
+                ErrorCode::InvalidOptions,
+                format!("option not supported on a view: {k}"),
+            ));
+        }
+        if !is_view && view_option {
+            return Err(Error::new(
+                ErrorCode::InvalidOptions,
+                format!("option only supported on a view: {k}"),
+            ));
         }
         match k.as_str() {
             "validator" | "validationLevel" | "validationAction" => {
                 changes.insert(k.clone(), v.clone());
             }
-            "index"
-            | "expireAfterSeconds"
-            | "viewOn"
-            | "pipeline"
-            | "changeStreamPreAndPostImages"
-            | "timeseries"
-            | "cappedSize"
-            | "cappedMax" => {
+            "viewOn" => match v {
+                Bson::String(s) => view_on = Some(s.clone()),
+                other => return Err(wrong_type("collMod", k, other, "string")),
+            },
+            "pipeline" => match v {
+                Bson::Array(a) => pipeline = Some(pipeline_documents("collMod", a)?),
+                other => return Err(wrong_type("collMod", k, other, "array")),
+            },
+            "cappedSize" | "cappedMax" => {
+                let n = number(v).ok_or_else(|| wrong_type("collMod", k, v, "long"))?;
+                let capped = ctx
+                    .state
+                    .engine
+                    .collection(&ns)
+                    .is_some_and(|c| c.is_capped());
+                if !capped {
+                    return Err(Error::new(
+                        ErrorCode::InvalidOptions,
+                        "Collection must be capped.",
+                    ));
+                }
+                if k == "cappedSize" {
+                    if n < 0 {
+                        return Err(Error::bad_value("size has to be >= 0"));
+                    }
+                    changes.insert("size", option_number(capped_size(n.max(1))?));
+                } else {
+                    changes.insert("max", option_number(capped_max(n)?));
+                }
+            }
+            _ => {
                 return Err(Error::new(
                     ErrorCode::InvalidOptions,
                     format!("collMod '{k}' is not supported by this server yet"),
                 ))
             }
-            _ => {
-                return Err(Error::new(
-                    ErrorCode::Location(40415),
-                    format!("BSON field 'collMod.{k}' is an unknown field."),
-                ))
-            }
         }
+    }
+    if is_view {
+        ctx.state.engine.modify_view(&ns, view_on, pipeline)?;
+        return Ok(Document::new());
     }
     ctx.state.engine.set_validation_options(&ns, &changes)?;
     Ok(Document::new())
@@ -205,10 +485,75 @@ pub fn coll_mod(ctx: &mut Ctx) -> Result<Document> {
 
 pub fn drop(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace("drop")?;
+    if ctx.state.engine.drop_view(&ns)? {
+        return Ok(doc! { "ns": ns.full() });
+    }
     match ctx.state.engine.drop_collection(&ns)? {
         Some(n) => Ok(doc! { "nIndexesWas": n as i32, "ns": ns.full() }),
         None => Ok(Document::new()),
     }
+}
+
+/// The `size` and `max` fields of `convertToCapped` and `cloneCollectionAsCapped`.
+fn capped_limits(ctx: &Ctx) -> Result<CappedLimits> {
+    let cmd = ctx.command_name();
+    let size = match ctx.body.get("size") {
+        None | Some(Bson::Null) => {
+            return Err(Error::new(
+                ErrorCode::Location(40414),
+                format!("BSON field '{cmd}.size' is missing but a required field"),
+            ))
+        }
+        Some(v) => number(v).ok_or_else(|| wrong_type(&cmd, "size", v, "double"))?,
+    };
+    let max = match ctx.body.get("max") {
+        None | Some(Bson::Null) => None,
+        Some(v) => Some(capped_max(
+            number(v).ok_or_else(|| wrong_type(&cmd, "max", v, "long"))?,
+        )?),
+    };
+    Ok(CappedLimits {
+        size: capped_size(size)?,
+        max,
+    })
+}
+
+pub fn convert_to_capped(ctx: &mut Ctx) -> Result<Document> {
+    let ns = ctx.namespace("convertToCapped")?;
+    let limits = capped_limits(ctx)?;
+    ctx.state.engine.convert_to_capped(&ns, limits)?;
+    Ok(Document::new())
+}
+
+pub fn clone_collection_as_capped(ctx: &mut Ctx) -> Result<Document> {
+    let from = ctx.namespace("cloneCollectionAsCapped")?;
+    let to =
+        match ctx.body.get("toCollection") {
+            Some(Bson::String(c)) if !c.is_empty() => Namespace::new(&ctx.db, c),
+            Some(Bson::String(_)) => {
+                return Err(Error::new(
+                    ErrorCode::InvalidNamespace,
+                    format!("Invalid namespace specified '{}.'", ctx.db),
+                ))
+            }
+            Some(other) => {
+                return Err(wrong_type(
+                    "cloneCollectionAsCapped",
+                    "toCollection",
+                    other,
+                    "string",
+                ))
+            }
+            None => return Err(Error::new(
+                ErrorCode::Location(40414),
+                "BSON field 'cloneCollectionAsCapped.toCollection' is missing but a required field",
+            )),
+        };
+    let limits = capped_limits(ctx)?;
+    ctx.state
+        .engine
+        .clone_collection_as_capped(&from, &to, limits)?;
+    Ok(Document::new())
 }
 
 pub fn drop_database(ctx: &mut Ctx) -> Result<Document> {
@@ -249,6 +594,13 @@ pub fn rename_collection(ctx: &mut Ctx) -> Result<Document> {
         return Err(Error::new(
             ErrorCode::IllegalOperation,
             "Can't rename a collection to itself",
+        ));
+    }
+    ctx.state.engine.check_not_view(&from)?;
+    if ctx.state.engine.view(&to).is_some() {
+        return Err(Error::new(
+            ErrorCode::NamespaceExists,
+            format!("a view already exists with that name: {to}"),
         ));
     }
     if ctx.state.engine.collection(&from).is_none() {
@@ -308,6 +660,7 @@ pub fn create_indexes(ctx: &mut Ctx) -> Result<Document> {
 
 pub fn list_indexes(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace("listIndexes")?;
+    ctx.state.engine.check_not_view(&ns)?;
     let coll = ctx.state.engine.collection(&ns).ok_or_else(|| {
         Error::new(
             ErrorCode::NamespaceNotFound,
@@ -326,6 +679,7 @@ pub fn list_indexes(ctx: &mut Ctx) -> Result<Document> {
 
 pub fn drop_indexes(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace(&ctx.command_name())?;
+    ctx.state.engine.check_not_view(&ns)?;
     let which = ctx.body.get("index").cloned().ok_or_else(|| {
         Error::new(
             ErrorCode::Location(40414),

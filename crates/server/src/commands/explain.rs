@@ -77,9 +77,37 @@ pub fn explain(ctx: &mut Ctx) -> Result<Document> {
             format!("Explain failed due to unknown command: {name}"),
         )),
     };
+    // Through a view, the aggregation the command becomes is explained.
+    let view_stages = match &parsed {
+        Ok((ns, spec, _)) if ctx.state.engine.view(ns).is_some() => Some(match name.as_str() {
+            "find" => super::views::find_pipeline(ctx, spec),
+            "count" => Ok(super::views::count_pipeline(spec)),
+            _ => Ok(super::views::distinct_pipeline(spec)),
+        }),
+        _ => None,
+    };
     ctx.body = outer;
     let (ns, spec, distinct_key) = parsed?;
-    let mut reply = run(ctx, &ns, &spec, distinct_key.as_deref(), verbosity)?;
+    let mut reply = match view_stages {
+        Some(stages) => {
+            let started = Instant::now();
+            let mut opened = super::views::open(ctx, &ns, stages?, spec.let_vars.as_ref())?;
+            let mut n = 0u64;
+            if verbosity != Verbosity::QueryPlanner {
+                while opened.stream.next()?.is_some() {
+                    n += 1;
+                }
+            }
+            let millis = started.elapsed().as_millis() as u64;
+            nidus_engine::pipeline::explain::explain(
+                &opened,
+                pipeline_verbosity(verbosity),
+                n,
+                millis,
+            )
+        }
+        None => run(ctx, &ns, &spec, distinct_key.as_deref(), verbosity)?,
+    };
     reply.insert("command", inner);
     reply.insert("serverInfo", server_info(ctx));
     Ok(reply)

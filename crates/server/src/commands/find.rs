@@ -1,7 +1,7 @@
 //! `find`, `getMore`, `killCursors`, `count`, `distinct`.
 
 use super::{wrong_type, Ctx};
-use crate::cursor::{Cursor, DEFAULT_FIRST_BATCH};
+use crate::cursor::{Cursor, Tail, DEFAULT_FIRST_BATCH};
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::find::FindSpec;
@@ -74,9 +74,24 @@ fn filter(ctx: &Ctx, field: &str) -> Result<Document> {
 pub fn find_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
     check_fields(ctx, FIND_FIELDS)?;
     let ns = ctx.namespace("find")?;
-    if ctx.opt_bool("tailable")?.unwrap_or(false) {
-        return Err(Error::bad_value(
-            "error processing query: tailable cursor requested on non capped collection",
+    let tailable = ctx.opt_bool("tailable")?.unwrap_or(false);
+    if tailable {
+        let sort = ctx.opt_document("sort")?.filter(|s| !s.is_empty());
+        if sort.is_some_and(|s| s != doc! { "$natural": 1 }) {
+            return Err(Error::bad_value(
+                "cannot use tailable option with a sort other than {$natural: 1}",
+            ));
+        }
+        if ctx.opt_bool("singleBatch")?.unwrap_or(false) {
+            return Err(Error::bad_value(
+                "cannot use tailable option with the 'singleBatch' option",
+            ));
+        }
+    }
+    if ctx.opt_bool("awaitData")?.unwrap_or(false) && !tailable {
+        return Err(Error::new(
+            ErrorCode::FailedToParse,
+            "Cannot set 'awaitData' without also setting 'tailable'",
         ));
     }
     let limit = non_negative(ctx, "limit")?.filter(|n| *n > 0);
@@ -96,6 +111,7 @@ pub fn find_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
         allow_disk_use: ctx.opt_bool("allowDiskUse")?.unwrap_or(true),
         sort_memory_limit: sort_memory_limit(ctx),
         txn: ctx.txn.clone(),
+        tailable,
         ..FindSpec::default()
     };
     Ok((ns, spec))
@@ -113,7 +129,26 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
     let (ns, spec) = find_spec(ctx)?;
     let limit = (spec.limit > 0).then_some(spec.limit);
     let batch_size = non_negative(ctx, "batchSize")?;
+    if ctx.state.engine.view(&ns).is_some() {
+        return super::views::find(ctx, &ns, &spec, batch_size);
+    }
     let coll = ctx.state.engine.collection(&ns);
+    if spec.tailable && coll.as_ref().is_some_and(|c| !c.is_capped()) {
+        return Err(Error::bad_value(
+            "error processing query: tailable cursor requested on non capped collection",
+        ));
+    }
+    // A tailable cursor stays open at the end, unless the collection has no records yet
+    // (MongoDB's SERVER-13955 behaviour).
+    let tail = match &coll {
+        Some(c) if spec.tailable && c.count.load(std::sync::atomic::Ordering::Relaxed) > 0 => {
+            Some(Tail {
+                coll: c.clone(),
+                await_data: ctx.opt_bool("awaitData")?.unwrap_or(false),
+            })
+        }
+        _ => None,
+    };
     let exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
     let single_batch = ctx.opt_bool("singleBatch")?.unwrap_or(false);
     let mut cursor = Cursor {
@@ -124,6 +159,7 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
         last_used: Instant::now(),
         no_timeout: ctx.opt_bool("noCursorTimeout")?.unwrap_or(false),
         pending: None,
+        tail,
     };
     let (batch, done) = cursor.next_batch(Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
     let id = if done || single_batch {
@@ -134,7 +170,7 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
     Ok(batch_reply(&ns, id, "firstBatch", batch))
 }
 
-fn register(ctx: &Ctx, mut cursor: Cursor) -> i64 {
+pub(super) fn register(ctx: &Ctx, mut cursor: Cursor) -> i64 {
     // The deadline of the command that created the cursor does not bind later getMores.
     cursor.exec.set_deadline(None);
     ctx.state.cursors.register(cursor, ctx.conn.auth.owner())
@@ -190,8 +226,22 @@ pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
             format!("Requested getMore on namespace '{ns}', but cursor belongs to a different namespace {}", cursor.ns),
         ));
     }
-    cursor.exec.set_deadline(ctx.deadline);
-    let result = cursor.next_batch(batch_size);
+    let await_data = cursor.tail.as_ref().is_some_and(|t| t.await_data);
+    if ctx.body.contains_key("maxTimeMS") && !await_data {
+        return Err(Error::bad_value(
+            "cannot set maxTimeMS on getMore command for a non-awaitData cursor",
+        ));
+    }
+    let result = if await_data {
+        // maxTimeMS is how long to wait for new documents (1 s by default), not a deadline.
+        let wait = ctx
+            .deadline
+            .unwrap_or_else(|| Instant::now() + AWAIT_DATA_DEFAULT);
+        await_batch(&mut cursor, batch_size, wait)
+    } else {
+        cursor.exec.set_deadline(ctx.deadline);
+        cursor.next_batch(batch_size)
+    };
     cursor.exec.set_deadline(None);
     cursor.last_used = Instant::now();
     let (batch, done) = match result {
@@ -210,6 +260,31 @@ pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
         id
     };
     Ok(batch_reply(&ns, id, "nextBatch", batch))
+}
+
+/// How long an awaitData `getMore` without `maxTimeMS` waits for inserts.
+const AWAIT_DATA_DEFAULT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A tailable awaitData batch: what is there now, else whatever the next insert brings,
+/// waiting on the collection's insert signal (no polling) until `until`.
+fn await_batch(
+    cursor: &mut Cursor,
+    batch_size: Option<u64>,
+    until: Instant,
+) -> Result<(Vec<RawDocumentBuf>, bool)> {
+    let Some(coll) = cursor.tail.as_ref().map(|t| t.coll.clone()) else {
+        return cursor.next_batch(batch_size);
+    };
+    loop {
+        let seen = coll.capped.generation();
+        let (batch, done) = cursor.next_batch(batch_size)?;
+        if !batch.is_empty() || done || Instant::now() >= until {
+            return Ok((batch, done));
+        }
+        if !coll.capped.wait_for_insert(seen, until) {
+            return Ok((batch, done));
+        }
+    }
 }
 
 pub fn kill_cursors(ctx: &mut Ctx) -> Result<Document> {
@@ -289,6 +364,9 @@ pub fn count_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
 
 pub fn count(ctx: &mut Ctx) -> Result<Document> {
     let (ns, spec) = count_spec(ctx)?;
+    if ctx.state.engine.view(&ns).is_some() {
+        return super::views::count(ctx, &ns, &spec);
+    }
     let coll = ctx.state.engine.collection(&ns);
     let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
     // COUNT returns nothing itself; it has counted once the plan is done.
@@ -333,12 +411,22 @@ pub fn distinct_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec, String)> {
 
 pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
     let (ns, spec, key) = distinct_spec(ctx)?;
-    let coll = ctx.state.engine.collection(&ns);
-    let mut exec = ctx.state.engine.plan_distinct(coll.as_ref(), &spec, &key)?;
     let path = nidus_doc::path::FieldPath::parse(&key);
     let mut values: Vec<Bson> = Vec::new();
-    while let Some(d) = exec.next_doc()? {
-        distinct_values(&d, &path, &mut values)?;
+    if ctx.state.engine.view(&ns).is_some() {
+        let opened = super::views::open(ctx, &ns, super::views::distinct_pipeline(&spec), None)?;
+        let mut stream = opened.stream;
+        while let Some(d) = stream.next()? {
+            let raw =
+                RawDocumentBuf::from_document(&d).map_err(|e| Error::internal(e.to_string()))?;
+            distinct_values(&raw, &path, &mut values)?;
+        }
+    } else {
+        let coll = ctx.state.engine.collection(&ns);
+        let mut exec = ctx.state.engine.plan_distinct(coll.as_ref(), &spec, &key)?;
+        while let Some(d) = exec.next_doc()? {
+            distinct_values(&d, &path, &mut values)?;
+        }
     }
     // Values equal under the collation are one value (the first in sort order is kept).
     let collation = nidus_engine::find::parse_collation(spec.collation.as_ref())?;

@@ -113,6 +113,7 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
     let engine = &ctx.state.engine;
     let opts = super::write::opts(ctx)?.with_collation(ctx.opt_document("collation")?);
     let matcher = opts.filter_matcher(&req.filter)?;
+    engine.check_not_view(&ns)?;
     let coll = match engine.collection(&ns) {
         Some(c) => Some(c),
         None if req.upsert => Some(engine.ensure_collection(&ns)?),

@@ -18,6 +18,7 @@ mod plan_cache;
 mod stats;
 mod transaction;
 mod users;
+mod views;
 mod write;
 
 use crate::auth::{needs, Need};
@@ -161,6 +162,16 @@ static COMMANDS: &[Command] = &[
     cmd("create", ddl::create, coll(&["createCollection"])),
     cmd("collMod", ddl::coll_mod, coll(&["collMod"])),
     cmd("drop", ddl::drop, coll(&["dropCollection"])),
+    cmd(
+        "convertToCapped",
+        ddl::convert_to_capped,
+        coll(&["convertToCapped"]),
+    ),
+    cmd(
+        "cloneCollectionAsCapped",
+        ddl::clone_collection_as_capped,
+        Need::Custom(needs::clone_collection_as_capped),
+    ),
     cmd(
         "dropDatabase",
         ddl::drop_database,

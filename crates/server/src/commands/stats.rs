@@ -88,7 +88,7 @@ pub fn db_stats(ctx: &mut Ctx) -> Result<Document> {
     Ok(doc! {
         "db": ctx.db.clone(),
         "collections": colls.len() as i64,
-        "views": 0i64,
+        "views": ctx.state.engine.views_in(&ctx.db).len() as i64,
         "objects": objects,
         "avgObjSize": if objects > 0 { data as f64 / objects as f64 } else { 0.0 },
         "dataSize": (data / scale) as f64,
@@ -114,6 +114,9 @@ fn collection(ctx: &Ctx, field: &str) -> Result<std::sync::Arc<Collection>> {
 
 pub fn coll_stats(ctx: &mut Ctx) -> Result<Document> {
     let scale = scale(ctx)?;
+    ctx.state
+        .engine
+        .check_not_view(&ctx.namespace(&ctx.command_name())?)?;
     let coll = collection(ctx, &ctx.command_name())?;
     let count = coll.count.load(Ordering::Relaxed);
     let size = coll.data_size.load(Ordering::Relaxed);
@@ -122,7 +125,7 @@ pub fn coll_stats(ctx: &mut Ctx) -> Result<Document> {
     for ix in &meta.indexes {
         index_sizes.insert(ix.name.clone(), 0i64);
     }
-    Ok(doc! {
+    let mut reply = doc! {
         "ns": coll.ns.full(),
         "size": size / scale,
         "count": count,
@@ -134,7 +137,14 @@ pub fn coll_stats(ctx: &mut Ctx) -> Result<Document> {
         "totalSize": size / scale,
         "scaleFactor": scale,
         "capped": meta.options.get_bool("capped").unwrap_or(false),
-    })
+    };
+    if let Some(limits) = nidus_engine::capped::CappedLimits::of(&meta.options) {
+        if let Some(max) = limits.max {
+            reply.insert("max", max);
+        }
+        reply.insert("maxSize", limits.size / scale);
+    }
+    Ok(reply)
 }
 
 pub fn validate(ctx: &mut Ctx) -> Result<Document> {

@@ -116,7 +116,10 @@ pub fn finish_statement(session: Option<&Binding>, result: Result<Document>) -> 
             if let Some(code) = first_write_error_code(body) {
                 s.abort_after_error();
                 if code == ErrorCode::WriteConflict.code() {
-                    return Err(Error::new(ErrorCode::WriteConflict, write_conflict_message()));
+                    return Err(Error::new(
+                        ErrorCode::WriteConflict,
+                        write_conflict_message(),
+                    ));
                 }
             }
         }
@@ -150,7 +153,10 @@ pub enum StatementKind {
 
 impl StatementKind {
     pub fn of(body: &Document) -> StatementKind {
-        match (body.contains_key("autocommit"), body.contains_key("txnNumber")) {
+        match (
+            body.contains_key("autocommit"),
+            body.contains_key("txnNumber"),
+        ) {
             (true, _) => StatementKind::InTransaction,
             (false, true) => StatementKind::RetryableWrite,
             _ => StatementKind::Plain,
@@ -208,7 +214,12 @@ pub fn label(e: Error, name: &str, kind: StatementKind) -> Error {
 /// Labels for a reply carrying a write concern error: a retryable write (or commit) whose
 /// write concern failed with a retryable code may be retried; a commit whose write concern
 /// timed out or failed may or may not have committed.
-pub fn label_write_concern_error(reply: &mut Document, wce: &Document, name: &str, kind: StatementKind) {
+pub fn label_write_concern_error(
+    reply: &mut Document,
+    wce: &Document,
+    name: &str,
+    kind: StatementKind,
+) {
     let code = match wce.get("code") {
         Some(Bson::Int32(c)) => *c,
         Some(Bson::Int64(c)) => *c as i32,

@@ -79,13 +79,18 @@ pub fn insert(ctx: &mut Ctx) -> Result<Document> {
     let docs = ctx.documents("documents")?;
     check_batch_size(docs.len())?;
     let mut errors = BatchErrors::new(ctx)?;
-    let coll = ctx.state.engine.ensure_collection(&ns)?;
+    // A view fails every statement (a write error each), as in MongoDB.
+    let coll = match ctx.state.engine.ensure_collection(&ns) {
+        Err(e) if e.code == ErrorCode::CommandNotSupportedOnView => Err(e),
+        other => Ok(other?),
+    };
     let opts = opts(ctx)?;
     let mut n = 0i32;
     for (i, raw) in docs.iter().enumerate() {
         ctx.state.opcounters.insert.fetch_add(1, Ordering::Relaxed);
-        let result =
-            prepare_insert(raw).and_then(|doc| ctx.state.engine.insert_one(&coll, &doc, &opts));
+        let result = coll.clone().and_then(|coll| {
+            prepare_insert(raw).and_then(|doc| ctx.state.engine.insert_one(&coll, &doc, &opts))
+        });
         match result {
             Ok(()) => n += 1,
             Err(e) => {
@@ -235,6 +240,7 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
             let spec = parse_update_statement(&stmt, &opts)?;
             let opts = statement_opts(&opts, "update.updates", &stmt)?;
             let engine = &ctx.state.engine;
+            engine.check_not_view(&ns)?;
             let coll = match engine.collection(&ns) {
                 Some(c) => c,
                 None if spec.upsert => engine.ensure_collection(&ns)?,
@@ -308,6 +314,7 @@ pub fn delete(ctx: &mut Ctx) -> Result<Document> {
         let result = to_document(raw).and_then(|stmt| {
             let (filter, multi, hint) = parse_delete_statement(&stmt)?;
             let opts = statement_opts(&opts, "delete.deletes", &stmt)?;
+            ctx.state.engine.check_not_view(&ns)?;
             match ctx.state.engine.collection(&ns) {
                 Some(coll) => ctx.state.engine.delete(&coll, &filter, multi, hint, &opts),
                 None => Ok(0),

@@ -1,0 +1,277 @@
+//! Capped collections: a size (bytes) and optionally a document count that inserts keep the
+//! collection under by deleting the oldest documents (lowest RecordIds).
+//!
+//! Inserts into a capped collection are serialized by the collection's `CappedState` lock
+//! (MongoDB serializes capped writes too), so RecordIds commit in order: a tailable cursor
+//! resuming after RecordId n never misses a smaller one committed later. The eviction runs
+//! in the insert's own storage transaction: the new document and the deletions it causes
+//! commit together or not at all, so a crash or a write conflict can neither leave the
+//! collection over its limits nor lose documents that were not yet over them. Each deleted
+//! document is read with `get_for_update`, so a concurrent user delete of the same document
+//! is a write conflict, retried like any other.
+
+use crate::catalog::{CollectionMeta, CollectionRef};
+use crate::index::{self, IndexKeySet};
+use crate::namespace::Namespace;
+use crate::retry::with_write_conflict_retry;
+use crate::write::WriteOpts;
+use crate::Engine;
+use bson::{Bson, Document, RawDocument};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_storage::{keys, KvTxn, Space};
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// `size` and `max` of a capped collection's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CappedLimits {
+    pub size: i64,
+    pub max: Option<i64>,
+}
+
+fn number(v: Option<&Bson>) -> Option<i64> {
+    match v? {
+        Bson::Int32(n) => Some(*n as i64),
+        Bson::Int64(n) => Some(*n),
+        Bson::Double(f) => Some(*f as i64),
+        Bson::Decimal128(d) => d.to_string().parse::<f64>().ok().map(|f| f as i64),
+        _ => None,
+    }
+}
+
+impl CappedLimits {
+    /// The limits of a collection's stored options (None when it is not capped).
+    pub fn of(options: &Document) -> Option<CappedLimits> {
+        if !matches!(options.get("capped"), Some(Bson::Boolean(true))) {
+            return None;
+        }
+        Some(CappedLimits {
+            size: number(options.get("size")).unwrap_or(i64::MAX).max(1),
+            max: number(options.get("max")).filter(|m| *m > 0),
+        })
+    }
+
+    fn over(&self, count: i64, size: i64) -> bool {
+        size > self.size || self.max.is_some_and(|m| count > m)
+    }
+}
+
+/// A number as MongoDB's `appendNumber` stores it: an int when it fits in 30 bits.
+pub fn option_number(n: i64) -> Bson {
+    if n.abs() < (1 << 30) {
+        Bson::Int32(n as i32)
+    } else {
+        Bson::Int64(n)
+    }
+}
+
+/// Per collection: the capped insert lock and the insert signal tailable cursors wait on.
+#[derive(Debug, Default)]
+pub struct CappedState {
+    writes: Mutex<()>,
+    generation: Mutex<u64>,
+    inserted: Condvar,
+}
+
+impl CappedState {
+    /// Changes with every insert; a waiter compares it before and after.
+    pub fn generation(&self) -> u64 {
+        *self.generation.lock()
+    }
+
+    fn notify(&self) {
+        *self.generation.lock() += 1;
+        self.inserted.notify_all();
+    }
+
+    /// Blocks until an insert after `seen` (true) or `deadline` (false), without spinning.
+    pub fn wait_for_insert(&self, seen: u64, deadline: Instant) -> bool {
+        let mut g = self.generation.lock();
+        while *g == seen {
+            if self.inserted.wait_until(&mut g, deadline).timed_out() {
+                return *g != seen;
+            }
+        }
+        true
+    }
+}
+
+impl Engine {
+    /// Inserts one prepared document into a capped collection and deletes the oldest
+    /// documents over the limits, in one transaction (see the module comment).
+    pub(crate) fn insert_capped(
+        &self,
+        coll: &CollectionRef,
+        meta: &CollectionMeta,
+        doc: &RawDocument,
+        (keys, widened): (&[IndexKeySet], bool),
+        limits: CappedLimits,
+        opts: &WriteOpts,
+    ) -> Result<()> {
+        if opts.txn.is_some() {
+            return Err(Error::new(
+                ErrorCode::OperationNotSupportedInTransaction,
+                format!(
+                    "Collection '{}' is a capped collection. Writes in transactions are not allowed on capped collections.",
+                    coll.ns
+                ),
+            ));
+        }
+        let len = doc.as_bytes().len() as i64;
+        if len > limits.size {
+            return Err(Error::new(
+                ErrorCode::BSONObjectTooLarge,
+                "object to insert exceeds cappedMaxSize",
+            ));
+        }
+        let _serial = coll.capped.writes.lock();
+        let (n, bytes) = with_write_conflict_retry(
+            opts.deadline,
+            || {
+                self.metrics.write_conflicts.fetch_add(1, Ordering::Relaxed);
+            },
+            || {
+                let mut txn = self.kv.begin();
+                let rid = coll.allocate_record_id();
+                for (ix, ks) in meta.indexes.iter().zip(keys) {
+                    index::insert_keys(txn.as_mut(), coll, ix, ks, rid)?;
+                }
+                if widened {
+                    let entry = crate::catalog::entry_document(coll.id, &coll.ns, meta);
+                    let bytes = bson::to_vec(&entry).map_err(|e| Error::internal(e.to_string()))?;
+                    txn.put(Space::Catalog, &coll.catalog_key(), &bytes)?;
+                }
+                txn.put(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
+                let evicted = evict(txn.as_mut(), coll, meta, limits, len, rid)?;
+                txn.commit()?;
+                Ok(evicted)
+            },
+        )?;
+        coll.adjust_stats(1 - n, len - bytes);
+        coll.capped.notify();
+        Ok(())
+    }
+
+    /// `cloneCollectionAsCapped`: a new capped collection `to` holding `from`'s documents in
+    /// natural order (the oldest evicted as they would have been).
+    pub fn clone_collection_as_capped(
+        &self,
+        from: &Namespace,
+        to: &Namespace,
+        limits: CappedLimits,
+    ) -> Result<CollectionRef> {
+        self.check_not_view(from)?;
+        let source = self.collection(from).ok_or_else(|| {
+            Error::new(
+                ErrorCode::NamespaceNotFound,
+                format!("source collection {from} does not exist"),
+            )
+        })?;
+        if self.collection(to).is_some() || self.view(to).is_some() {
+            return Err(Error::new(
+                ErrorCode::NamespaceExists,
+                format!("cloneCollectionAsCapped failed - destination collection {to} already exists. source: {from} destination: {to}"),
+            ));
+        }
+        let mut options = bson::doc! { "capped": true, "size": option_number(limits.size) };
+        if let Some(m) = limits.max {
+            options.insert("max", option_number(m));
+        }
+        let target = self.create_collection(to, options)?;
+        let opts = WriteOpts {
+            bypass_document_validation: true,
+            ..WriteOpts::default()
+        };
+        let snap = self.kv.snapshot();
+        let mut c = snap.cursor(
+            Space::Records,
+            &keys::u64_be(source.id),
+            &keys::prefix_end(source.id),
+        );
+        c.seek_to_first();
+        while c.valid() {
+            let doc = RawDocument::from_bytes(c.value())?;
+            if doc.as_bytes().len() as i64 <= limits.size {
+                self.insert_one(&target, doc, &opts)?;
+            }
+            c.next();
+        }
+        c.status()?;
+        Ok(target)
+    }
+
+    /// `convertToCapped`: the collection's documents copied into a capped collection that
+    /// then replaces it (only the `_id` index remains, as in MongoDB).
+    pub fn convert_to_capped(&self, ns: &Namespace, limits: CappedLimits) -> Result<()> {
+        self.check_not_view(ns)?;
+        if self.collection(ns).is_none() {
+            return Err(Error::new(
+                ErrorCode::NamespaceNotFound,
+                format!("source collection {ns} does not exist"),
+            ));
+        }
+        let temp = Namespace::new(
+            &ns.db,
+            &format!(
+                "tmp{}.convertToCapped.{}",
+                bson::oid::ObjectId::new(),
+                ns.coll
+            ),
+        );
+        if let Err(e) = self.clone_collection_as_capped(ns, &temp, limits) {
+            let _ = self.drop_collection(&temp);
+            return Err(e);
+        }
+        self.rename_collection(&temp, ns, true)
+    }
+}
+
+/// Deletes the oldest records (before `new_rid`) until the collection, with the document
+/// just written, is within its limits. Returns the number and bytes deleted.
+fn evict(
+    txn: &mut dyn KvTxn,
+    coll: &CollectionRef,
+    meta: &CollectionMeta,
+    limits: CappedLimits,
+    new_len: i64,
+    new_rid: u64,
+) -> Result<(i64, i64)> {
+    let mut count = coll.count.load(Ordering::Relaxed) + 1;
+    let mut size = coll.data_size.load(Ordering::Relaxed) + new_len;
+    if !limits.over(count, size) {
+        return Ok((0, 0));
+    }
+    let victims: Vec<u64> = {
+        let mut c = txn.cursor(
+            Space::Records,
+            &keys::u64_be(coll.id),
+            &keys::with_id(coll.id, new_rid),
+        );
+        c.seek_to_first();
+        let mut out = Vec::new();
+        while c.valid() && limits.over(count, size) {
+            out.push(keys::read_u64(&c.key()[8..]).unwrap_or(0));
+            count -= 1;
+            size -= c.value().len() as i64;
+            c.next();
+        }
+        c.status()?;
+        out
+    };
+    let (mut n, mut bytes) = (0i64, 0i64);
+    for rid in victims {
+        let rkey = keys::with_id(coll.id, rid);
+        let Some(old) = txn.get_for_update(Space::Records, &rkey)? else {
+            continue;
+        };
+        let raw = RawDocument::from_bytes(&old)?;
+        for ix in &meta.indexes {
+            index::remove_keys(txn, ix, &index::document_keys(ix, raw)?, rid)?;
+        }
+        txn.delete(Space::Records, &rkey)?;
+        n += 1;
+        bytes += old.len() as i64;
+    }
+    Ok((n, bytes))
+}
