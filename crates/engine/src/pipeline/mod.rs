@@ -35,12 +35,14 @@ mod project;
 mod redact;
 mod replace_root;
 mod sample;
+mod set_window_fields;
 mod skip;
 mod sort;
 mod sort_by_count;
 mod union_with;
 mod unset;
 pub(crate) mod unwind;
+mod window;
 
 #[cfg(test)]
 mod tests;
@@ -150,6 +152,7 @@ const STAGES: &[(&str, StageParser)] = &[
     ("$unionWith", union_with::parse),
     ("$sample", sample::parse),
     ("$redact", redact::parse),
+    ("$setWindowFields", set_window_fields::parse),
     ("$documents", documents::parse),
     ("$planCacheStats", plan_cache_stats::parse),
     ("$out", out::parse),
