@@ -22,8 +22,11 @@ mod add_fields;
 mod bucket;
 mod bucket_auto;
 mod count;
+mod densify;
 mod documents;
 mod facet;
+mod fill;
+mod graph_lookup;
 mod group;
 mod limit;
 pub(crate) mod lookup;
@@ -153,6 +156,9 @@ const STAGES: &[(&str, StageParser)] = &[
     ("$sample", sample::parse),
     ("$redact", redact::parse),
     ("$setWindowFields", set_window_fields::parse),
+    ("$densify", densify::parse),
+    ("$fill", fill::parse),
+    ("$graphLookup", graph_lookup::parse),
     ("$documents", documents::parse),
     ("$planCacheStats", plan_cache_stats::parse),
     ("$out", out::parse),
