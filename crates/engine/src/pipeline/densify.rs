@@ -22,7 +22,7 @@ const NAME: &str = "$densify";
 enum Range {
     Full,
     Partition,
-    Explicit(Bson, Bson),
+    Explicit(Box<(Bson, Bson)>),
 }
 
 #[derive(Debug, Clone)]
@@ -169,7 +169,7 @@ pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             } else {
                 return Err(loc(5946800, "Explicit bounds must be numeric or dates"));
             }
-            Range::Explicit(a[0].clone(), a[1].clone())
+            Range::Explicit(Box::new((a[0].clone(), a[1].clone())))
         }
         _ => {
             return Err(loc(
@@ -404,7 +404,7 @@ impl Densify {
         let mut memory = ctx.memory(NAME);
         let mut states: BTreeMap<Ordered, PartitionState> = BTreeMap::new();
         let hi = match &self.range {
-            Range::Explicit(_, hi) => Some(hi.clone()),
+            Range::Explicit(b) => Some(b.1.clone()),
             _ => None,
         };
         let below_hi = |x: &Bson| hi.as_ref().is_none_or(|h| cmp_bson(x, h).is_lt());
@@ -428,13 +428,13 @@ impl Densify {
                 // Sorted by partition: the previous partition is complete.
                 if let Some(prev) = current.take() {
                     if let (Some(st), Some(_)) = (states.get_mut(&prev), &hi) {
-                        self.generate(&mut out, st, &below_hi)?;
+                        self.generate(&mut out, st, below_hi)?;
                     }
                 }
                 current = Some(key.clone());
             }
             let anchor = match &self.range {
-                Range::Explicit(lo, _) => lo.clone(),
+                Range::Explicit(b) => b.0.clone(),
                 Range::Partition => v.clone(),
                 Range::Full => global_min.get_or_insert_with(|| v.clone()).clone(),
             };
@@ -458,7 +458,7 @@ impl Densify {
         match &self.range {
             Range::Explicit(..) => {
                 if let Some(st) = current.and_then(|k| states.get_mut(&k)) {
-                    self.generate(&mut out, st, &below_hi)?;
+                    self.generate(&mut out, st, below_hi)?;
                 }
             }
             Range::Full => {
@@ -483,7 +483,7 @@ impl DocumentSource for Densify {
         let bounds = match &self.range {
             Range::Full => Bson::String("full".into()),
             Range::Partition => Bson::String("partition".into()),
-            Range::Explicit(lo, hi) => Bson::Array(vec![lo.clone(), hi.clone()]),
+            Range::Explicit(b) => Bson::Array(vec![b.0.clone(), b.1.clone()]),
         };
         let mut range = bson::doc! {"step": self.step.clone(), "bounds": bounds};
         if let Some(u) = &self.unit {

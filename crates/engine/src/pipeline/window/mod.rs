@@ -24,8 +24,8 @@ fn fail(msg: impl Into<String>) -> Error {
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Rank {
-    Rank,
-    DenseRank,
+    Plain,
+    Dense,
     DocumentNumber,
 }
 
@@ -187,8 +187,8 @@ impl WindowOutput {
                     ));
                 }
                 let kind = match name.as_str() {
-                    "$rank" => Rank::Rank,
-                    "$denseRank" => Rank::DenseRank,
+                    "$rank" => Rank::Plain,
+                    "$denseRank" => Rank::Dense,
                     _ => Rank::DocumentNumber,
                 };
                 (Func::Rank(kind), UNBOUNDED)
@@ -477,8 +477,8 @@ impl WindowOutput {
                         dense += 1;
                     }
                     let v = match kind {
-                        Rank::Rank => rank,
-                        Rank::DenseRank => dense,
+                        Rank::Plain => rank,
+                        Rank::Dense => dense,
                         Rank::DocumentNumber => i as i64 + 1,
                     };
                     out.push(Some(nidus_expr::value::int_or_long(v)));
