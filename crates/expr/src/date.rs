@@ -964,6 +964,23 @@ fn fixed_unit_ms(u: Unit) -> Option<i64> {
     })
 }
 
+/// True for MongoDB's time unit names (`year` ... `millisecond`).
+pub fn is_time_unit(unit: &str) -> bool {
+    parse_unit(unit).is_some()
+}
+
+/// Adds `amount` of a named time unit to a UTC instant (`$dateAdd` in UTC; used by window
+/// ranges, `$densify`); `None` on overflow or an unknown unit.
+pub fn add_time_unit(ms: i64, unit: &str, amount: i64) -> Option<i64> {
+    date_add(ms, parse_unit(unit)?, amount, TimeZone::UTC)
+}
+
+/// The length of a fixed-length unit in milliseconds (`week` and shorter), None for months,
+/// quarters and years.
+pub fn time_unit_millis(unit: &str) -> Option<i64> {
+    fixed_unit_ms(parse_unit(unit)?)
+}
+
 /// Adds `amount` units to a UTC instant, in a time zone; `None` on overflow.
 fn date_add(ms: i64, unit: Unit, amount: i64, tz: TimeZone) -> Option<i64> {
     if let Some(step) = fixed_unit_ms(unit) {

@@ -22,6 +22,7 @@ fn defaults() -> Document {
         "internalQueryPlanEvaluationWorks": 10_000,
         "internalQueryPlannerMaxIndexedSolutions": 64,
         "internalDocumentSourceGroupMaxMemoryBytes": 104_857_600i64,
+        "allowDiskUseByDefault": true,
         "notablescan": false,
         "quiet": false,
         "requireApiVersion": false,
@@ -73,6 +74,14 @@ impl Parameters {
         let was = values.get(name).cloned()?;
         values.insert(name, value);
         Some(was)
+    }
+
+    /// `allowDiskUseByDefault`: whether `find`/`aggregate` without `allowDiskUse` may spill.
+    pub fn allow_disk_use_by_default(&self) -> bool {
+        !matches!(
+            self.get("allowDiskUseByDefault"),
+            Some(Bson::Boolean(false))
+        )
     }
 
     pub fn test_commands_enabled(&self) -> bool {

@@ -21,7 +21,7 @@ mod queued_data;
 mod skip;
 mod sort;
 mod sort_merge;
-mod spill;
+pub(crate) mod spill;
 mod update;
 
 pub use collscan::CollScan;

@@ -108,8 +108,18 @@ pub struct ExpCtx {
     pub namespace: Option<crate::namespace::Namespace>,
     /// The multi-document transaction the pipeline reads and writes in.
     pub txn: Option<Arc<crate::txn::Transaction>>,
+    /// `internalQueryMaxBlockingSortMemoryUsageBytes`: what `$sort` holds before spilling.
+    pub sort_max_memory: usize,
+    /// `internalDocumentSourceGroupMaxMemoryBytes`: what `$group` holds before spilling.
+    pub group_max_memory: usize,
+    /// Where the stage being opened reports its execution statistics (explain).
+    pub stats: Option<StageStats>,
     interrupt: Arc<Interrupt>,
 }
+
+/// A stage's execution statistics for explain (`usedDisk`, `spills`, ...), filled while it
+/// runs.
+pub type StageStats = Arc<Mutex<Document>>;
 
 impl ExpCtx {
     pub fn new(engine: Arc<Engine>, db: &str) -> ExpCtx {
@@ -121,6 +131,9 @@ impl ExpCtx {
             bindings: Vec::new(),
             namespace: None,
             txn: None,
+            sort_max_memory: MAX_BLOCKING_STAGE_BYTES,
+            group_max_memory: MAX_BLOCKING_STAGE_BYTES,
+            stats: None,
             interrupt: Arc::new(Interrupt::default()),
         }
     }
@@ -189,6 +202,19 @@ impl ExpCtx {
             allow_disk_use: self.allow_disk_use,
         }
     }
+
+    /// Where a stage may write temporary files (`<dbpath>/_tmp`), or None without
+    /// `allowDiskUse`.
+    pub fn spill_dir(&self) -> Option<std::path::PathBuf> {
+        self.allow_disk_use.then(|| self.engine.spill_dir())
+    }
+
+    /// Records execution statistics of the stage being run (merged into explain's entry).
+    pub fn report(&self, stats: Document) {
+        if let Some(slot) = &self.stats {
+            slot.lock().extend(stats);
+        }
+    }
 }
 
 impl Bind for ExpCtx {
@@ -224,7 +250,7 @@ impl MemoryBudget {
     }
 }
 
-fn exceeded(stage: &str) -> Error {
+pub(crate) fn exceeded(stage: &str) -> Error {
     let msg = match stage {
         "$sort" => format!(
             "Sort exceeded memory limit of {MAX_BLOCKING_STAGE_BYTES} bytes, but did not opt in to external sorting."

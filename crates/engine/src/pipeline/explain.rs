@@ -58,9 +58,12 @@ pub fn explain(opened: &Opened, verbosity: Verbosity, n_returned: u64, millis: u
                 }
                 stages.push(Bson::Document(entry));
             }
-            for (s, count) in &opened.stages {
+            for (i, (s, count)) in opened.stages.iter().enumerate() {
                 let mut entry = stage_document(s.as_ref());
                 if executed {
+                    if let Some(stats) = opened.stats.get(i) {
+                        entry.extend(stats.lock().clone());
+                    }
                     entry.insert("nReturned", count.load(Ordering::Relaxed) as i64);
                     entry.insert("executionTimeMillisEstimate", 0i64);
                 }

@@ -7,8 +7,9 @@
 //! blocking-stage limit.
 
 use super::context::{bson_bytes, check_size};
-use super::{DocumentSource, ExpCtx, ParseCtx, StageRef, Stream, VecStream};
-use bson::{Bson, Document};
+use super::{DocStream, DocumentSource, ExpCtx, ParseCtx, StageRef, Stream, VecStream};
+use crate::exec::spill::SpillRun;
+use bson::{Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_expr::accumulators::{Accumulator, AccumulatorSpec, Ordered};
 use nidus_expr::Expression;
@@ -65,43 +66,65 @@ impl Group {
         Ok(Group { id, accumulators })
     }
 
-    /// Groups the whole input.
-    fn run(&self, mut input: Stream, ctx: &ExpCtx) -> Result<Vec<Document>> {
-        let mut index: BTreeMap<Ordered, usize> = BTreeMap::new();
-        let mut groups: Vec<(Bson, Vec<Box<dyn Accumulator>>)> = Vec::new();
-        let mut memory = ctx.memory("$group");
+    /// Groups the whole input: in memory, or, past `internalDocumentSourceGroupMaxMemoryBytes`
+    /// with `allowDiskUse`, as runs of partial states sorted by key, merged at the end.
+    fn run(&self, mut input: Stream, ctx: &ExpCtx) -> Result<Stream> {
+        let mut table = Table::default();
+        let mut spiller = Spiller::default();
         while let Some(doc) = input.next()? {
             ctx.check_interrupt()?;
             let mut vars = ctx.variables(&doc);
             let key = self.id.evaluate(&mut vars)?.unwrap_or(Bson::Null);
-            let slot = match index.get(&Ordered(key.clone())) {
+            let slot = match table.index.get(&Ordered(key.clone())) {
                 Some(i) => *i,
                 None => {
-                    memory.add(bson_bytes(&key))?;
+                    table.memory += bson_bytes(&key) + 64;
                     let accs = self.create_accumulators(&key, ctx)?;
-                    groups.push((key.clone(), accs));
-                    index.insert(Ordered(key), groups.len() - 1);
-                    groups.len() - 1
+                    table.groups.push((key.clone(), accs));
+                    table.index.insert(Ordered(key), table.groups.len() - 1);
+                    table.groups.len() - 1
                 }
             };
-            let accs = &mut groups[slot].1;
+            let accs = &mut table.groups[slot].1;
             for ((spec, _), acc) in self.accumulators.iter().zip(accs.iter_mut()) {
                 let before = acc.mem_usage();
                 acc.process(spec.input(&mut vars)?)?;
-                memory.add(acc.mem_usage().saturating_sub(before))?;
+                table.memory += acc.mem_usage().saturating_sub(before) + 8;
+            }
+            if table.memory > ctx.group_max_memory {
+                spiller.spill(ctx, &mut table)?;
             }
         }
-        let mut out = Vec::with_capacity(groups.len());
-        for (key, mut accs) in groups {
-            let mut d = Document::new();
-            d.insert("_id", key);
-            for ((spec, _), acc) in self.accumulators.iter().zip(accs.iter_mut()) {
-                d.insert(spec.field.clone(), acc.finalize()?);
+        if spiller.runs.is_empty() {
+            spiller.report(ctx);
+            let mut out = Vec::with_capacity(table.groups.len());
+            for (key, mut accs) in table.groups {
+                let mut d = Document::new();
+                d.insert("_id", key);
+                for ((spec, _), acc) in self.accumulators.iter().zip(accs.iter_mut()) {
+                    d.insert(spec.field.clone(), acc.finalize()?);
+                }
+                check_size(&d)?;
+                out.push(d);
             }
-            check_size(&d)?;
-            out.push(d);
+            return Ok(VecStream::boxed(out));
         }
-        Ok(out)
+        // The remainder becomes the last run, so every group merges from disk in key order.
+        if !table.groups.is_empty() {
+            spiller.spill(ctx, &mut table)?;
+        }
+        spiller.report(ctx);
+        let mut merge = GroupMerge {
+            stage: self.clone(),
+            ctx: ctx.clone(),
+            runs: std::mem::take(&mut spiller.runs),
+            heads: Vec::new(),
+        };
+        for i in 0..merge.runs.len() {
+            let head = merge.pull(i)?;
+            merge.heads.push(head);
+        }
+        Ok(Box::new(merge))
     }
 
     fn create_accumulators(&self, key: &Bson, ctx: &ExpCtx) -> Result<Vec<Box<dyn Accumulator>>> {
@@ -141,11 +164,130 @@ impl DocumentSource for Group {
             input,
             ctx.clone(),
             Arc::new(self.clone()),
-            |stage: &Group, input, ctx| Ok(VecStream::boxed(stage.run(input, ctx)?)),
+            |stage: &Group, input, ctx| stage.run(input, ctx),
         )))
     }
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+type Groups = Vec<(Bson, Vec<Box<dyn Accumulator>>)>;
+
+/// The groups held in memory.
+#[derive(Default)]
+struct Table {
+    index: BTreeMap<Ordered, usize>,
+    groups: Groups,
+    memory: usize,
+}
+
+/// The runs a `$group` spilled: each holds `{_id: key, p: [partial states]}` sorted by key.
+#[derive(Default)]
+struct Spiller {
+    runs: Vec<SpillRun>,
+    bytes: u64,
+    records: u64,
+}
+
+impl Spiller {
+    fn spill(&mut self, ctx: &ExpCtx, table: &mut Table) -> Result<()> {
+        let Some(dir) = ctx.spill_dir() else {
+            return Err(super::context::exceeded("$group"));
+        };
+        let mut groups = std::mem::take(&mut table.groups);
+        table.index.clear();
+        table.memory = 0;
+        groups.sort_by(|a, b| nidus_doc::compare::cmp_bson(&a.0, &b.0));
+        let mut raws = Vec::with_capacity(groups.len());
+        for (key, accs) in groups {
+            let partials = accs
+                .iter()
+                .map(|a| a.partial())
+                .collect::<Result<Vec<Bson>>>()?;
+            let d = bson::doc! {"_id": key, "p": partials};
+            raws.push(
+                RawDocumentBuf::from_document(&d).map_err(|e| Error::internal(e.to_string()))?,
+            );
+        }
+        self.records += raws.len() as u64;
+        let run = SpillRun::write(&dir, raws.iter().map(|r| (None, r)))?;
+        self.bytes += run.bytes;
+        self.runs.push(run);
+        Ok(())
+    }
+
+    fn report(&self, ctx: &ExpCtx) {
+        ctx.report(bson::doc! {
+            "usedDisk": !self.runs.is_empty(),
+            "spills": self.runs.len() as i64,
+            "spilledDataStorageSize": self.bytes as i64,
+            "spilledRecords": self.records as i64,
+        });
+    }
+}
+
+/// Merges the spilled runs: the smallest key among the runs' heads, with the partial states
+/// of every run holding it (in run order, which is input order) merged into fresh
+/// accumulators.
+struct GroupMerge {
+    stage: Group,
+    ctx: ExpCtx,
+    runs: Vec<SpillRun>,
+    heads: Vec<Option<(Bson, Vec<Bson>)>>,
+}
+
+impl GroupMerge {
+    fn pull(&mut self, i: usize) -> Result<Option<(Bson, Vec<Bson>)>> {
+        let Some(raw) = self.runs[i].next()?.map(|(_, r)| r) else {
+            return Ok(None);
+        };
+        let mut d = raw
+            .to_document()
+            .map_err(|e| Error::internal(e.to_string()))?;
+        let key = d.remove("_id").unwrap_or(Bson::Null);
+        let partials = match d.remove("p") {
+            Some(Bson::Array(a)) => a,
+            _ => Vec::new(),
+        };
+        Ok(Some((key, partials)))
+    }
+}
+
+impl DocStream for GroupMerge {
+    fn next(&mut self) -> Result<Option<Document>> {
+        let mut key: Option<Bson> = None;
+        for (k, _) in self.heads.iter().flatten() {
+            if key
+                .as_ref()
+                .is_none_or(|best| nidus_doc::compare::cmp_bson(k, best).is_lt())
+            {
+                key = Some(k.clone());
+            }
+        }
+        let Some(key) = key else {
+            return Ok(None);
+        };
+        let mut accs = self.stage.create_accumulators(&key, &self.ctx)?;
+        for i in 0..self.heads.len() {
+            let same = matches!(&self.heads[i], Some((k, _)) if nidus_doc::compare::cmp_bson(k, &key).is_eq());
+            if !same {
+                continue;
+            }
+            if let Some((_, partials)) = self.heads[i].take() {
+                for (acc, p) in accs.iter_mut().zip(partials) {
+                    acc.merge(p)?;
+                }
+            }
+            self.heads[i] = self.pull(i)?;
+        }
+        let mut d = Document::new();
+        d.insert("_id", key);
+        for ((spec, _), acc) in self.stage.accumulators.iter().zip(accs.iter_mut()) {
+            d.insert(spec.field.clone(), acc.finalize()?);
+        }
+        check_size(&d)?;
+        Ok(Some(d))
     }
 }

@@ -22,8 +22,11 @@ mod add_fields;
 mod bucket;
 mod bucket_auto;
 mod count;
+mod densify;
 mod documents;
 mod facet;
+mod fill;
+mod graph_lookup;
 mod group;
 mod limit;
 pub(crate) mod lookup;
@@ -35,12 +38,14 @@ mod project;
 mod redact;
 mod replace_root;
 mod sample;
+mod set_window_fields;
 mod skip;
 mod sort;
 mod sort_by_count;
 mod union_with;
 mod unset;
 pub(crate) mod unwind;
+mod window;
 
 #[cfg(test)]
 mod tests;
@@ -150,6 +155,10 @@ const STAGES: &[(&str, StageParser)] = &[
     ("$unionWith", union_with::parse),
     ("$sample", sample::parse),
     ("$redact", redact::parse),
+    ("$setWindowFields", set_window_fields::parse),
+    ("$densify", densify::parse),
+    ("$fill", fill::parse),
+    ("$graphLookup", graph_lookup::parse),
     ("$documents", documents::parse),
     ("$planCacheStats", plan_cache_stats::parse),
     ("$out", out::parse),

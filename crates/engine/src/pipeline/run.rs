@@ -20,6 +20,8 @@ pub struct Opened {
     pub cursor: Option<CursorSource>,
     /// The stages left after optimization, with their `nReturned` counters.
     pub stages: Vec<(StageRef, Arc<AtomicU64>)>,
+    /// Each remaining stage's execution statistics (same order as `stages`).
+    pub stats: Vec<super::context::StageStats>,
     /// The optimizer rules that changed the pipeline, in order.
     pub rewrites: Vec<&'static str>,
     pub ctx: ExpCtx,
@@ -98,18 +100,24 @@ pub fn open(
         _ => (Box::new(Empty), None),
     };
     let mut opened_stages = Vec::with_capacity(stages.len());
+    let mut stats = Vec::with_capacity(stages.len());
     for s in stages {
         let count = Arc::new(AtomicU64::new(0));
+        let slot = super::context::StageStats::default();
+        let mut stage_ctx = ctx.clone();
+        stage_ctx.stats = Some(slot.clone());
         stream = Box::new(Counted {
-            inner: s.open(stream, ctx)?,
+            inner: s.open(stream, &stage_ctx)?,
             count: count.clone(),
         });
         opened_stages.push((s, count));
+        stats.push(slot);
     }
     Ok(Opened {
         stream,
         cursor,
         stages: opened_stages,
+        stats,
         rewrites,
         ctx: ctx.clone(),
     })

@@ -1,13 +1,18 @@
 //! `$sort` (with an optional `limit` when a following `$limit` was folded in: top-k).
 //!
-//! Blocking; ties keep input order (stable), as MongoDB's sort does.
+//! Blocking; ties keep input order (stable), as MongoDB's sort does. Past
+//! `internalQueryMaxBlockingSortMemoryUsageBytes` the buffered documents are written as a
+//! sorted run to `<dbpath>/_tmp` (the find path's `exec::spill` runs) when `allowDiskUse`;
+//! the output then merges the runs and what stayed in memory, ties to the earlier run.
 
 use super::context::doc_bytes;
-use super::{DocumentSource, ExpCtx, ParseCtx, StageRef, Stream, VecStream};
+use super::{DocStream, DocumentSource, ExpCtx, ParseCtx, StageRef, Stream, VecStream};
+use crate::exec::spill::SpillRun;
 use bson::{Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_query::sort::SortPattern;
 use std::any::Any;
+use std::cmp::Ordering;
 use std::sync::Arc;
 
 #[derive(Debug, Clone)]
@@ -26,6 +31,84 @@ pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         ));
     };
     Ok(vec![Arc::new(Sort::new(spec)?)])
+}
+
+type Keyed = (Vec<Bson>, Document);
+
+/// The buffered input of one sort and the runs it spilled.
+struct Sorter<'a> {
+    stage: &'a Sort,
+    buffered: Vec<Keyed>,
+    memory: usize,
+    data_size: usize,
+    runs: Vec<SpillRun>,
+    spilled_bytes: u64,
+    spilled_records: u64,
+}
+
+impl Sorter<'_> {
+    fn add(&mut self, ctx: &ExpCtx, d: Document) -> Result<()> {
+        let raw = RawDocumentBuf::from_document(&d).map_err(|e| Error::internal(e.to_string()))?;
+        let key = self.stage.pattern.sort_key(&raw);
+        let size = doc_bytes(&d);
+        self.memory += size;
+        self.data_size += size;
+        self.buffered.push((key, d));
+        let limit = self.stage.limit;
+        if limit > 0 && self.buffered.len() as u64 >= limit.saturating_mul(2).max(64) {
+            self.sort_buffer();
+            self.buffered.truncate(limit as usize);
+            self.memory = self.buffered.iter().map(|(_, d)| doc_bytes(d)).sum();
+        }
+        if self.memory > ctx.sort_max_memory {
+            self.spill(ctx)?;
+        }
+        Ok(())
+    }
+
+    /// Stable: equal keys keep their input order.
+    fn sort_buffer(&mut self) {
+        let pattern = &self.stage.pattern;
+        self.buffered
+            .sort_by(|a, b| pattern.compare_keys(&a.0, &b.0));
+    }
+
+    fn spill(&mut self, ctx: &ExpCtx) -> Result<()> {
+        let Some(dir) = ctx.spill_dir() else {
+            return Err(Error::new(
+                ErrorCode::QueryExceededMemoryLimitNoDiskUseAllowed,
+                format!(
+                    "Sort exceeded memory limit of {} bytes, but did not opt in to external sorting.",
+                    ctx.sort_max_memory
+                ),
+            ));
+        };
+        self.sort_buffer();
+        if self.stage.limit > 0 {
+            self.buffered.truncate(self.stage.limit as usize);
+        }
+        let raws = std::mem::take(&mut self.buffered)
+            .into_iter()
+            .map(|(_, d)| RawDocumentBuf::from_document(&d))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| Error::internal(e.to_string()))?;
+        self.spilled_records += raws.len() as u64;
+        let run = SpillRun::write(&dir, raws.iter().map(|r| (None, r)))?;
+        self.spilled_bytes += run.bytes;
+        self.runs.push(run);
+        self.memory = 0;
+        Ok(())
+    }
+
+    fn report(&self, ctx: &ExpCtx) {
+        ctx.report(bson::doc! {
+            "totalDataSizeSortedBytesEstimate": self.data_size as i64,
+            "usedDisk": !self.runs.is_empty(),
+            "spills": self.runs.len() as i64,
+            "spilledDataStorageSize": self.spilled_bytes as i64,
+            "spilledRecords": self.spilled_records as i64,
+        });
+    }
 }
 
 impl Sort {
@@ -55,36 +138,111 @@ impl Sort {
         }
     }
 
-    /// Sorts a whole input (shared with `$bucketAuto`).
-    pub fn sort_all(&self, mut input: Stream, ctx: &ExpCtx) -> Result<Vec<Document>> {
-        let mut keyed: Vec<(Vec<Bson>, Document)> = Vec::new();
-        let mut memory = ctx.memory("$sort");
-        while let Some(d) = input.next()? {
-            ctx.check_interrupt()?;
-            let raw =
-                RawDocumentBuf::from_document(&d).map_err(|e| Error::internal(e.to_string()))?;
-            let key = self.pattern.sort_key(&raw);
-            memory.add(doc_bytes(&d))?;
-            keyed.push((key, d));
-            if self.limit > 0 && keyed.len() as u64 >= self.limit.saturating_mul(2).max(64) {
-                self.truncate(&mut keyed, &mut memory);
-            }
-        }
-        keyed.sort_by(|a, b| self.pattern.compare_keys(&a.0, &b.0));
-        if self.limit > 0 {
-            keyed.truncate(self.limit as usize);
-        }
-        Ok(keyed.into_iter().map(|(_, d)| d).collect())
+    /// Sorts a whole input into a vector (shared with `$bucketAuto`).
+    pub fn sort_all(&self, input: Stream, ctx: &ExpCtx) -> Result<Vec<Document>> {
+        super::stream::collect(self.sorted(input, ctx)?)
     }
 
-    fn truncate(
-        &self,
-        keyed: &mut Vec<(Vec<Bson>, Document)>,
-        memory: &mut super::context::MemoryBudget,
-    ) {
-        keyed.sort_by(|a, b| self.pattern.compare_keys(&a.0, &b.0));
-        for (_, d) in keyed.drain(self.limit as usize..) {
-            memory.release(doc_bytes(&d));
+    /// The sorted input as a stream: from memory, or merged from the spilled runs.
+    pub fn sorted(&self, mut input: Stream, ctx: &ExpCtx) -> Result<Stream> {
+        let mut sorter = Sorter {
+            stage: self,
+            buffered: Vec::new(),
+            memory: 0,
+            data_size: 0,
+            runs: Vec::new(),
+            spilled_bytes: 0,
+            spilled_records: 0,
+        };
+        while let Some(d) = input.next()? {
+            ctx.check_interrupt()?;
+            sorter.add(ctx, d)?;
+        }
+        sorter.sort_buffer();
+        if self.limit > 0 {
+            sorter.buffered.truncate(self.limit as usize);
+        }
+        sorter.report(ctx);
+        let runs = std::mem::take(&mut sorter.runs);
+        let buffered = std::mem::take(&mut sorter.buffered);
+        if runs.is_empty() {
+            return Ok(VecStream::boxed(
+                buffered.into_iter().map(|(_, d)| d).collect(),
+            ));
+        }
+        let mut merge = MergeStream {
+            pattern: self.pattern.clone(),
+            runs,
+            memory: buffered.into_iter(),
+            heads: Vec::new(),
+            remaining: if self.limit > 0 { self.limit } else { u64::MAX },
+        };
+        for source in 0..=merge.runs.len() {
+            let head = merge.pull(source)?;
+            merge.heads.push(head);
+        }
+        Ok(Box::new(merge))
+    }
+}
+
+/// Merges sorted runs and the sorted memory remainder (the last source); the smallest head
+/// goes first, ties to the earlier source, which holds earlier input.
+struct MergeStream {
+    pattern: SortPattern,
+    runs: Vec<SpillRun>,
+    memory: std::vec::IntoIter<Keyed>,
+    heads: Vec<Option<(Vec<Bson>, RawOrDoc)>>,
+    remaining: u64,
+}
+
+enum RawOrDoc {
+    Raw(RawDocumentBuf),
+    Doc(Document),
+}
+
+impl MergeStream {
+    fn pull(&mut self, source: usize) -> Result<Option<(Vec<Bson>, RawOrDoc)>> {
+        if let Some(run) = self.runs.get_mut(source) {
+            return Ok(run.next()?.map(|(_, raw)| {
+                let key = self.pattern.sort_key(&raw);
+                (key, RawOrDoc::Raw(raw))
+            }));
+        }
+        Ok(self.memory.next().map(|(k, d)| (k, RawOrDoc::Doc(d))))
+    }
+}
+
+impl DocStream for MergeStream {
+    fn next(&mut self) -> Result<Option<Document>> {
+        if self.remaining == 0 {
+            return Ok(None);
+        }
+        let mut best: Option<usize> = None;
+        for i in 0..self.heads.len() {
+            let Some((k, _)) = &self.heads[i] else {
+                continue;
+            };
+            let better = match best.and_then(|b| self.heads[b].as_ref()) {
+                Some((bk, _)) => self.pattern.compare_keys(k, bk) == Ordering::Less,
+                None => true,
+            };
+            if better {
+                best = Some(i);
+            }
+        }
+        let Some(best) = best else {
+            return Ok(None);
+        };
+        let taken = self.heads[best].take();
+        self.heads[best] = self.pull(best)?;
+        self.remaining -= 1;
+        match taken {
+            Some((_, RawOrDoc::Doc(d))) => Ok(Some(d)),
+            Some((_, RawOrDoc::Raw(r))) => Ok(Some(
+                r.to_document()
+                    .map_err(|e| Error::internal(e.to_string()))?,
+            )),
+            None => Ok(None),
         }
     }
 }
@@ -107,7 +265,7 @@ impl DocumentSource for Sort {
             input,
             ctx.clone(),
             Arc::new(self.clone()),
-            |stage: &Sort, input, ctx| Ok(VecStream::boxed(stage.sort_all(input, ctx)?)),
+            |stage: &Sort, input, ctx| stage.sorted(input, ctx),
         )))
     }
 

@@ -139,7 +139,18 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
     };
     let mut exp = ExpCtx::new(ctx.state.engine.clone(), &ctx.db);
     exp.txn = ctx.txn.clone();
-    exp.allow_disk_use = ctx.opt_bool("allowDiskUse")?.unwrap_or(false);
+    // MongoDB 6.0+ spills by default (`allowDiskUseByDefault`); `false` forbids it.
+    exp.allow_disk_use = ctx
+        .opt_bool("allowDiskUse")?
+        .unwrap_or_else(|| ctx.state.params.allow_disk_use_by_default());
+    let limit = |name| {
+        ctx.state
+            .params
+            .i64(name)
+            .map_or(pipeline::MAX_BLOCKING_STAGE_BYTES, |n| n.max(0) as usize)
+    };
+    exp.sort_max_memory = limit("internalQueryMaxBlockingSortMemoryUsageBytes");
+    exp.group_max_memory = limit("internalDocumentSourceGroupMaxMemoryBytes");
     exp.set_deadline(ctx.deadline);
     let pcx = ParseCtx::new(&ctx.db);
     if let Some(lets) = ctx.opt_document("let")? {

@@ -108,7 +108,9 @@ pub fn find_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
         min: ctx.opt_document("min")?.filter(|d| !d.is_empty()),
         max: ctx.opt_document("max")?.filter(|d| !d.is_empty()),
         // MongoDB 6.0+ spills by default (`allowDiskUseByDefault`); `false` forbids it.
-        allow_disk_use: ctx.opt_bool("allowDiskUse")?.unwrap_or(true),
+        allow_disk_use: ctx
+            .opt_bool("allowDiskUse")?
+            .unwrap_or_else(|| ctx.state.params.allow_disk_use_by_default()),
         sort_memory_limit: sort_memory_limit(ctx),
         txn: ctx.txn.clone(),
         tailable,
