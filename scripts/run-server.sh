@@ -12,7 +12,8 @@ build_release
 
 if [ $# -eq 0 ]; then
     mkdir -p "$NIDUS_ROOT/data"
-    set -- --port 27017 --bind_ip 127.0.0.1 --dbpath "$NIDUS_ROOT/data"
+    # A one-member replica set: drivers use transactions and retryable writes only there.
+    set -- --port 27017 --bind_ip 127.0.0.1 --dbpath "$NIDUS_ROOT/data" --replSet rs0
 fi
 log "exec $NIDUS_BIN $*"
 exec "$NIDUS_BIN" "$@"
