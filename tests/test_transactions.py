@@ -10,7 +10,7 @@ import uuid
 import time
 
 import pytest
-from bson import Int64
+from bson import Int64, Timestamp
 from bson.binary import UUID_SUBTYPE, Binary
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure
@@ -281,3 +281,48 @@ def test_concurrent_transfers_keep_the_total(tdb, rs_client):
     total = sum(d["balance"] for d in tdb.bank.find())
     assert total == accounts * 1000
     assert tdb.ledger.count_documents({}) == sum(committed) == 8 * 60
+
+
+def test_snapshot_session_reads_at_one_point_in_time(tdb, rs_client):
+    tdb.snapread.insert_one({"_id": 1, "x": 11})
+    with rs_client.start_session(snapshot=True) as s:
+        assert tdb.snapread.find_one({"_id": 1}, session=s)["x"] == 11
+        assert s._snapshot_time is not None  # the server returned atClusterTime
+        tdb.snapread.update_one({"_id": 1}, {"$inc": {"x": 1}})
+        tdb.snapread.insert_one({"_id": 2, "x": 22})
+        assert tdb.snapread.find_one({"_id": 1}, session=s)["x"] == 11
+        assert tdb.snapread.count_documents({}, session=s) == 1
+        assert tdb.snapread.distinct("x", session=s) == [11]
+        assert list(tdb.snapread.aggregate([{"$match": {}}], session=s)) == [{"_id": 1, "x": 11}]
+    assert tdb.snapread.find_one({"_id": 1})["x"] == 12
+
+
+def test_snapshot_read_concern_errors(tdb):
+    reply = tdb.command({"insert": "c", "documents": [{}], "readConcern": {"level": "snapshot"}},
+                        check=False)
+    assert (reply["ok"], reply["codeName"]) == (0, "InvalidOptions")
+    far = Timestamp(2**31, 1)
+    reply = tdb.command({"find": "c", "readConcern": {"level": "snapshot", "atClusterTime": far}},
+                        check=False)
+    assert (reply["ok"], reply["codeName"]) == (0, "InvalidOptions")
+    old = Timestamp(1, 1)
+    reply = tdb.command({"find": "c", "readConcern": {"level": "snapshot", "atClusterTime": old}},
+                        check=False)
+    assert (reply["ok"], reply["code"], reply["codeName"]) == (0, 239, "SnapshotTooOld")
+
+
+def test_unsatisfiable_write_concern_on_one_member(tdb):
+    reply = tdb.command({"insert": "wc", "documents": [{"_id": 1}], "writeConcern": {"w": 2}})
+    assert reply["n"] == 1
+    assert reply["writeConcernError"]["code"] == 100
+    assert reply["writeConcernError"]["codeName"] == "UnsatisfiableWriteConcern"
+    assert tdb.wc.count_documents({}) == 1
+    reply = tdb.command({"insert": "wc", "documents": [{"_id": 2}], "writeConcern": {"w": 1}})
+    assert "writeConcernError" not in reply
+
+
+def test_list_local_sessions(rs_client):
+    with rs_client.start_session() as s:
+        rs_client.admin.command("ping", session=s)
+        ids = [d["_id"]["id"] for d in rs_client.admin.aggregate([{"$listLocalSessions": {}}])]
+        assert s.session_id["id"] in ids

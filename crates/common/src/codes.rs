@@ -137,6 +137,7 @@ error_codes! {
     TransactionTooOld = 225,
     TooManyDocumentSequences = 233,
     CursorKilled = 237,
+    SnapshotTooOld = 239,
     NotImplemented = 238,
     ConversionFailure = 241,
     CannotCreateCollection = 242,

@@ -64,7 +64,7 @@ impl Engine {
             return Ok(None);
         };
         let scan = IndexScan::new(
-            self.read_source(spec.txn.as_ref()),
+            self.read_source(spec.source.as_ref()),
             sol.index.clone(),
             sol.bounds.clone(),
             true,

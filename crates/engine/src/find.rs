@@ -8,7 +8,7 @@ use crate::exec::{
     Stage,
 };
 use crate::plan;
-use crate::txn::{ReadSource, Transaction};
+use crate::txn::ReadSource;
 use crate::Engine;
 use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
@@ -51,8 +51,9 @@ pub struct FindSpec {
     pub allow_disk_use: bool,
     /// `internalQueryMaxBlockingSortMemoryUsageBytes` (None: MongoDB's 100 MB default).
     pub sort_memory_limit: Option<usize>,
-    /// The multi-document transaction the query reads in (None: the latest data).
-    pub txn: Option<Arc<Transaction>>,
+    /// Where the query reads: a transaction, a snapshot read's snapshot (None: the latest
+    /// committed data).
+    pub source: Option<ReadSource>,
     /// A tailable cursor over a capped collection: a forward COLLSCAN that stays open at
     /// its end and reads what was inserted since on the next `getMore`.
     pub tailable: bool,
@@ -218,7 +219,7 @@ impl Engine {
                 max_memory: spec.sort_memory_limit.unwrap_or(MAX_SORT_MEMORY_BYTES),
                 spill_dir: spec.allow_disk_use.then(|| self.spill_dir()),
             },
-            src: self.read_source(spec.txn.as_ref()),
+            src: self.read_source(spec.source.as_ref()),
         };
         let meta = coll.meta.read();
         if spec.min.is_some() || spec.max.is_some() {

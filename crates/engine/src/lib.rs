@@ -97,12 +97,11 @@ impl Engine {
         self.kv.clone()
     }
 
-    /// Where a query reads: inside `txn`, else the latest committed data.
-    pub fn read_source(&self, txn: Option<&Arc<txn::Transaction>>) -> txn::ReadSource {
-        match txn {
-            Some(t) => txn::ReadSource::Txn(t.clone()),
-            None => txn::ReadSource::Latest(self.kv.clone()),
-        }
+    /// Where a query reads: `source` when given, else the latest committed data.
+    pub fn read_source(&self, source: Option<&txn::ReadSource>) -> txn::ReadSource {
+        source
+            .cloned()
+            .unwrap_or_else(|| txn::ReadSource::Latest(self.kv.clone()))
     }
 
     fn load_catalog(&self) -> Result<()> {

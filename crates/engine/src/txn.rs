@@ -95,11 +95,23 @@ fn ended() -> Error {
 }
 
 /// Where a query's stages read: the latest committed data (a fresh snapshot per batch, as
-/// MongoDB yields between batches) or a transaction's snapshot plus its own writes.
+/// MongoDB yields between batches), a transaction's snapshot plus its own writes, or one
+/// fixed snapshot (`readConcern: {level: "snapshot"}` outside a transaction).
 #[derive(Clone)]
 pub enum ReadSource {
     Latest(Arc<dyn KvEngine>),
     Txn(Arc<Transaction>),
+    Snapshot(Arc<dyn KvSnapshot>),
+}
+
+impl std::fmt::Debug for ReadSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReadSource::Latest(_) => "Latest",
+            ReadSource::Txn(_) => "Txn",
+            ReadSource::Snapshot(_) => "Snapshot",
+        })
+    }
 }
 
 impl ReadSource {
@@ -108,6 +120,7 @@ impl ReadSource {
     pub fn view(&self) -> Result<View<'_>> {
         match self {
             ReadSource::Latest(kv) => Ok(View::Snapshot(Arc::from(kv.snapshot()))),
+            ReadSource::Snapshot(s) => Ok(View::Snapshot(s.clone())),
             ReadSource::Txn(t) => MutexGuard::try_map(t.kv.lock(), |kv| kv.as_mut())
                 .map(View::Txn)
                 .map_err(|_| ended()),

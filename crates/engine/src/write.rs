@@ -6,7 +6,7 @@ use crate::catalog::{CollectionMeta, CollectionRef};
 use crate::find::{parse_collation, FindSpec};
 use crate::index::{self, IndexKeySet};
 use crate::retry::with_write_conflict_retry;
-use crate::txn::Transaction;
+use crate::txn::{ReadSource, Transaction};
 use crate::Engine;
 use bson::{oid::ObjectId, Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
@@ -273,7 +273,7 @@ impl Engine {
             deadline: opts.deadline,
             let_vars: opts.let_vars.clone(),
             collation: opts.collation.clone(),
-            txn: opts.txn.clone(),
+            source: opts.txn.clone().map(ReadSource::Txn),
             ..FindSpec::default()
         };
         let mut outcome = UpdateOutcome::default();
@@ -447,7 +447,7 @@ impl Engine {
             deadline: opts.deadline,
             let_vars: opts.let_vars.clone(),
             collation: opts.collation.clone(),
-            txn: opts.txn.clone(),
+            source: opts.txn.clone().map(ReadSource::Txn),
             ..FindSpec::default()
         };
         let mut n = 0;

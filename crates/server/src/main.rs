@@ -8,6 +8,7 @@ mod cursor;
 mod failpoint;
 mod log;
 mod params;
+mod read_concern;
 mod session;
 mod state;
 mod tls;

@@ -418,6 +418,28 @@ impl Sessions {
         aborted
     }
 
+    /// `$listLocalSessions` documents: `{_id: {id, uid}, lastUse}` (uid: the SHA-256 of the
+    /// empty user name, as MongoDB records sessions of unauthenticated clients).
+    pub fn list(&self) -> Vec<Document> {
+        use sha2::Digest;
+        let uid = Binary {
+            subtype: bson::spec::BinarySubtype::Generic,
+            bytes: sha2::Sha256::digest(b"").to_vec(),
+        };
+        let now_ms = bson::DateTime::now().timestamp_millis();
+        self.map
+            .lock()
+            .values()
+            .map(|s| {
+                let idle = s.state.lock().last_use.elapsed().as_millis() as i64;
+                doc! {
+                    "_id": { "id": s.id.clone(), "uid": uid.clone() },
+                    "lastUse": bson::DateTime::from_millis(now_ms - idle),
+                }
+            })
+            .collect()
+    }
+
     /// Open transactions (`serverStatus().transactions.currentOpen`).
     pub fn open_transactions(&self) -> usize {
         self.map

@@ -68,6 +68,7 @@ pub struct ServerState {
     pub auth: AuthManager,
     pub sessions: Sessions,
     pub cluster_time: ClusterClock,
+    pub snapshots: crate::read_concern::SnapshotHistory,
     /// Set once shutdown begins, so waits (awaitable `hello`) end early.
     pub shutting_down: std::sync::atomic::AtomicBool,
     next_connection_id: AtomicU64,
@@ -89,6 +90,7 @@ impl ServerState {
             auth: AuthManager::new(config.auth),
             sessions: Sessions::default(),
             cluster_time: ClusterClock::default(),
+            snapshots: Default::default(),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             next_connection_id: AtomicU64::new(1),
         })

@@ -106,8 +106,10 @@ pub struct ExpCtx {
     pub bindings: Vec<Binding>,
     /// The collection the pipeline reads (None for `aggregate: 1`).
     pub namespace: Option<crate::namespace::Namespace>,
-    /// The multi-document transaction the pipeline reads and writes in.
-    pub txn: Option<Arc<crate::txn::Transaction>>,
+    /// Where the pipeline reads: a transaction or a snapshot (None: the latest data).
+    pub source: Option<crate::txn::ReadSource>,
+    /// The server's sessions, for a pipeline starting with `$listLocalSessions`.
+    pub local_sessions: Option<Arc<Vec<bson::Document>>>,
     /// `internalQueryMaxBlockingSortMemoryUsageBytes`: what `$sort` holds before spilling.
     pub sort_max_memory: usize,
     /// `internalDocumentSourceGroupMaxMemoryBytes`: what `$group` holds before spilling.
@@ -130,7 +132,8 @@ impl ExpCtx {
             now: DateTime::now(),
             bindings: Vec::new(),
             namespace: None,
-            txn: None,
+            source: None,
+            local_sessions: None,
             sort_max_memory: MAX_BLOCKING_STAGE_BYTES,
             group_max_memory: MAX_BLOCKING_STAGE_BYTES,
             stats: None,

@@ -29,6 +29,7 @@ mod fill;
 mod graph_lookup;
 mod group;
 mod limit;
+mod list_local_sessions;
 pub(crate) mod lookup;
 mod r#match;
 mod merge;
@@ -160,6 +161,7 @@ const STAGES: &[(&str, StageParser)] = &[
     ("$fill", fill::parse),
     ("$graphLookup", graph_lookup::parse),
     ("$documents", documents::parse),
+    ("$listLocalSessions", list_local_sessions::parse),
     ("$planCacheStats", plan_cache_stats::parse),
     ("$out", out::parse),
     ("$merge", merge::parse),

@@ -75,7 +75,7 @@ pub fn open(
         (Some(input), _) => (input, None),
         (None, Some(ns)) if !starts_with_source => {
             let (mut spec, taken) = optimize::cursor_pushdown::take(&mut stages, ctx.deadline());
-            spec.txn = ctx.txn.clone();
+            spec.source = ctx.source.clone();
             if taken {
                 rewrites.push(optimize::cursor_pushdown::NAME);
             }

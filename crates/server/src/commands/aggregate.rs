@@ -138,7 +138,10 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
         }
     };
     let mut exp = ExpCtx::new(ctx.state.engine.clone(), &ctx.db);
-    exp.txn = ctx.txn.clone();
+    exp.source = ctx.read_source();
+    if starts_with(ctx, "$listLocalSessions") {
+        exp.local_sessions = Some(std::sync::Arc::new(ctx.state.sessions.list()));
+    }
     // MongoDB 6.0+ spills by default (`allowDiskUseByDefault`); `false` forbids it.
     exp.allow_disk_use = ctx
         .opt_bool("allowDiskUse")?
@@ -191,4 +194,14 @@ fn check_collectionless(stages: &[StageRef]) -> Result<()> {
             ),
         )),
     }
+}
+
+/// Whether the command's pipeline opens with `stage`.
+fn starts_with(ctx: &Ctx, stage: &str) -> bool {
+    ctx.body
+        .get_array("pipeline")
+        .ok()
+        .and_then(|p| p.first())
+        .and_then(Bson::as_document)
+        .is_some_and(|d| d.contains_key(stage))
 }

@@ -112,7 +112,7 @@ pub fn find_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
             .opt_bool("allowDiskUse")?
             .unwrap_or_else(|| ctx.state.params.allow_disk_use_by_default()),
         sort_memory_limit: sort_memory_limit(ctx),
-        txn: ctx.txn.clone(),
+        source: ctx.read_source(),
         tailable,
         ..FindSpec::default()
     };
@@ -405,7 +405,7 @@ pub fn distinct_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec, String)> {
         hint: hint(ctx)?,
         deadline: ctx.deadline,
         collation: ctx.opt_document("collation")?,
-        txn: ctx.txn.clone(),
+        source: ctx.read_source(),
         ..FindSpec::default()
     };
     Ok((ns, spec, key))

@@ -128,7 +128,7 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
             deadline: ctx.deadline,
             let_vars: opts.let_vars.clone(),
             collation: opts.collation.clone(),
-            txn: opts.txn.clone(),
+            source: opts.txn.clone().map(nidus_engine::txn::ReadSource::Txn),
             ..FindSpec::default()
         };
         for _ in 0..MAX_RESTARTS {

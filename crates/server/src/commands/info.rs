@@ -12,6 +12,19 @@ pub fn ping(_ctx: &mut Ctx) -> Result<Document> {
     Ok(Document::new())
 }
 
+/// `fsync`: everything acknowledged so far is on disk when it replies (the WAL is synced;
+/// RocksDB's files need no separate flush to survive a crash). `lock: true` is refused.
+pub fn fsync(ctx: &mut Ctx) -> Result<Document> {
+    if ctx.opt_bool("lock")?.unwrap_or(false) {
+        return Err(Error::new(
+            ErrorCode::CommandNotSupported,
+            "fsync with lock: true is not supported by this server",
+        ));
+    }
+    ctx.state.engine.sync()?;
+    Ok(doc! { "numFiles": 1 })
+}
+
 pub fn build_info(_ctx: &mut Ctx) -> Result<Document> {
     Ok(doc! {
         "version": COMPATIBLE_VERSION,

@@ -48,6 +48,8 @@ pub struct Ctx<'a> {
     pub session: Option<crate::session::Binding>,
     /// The multi-document transaction the command is a statement of.
     pub txn: Option<std::sync::Arc<nidus_engine::txn::Transaction>>,
+    /// A snapshot read's snapshot (`readConcern: {level: "snapshot"}` outside a transaction).
+    pub snapshot: Option<crate::read_concern::SnapshotRead>,
 }
 
 type Handler = fn(&mut Ctx) -> Result<Document>;
@@ -131,6 +133,7 @@ static COMMANDS: &[Command] = &[
         cluster(&["getCmdLineOpts"]),
     ),
     cmd("hostInfo", info::host_info, cluster(&["hostInfo"])),
+    cmd("fsync", info::fsync, cluster(&["fsync"])),
     cmd("whatsmyuri", info::whatsmyuri, AUTHED),
     cmd(
         "serverStatus",
@@ -441,6 +444,12 @@ fn run_handler(
     }
     *close_connection = injection == Some(WriteInjection::CloseAfterCommit);
     let txn = session.as_ref().and_then(|s| s.txn.clone());
+    let snapshot = state.snapshots.for_command(
+        &state.engine,
+        || state.cluster_time.tick(),
+        name,
+        &req.body,
+    )?;
     let mut ctx = Ctx {
         state,
         conn,
@@ -450,6 +459,7 @@ fn run_handler(
         deadline,
         session,
         txn,
+        snapshot,
     };
     let outcome =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (command.handler)(&mut ctx)));
@@ -459,7 +469,15 @@ fn run_handler(
             "internal error while running command '{name}'"
         ))),
     };
-    let body = transaction::finish_statement(ctx.session.as_ref(), result)?;
+    let mut body = transaction::finish_statement(ctx.session.as_ref(), result)?;
+    if let Some(s) = &ctx.snapshot {
+        crate::read_concern::annotate_reply(&mut body, s.at);
+    }
+    if let Some(wce) = write_concern.error(state.config.repl_set.is_some()) {
+        if !body.contains_key("writeConcernError") {
+            body.insert("writeConcernError", wce);
+        }
+    }
     if write_concern.journal {
         state.engine.sync()?;
     }
@@ -526,12 +544,17 @@ fn parse_max_time(body: &Document) -> Result<Option<Instant>> {
 /// before the reply. (`w: 0` needs nothing here: such writes arrive with `moreToCome`.)
 pub struct WriteConcern {
     pub journal: bool,
+    /// A numeric `w` (how many members must acknowledge).
+    pub nodes: Option<i64>,
 }
 
 impl WriteConcern {
     pub fn parse(body: &Document) -> Result<WriteConcern> {
         let Some(wc) = body.get("writeConcern") else {
-            return Ok(WriteConcern { journal: false });
+            return Ok(WriteConcern {
+                journal: false,
+                nodes: None,
+            });
         };
         let Bson::Document(wc) = wc else {
             return Err(Error::type_mismatch(
@@ -583,9 +606,29 @@ impl WriteConcern {
                 "Cannot use w:0 with j:true",
             ));
         }
+        let nodes = match wc.get("w") {
+            Some(Bson::Int32(n)) => Some(*n as i64),
+            Some(Bson::Int64(n)) => Some(*n),
+            Some(Bson::Double(f)) => Some(*f as i64),
+            _ => None,
+        };
         Ok(WriteConcern {
             journal: j || majority,
+            nodes,
         })
+    }
+
+    /// A one-member replica set cannot satisfy `w` above 1: the write is done and the reply
+    /// carries MongoDB's write concern error.
+    pub fn error(&self, replica_set: bool) -> Option<Document> {
+        match self.nodes {
+            Some(n) if n > 1 && replica_set => Some(bson::doc! {
+                "code": ErrorCode::UnsatisfiableWriteConcern.code(),
+                "codeName": "UnsatisfiableWriteConcern",
+                "errmsg": "Not enough data-bearing nodes",
+            }),
+            _ => None,
+        }
     }
 }
 
@@ -620,6 +663,17 @@ impl Reply {
 }
 
 impl Ctx<'_> {
+    /// Where the command's queries read: its transaction, its snapshot, or (None) the latest
+    /// committed data.
+    pub fn read_source(&self) -> Option<nidus_engine::txn::ReadSource> {
+        use nidus_engine::txn::ReadSource;
+        match (&self.txn, &self.snapshot) {
+            (Some(t), _) => Some(ReadSource::Txn(t.clone())),
+            (None, Some(s)) => Some(ReadSource::Snapshot(s.snapshot.clone())),
+            (None, None) => None,
+        }
+    }
+
     /// The collection a command names in its first field (`{find: "c"}` → `db.c`).
     pub fn namespace(&self, field: &str) -> Result<Namespace> {
         match self.body.get(field) {
