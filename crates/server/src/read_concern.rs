@@ -19,10 +19,13 @@ const MAX_SNAPSHOTS: usize = 1024;
 /// Commands that read at a snapshot outside a transaction.
 const SNAPSHOT_COMMANDS: &[&str] = &["find", "aggregate", "distinct"];
 
-/// The snapshots handed out, by the cluster time that names them.
+/// A snapshot handed out and when.
+type Kept = (Arc<dyn KvSnapshot>, Instant);
+
+/// The snapshots handed out, by the cluster time (seconds, increment) that names them.
 #[derive(Default)]
 pub struct SnapshotHistory {
-    taken: Mutex<BTreeMap<(u32, u32), (Arc<dyn KvSnapshot>, Instant)>>,
+    taken: Mutex<BTreeMap<(u32, u32), Kept>>,
 }
 
 /// A command's snapshot: the cluster time naming it and the storage snapshot.
