@@ -28,9 +28,42 @@ pub struct ConnState {
     pub auth: crate::auth::AuthState,
 }
 
-pub async fn serve<S: ClientStream>(state: Arc<ServerState>, mut stream: S, peer: SocketAddr) {
+/// Holds one of the `--maxConns` connection slots: taken when a connection is accepted,
+/// given back when it ends (whatever path it ends on, TLS handshake failures included).
+pub struct ConnectionSlot(Arc<ServerState>);
+
+impl ConnectionSlot {
+    /// Takes a slot, or `Err(current)` when `max` connections are already open.
+    pub fn take(state: &Arc<ServerState>, max: usize) -> Result<ConnectionSlot, i64> {
+        let before = state.connections.current.fetch_add(1, Ordering::AcqRel);
+        if usize::try_from(before).unwrap_or(0) >= max {
+            state.connections.current.fetch_sub(1, Ordering::AcqRel);
+            return Err(before);
+        }
+        Ok(ConnectionSlot(state.clone()))
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.connections.current.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Bytes reserved for a message body before any of it has arrived; the buffer grows with
+/// the bytes actually received, so a header announcing a 48 MB message costs nothing until
+/// the client sends that much.
+const INITIAL_BODY_CAPACITY: usize = 64 * 1024;
+
+/// Serves a connection until the client leaves or breaks the protocol. `slot` is the
+/// connection's `--maxConns` slot, released when this returns.
+pub async fn serve<S: ClientStream>(
+    state: Arc<ServerState>,
+    mut stream: S,
+    peer: SocketAddr,
+    slot: ConnectionSlot,
+) {
     let id = state.next_connection_id();
-    state.connections.current.fetch_add(1, Ordering::Relaxed);
     state
         .connections
         .total_created
@@ -66,7 +99,7 @@ pub async fn serve<S: ClientStream>(state: Arc<ServerState>, mut stream: S, peer
             }
         }
     }
-    state.connections.current.fetch_sub(1, Ordering::Relaxed);
+    drop(slot);
     log::info(
         "NETWORK",
         22944,
@@ -94,8 +127,13 @@ async fn handle_one<S: ClientStream>(
         Ok(n) => n,
         Err(e) => return Err(fatal(e)),
     };
-    let mut body = vec![0u8; body_len];
-    stream.read_exact(&mut body).await?;
+    let mut body = Vec::with_capacity(body_len.min(INITIAL_BODY_CAPACITY));
+    let limit = u64::try_from(body_len).unwrap_or(u64::MAX);
+    let read = (&mut *stream).take(limit).read_to_end(&mut body).await?;
+    if read < body_len {
+        // The client closed the connection in the middle of a message.
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
     let decoded = match nidus_wire::decode(&header, &body) {
         Ok(d) => d,
         Err(e) if e.is_fatal() => return Err(fatal(e)),
