@@ -96,11 +96,10 @@ pub fn update(data: &[u8]) {
     let filters: Option<Vec<Document>> = match docs.first() {
         Some(d) if d.contains_key("arrayFilters") => {
             let first = docs.remove(0);
-            first.get_array("arrayFilters").ok().map(|a| {
-                a.iter()
-                    .filter_map(|b| b.as_document().cloned())
-                    .collect()
-            })
+            first
+                .get_array("arrayFilters")
+                .ok()
+                .map(|a| a.iter().filter_map(|b| b.as_document().cloned()).collect())
         }
         _ => None,
     };
@@ -263,61 +262,313 @@ pub fn corpus_entry(spec: Bson, docs: &[Document]) -> Vec<u8> {
 
 /// Operator and stage names the generator picks from.
 const OPERATORS: &[&str] = &[
-    "$abs", "$acos", "$acosh", "$add", "$addFields", "$addToSet", "$all",
-    "$allElementsTrue", "$and", "$anyElementTrue", "$arrayElemAt", "$arrayToObject", "$asin",
-    "$asinh", "$atan", "$atanh", "$avg", "$bit", "$bitsAllClear", "$bitsAllSet",
-    "$bitsAnyClear", "$bitsAnySet", "$bottom", "$bottomN", "$bucket", "$bucketAuto", "$ceil",
-    "$cmp", "$comment", "$concat", "$concatArrays", "$cond", "$const", "$convert", "$cos",
-    "$cosh", "$count", "$currentDate", "$dateAdd", "$dateDiff", "$dateFromParts",
-    "$dateFromString", "$dateSubtract", "$dateToParts", "$dateToString", "$dateTrunc",
-    "$dayOfMonth", "$dayOfWeek", "$dayOfYear", "$degreesToRadians", "$divide", "$documents",
-    "$each", "$elemMatch", "$eq", "$exists", "$exp", "$expr", "$facet", "$filter", "$first",
-    "$firstN", "$floor", "$getField", "$group", "$gt", "$gte", "$hour", "$ifNull", "$in",
-    "$inc", "$indexOfArray", "$indexOfBytes", "$indexOfCP", "$isArray", "$isNumber",
-    "$isoDayOfWeek", "$isoWeek", "$isoWeekYear", "$jsonSchema", "$last", "$lastN", "$let",
-    "$limit", "$literal", "$ln", "$log", "$lookup", "$lt", "$lte", "$ltrim", "$map", "$match",
-    "$max", "$maxN", "$merge", "$mergeObjects", "$meta", "$millisecond", "$min", "$minN",
-    "$minute", "$mod", "$month", "$mul", "$multiply", "$ne", "$nin", "$nor", "$not",
-    "$objectToArray", "$options", "$or", "$out", "$pop", "$position", "$pow", "$project",
-    "$pull", "$pullAll", "$push", "$radiansToDegrees", "$rand", "$range", "$redact",
-    "$reduce", "$regex", "$regexFind", "$regexFindAll", "$regexMatch", "$rename",
-    "$replaceAll", "$replaceOne", "$replaceRoot", "$replaceWith", "$reverseArray", "$round",
-    "$rtrim", "$sample", "$second", "$set", "$setDifference", "$setEquals", "$setField",
-    "$setIntersection", "$setIsSubset", "$setOnInsert", "$setUnion", "$sin", "$sinh",
-    "$size", "$skip", "$slice", "$sort", "$sortArray", "$sortByCount", "$split", "$sqrt",
-    "$stdDevPop", "$stdDevSamp", "$strLenBytes", "$strLenCP", "$strcasecmp", "$substr",
-    "$substrBytes", "$substrCP", "$subtract", "$sum", "$switch", "$tan", "$tanh", "$toBool",
-    "$toDate", "$toDecimal", "$toDouble", "$toInt", "$toLong", "$toLower", "$toObjectId",
-    "$toString", "$toUpper", "$top", "$topN", "$trim", "$trunc", "$type", "$unionWith",
-    "$unset", "$unsetField", "$unwind", "$week", "$where", "$year", "$zip",
+    "$abs",
+    "$acos",
+    "$acosh",
+    "$add",
+    "$addFields",
+    "$addToSet",
+    "$all",
+    "$allElementsTrue",
+    "$and",
+    "$anyElementTrue",
+    "$arrayElemAt",
+    "$arrayToObject",
+    "$asin",
+    "$asinh",
+    "$atan",
+    "$atanh",
+    "$avg",
+    "$bit",
+    "$bitsAllClear",
+    "$bitsAllSet",
+    "$bitsAnyClear",
+    "$bitsAnySet",
+    "$bottom",
+    "$bottomN",
+    "$bucket",
+    "$bucketAuto",
+    "$ceil",
+    "$cmp",
+    "$comment",
+    "$concat",
+    "$concatArrays",
+    "$cond",
+    "$const",
+    "$convert",
+    "$cos",
+    "$cosh",
+    "$count",
+    "$currentDate",
+    "$dateAdd",
+    "$dateDiff",
+    "$dateFromParts",
+    "$dateFromString",
+    "$dateSubtract",
+    "$dateToParts",
+    "$dateToString",
+    "$dateTrunc",
+    "$dayOfMonth",
+    "$dayOfWeek",
+    "$dayOfYear",
+    "$degreesToRadians",
+    "$divide",
+    "$documents",
+    "$each",
+    "$elemMatch",
+    "$eq",
+    "$exists",
+    "$exp",
+    "$expr",
+    "$facet",
+    "$filter",
+    "$first",
+    "$firstN",
+    "$floor",
+    "$getField",
+    "$group",
+    "$gt",
+    "$gte",
+    "$hour",
+    "$ifNull",
+    "$in",
+    "$inc",
+    "$indexOfArray",
+    "$indexOfBytes",
+    "$indexOfCP",
+    "$isArray",
+    "$isNumber",
+    "$isoDayOfWeek",
+    "$isoWeek",
+    "$isoWeekYear",
+    "$jsonSchema",
+    "$last",
+    "$lastN",
+    "$let",
+    "$limit",
+    "$literal",
+    "$ln",
+    "$log",
+    "$lookup",
+    "$lt",
+    "$lte",
+    "$ltrim",
+    "$map",
+    "$match",
+    "$max",
+    "$maxN",
+    "$merge",
+    "$mergeObjects",
+    "$meta",
+    "$millisecond",
+    "$min",
+    "$minN",
+    "$minute",
+    "$mod",
+    "$month",
+    "$mul",
+    "$multiply",
+    "$ne",
+    "$nin",
+    "$nor",
+    "$not",
+    "$objectToArray",
+    "$options",
+    "$or",
+    "$out",
+    "$pop",
+    "$position",
+    "$pow",
+    "$project",
+    "$pull",
+    "$pullAll",
+    "$push",
+    "$radiansToDegrees",
+    "$rand",
+    "$range",
+    "$redact",
+    "$reduce",
+    "$regex",
+    "$regexFind",
+    "$regexFindAll",
+    "$regexMatch",
+    "$rename",
+    "$replaceAll",
+    "$replaceOne",
+    "$replaceRoot",
+    "$replaceWith",
+    "$reverseArray",
+    "$round",
+    "$rtrim",
+    "$sample",
+    "$second",
+    "$set",
+    "$setDifference",
+    "$setEquals",
+    "$setField",
+    "$setIntersection",
+    "$setIsSubset",
+    "$setOnInsert",
+    "$setUnion",
+    "$sin",
+    "$sinh",
+    "$size",
+    "$skip",
+    "$slice",
+    "$sort",
+    "$sortArray",
+    "$sortByCount",
+    "$split",
+    "$sqrt",
+    "$stdDevPop",
+    "$stdDevSamp",
+    "$strLenBytes",
+    "$strLenCP",
+    "$strcasecmp",
+    "$substr",
+    "$substrBytes",
+    "$substrCP",
+    "$subtract",
+    "$sum",
+    "$switch",
+    "$tan",
+    "$tanh",
+    "$toBool",
+    "$toDate",
+    "$toDecimal",
+    "$toDouble",
+    "$toInt",
+    "$toLong",
+    "$toLower",
+    "$toObjectId",
+    "$toString",
+    "$toUpper",
+    "$top",
+    "$topN",
+    "$trim",
+    "$trunc",
+    "$type",
+    "$unionWith",
+    "$unset",
+    "$unsetField",
+    "$unwind",
+    "$week",
+    "$where",
+    "$year",
+    "$zip",
 ];
 
 /// Argument names of operators and stages (`{$map: {input, as, in}}`, ...).
 const ARG_NAMES: &[&str] = &[
-    "input", "as", "in", "cond", "if", "then", "else", "vars", "initialValue", "branches",
-    "case", "default", "n", "sortBy", "output", "groupBy", "boundaries", "buckets", "from",
-    "localField", "foreignField", "pipeline", "let", "path", "includeArrayIndex",
-    "preserveNullAndEmptyArrays", "newRoot", "size", "to", "onError", "onNull", "format",
-    "timezone", "date", "unit", "amount", "startDate", "endDate", "startOfWeek", "binSize",
-    "find", "replacement", "chars", "regex", "options", "field", "value", "inputs",
-    "useLongestLength", "defaults", "year", "month", "day", "hour", "isoWeekYear", "base",
-    "bsonType", "type", "properties", "required", "items", "minimum", "maximum", "enum",
-    "pattern", "minItems", "maxItems", "additionalProperties", "_id", "coll", "into", "on",
-    "whenMatched", "whenNotMatched", "db", "sortOrder", "arrayFilters",
+    "input",
+    "as",
+    "in",
+    "cond",
+    "if",
+    "then",
+    "else",
+    "vars",
+    "initialValue",
+    "branches",
+    "case",
+    "default",
+    "n",
+    "sortBy",
+    "output",
+    "groupBy",
+    "boundaries",
+    "buckets",
+    "from",
+    "localField",
+    "foreignField",
+    "pipeline",
+    "let",
+    "path",
+    "includeArrayIndex",
+    "preserveNullAndEmptyArrays",
+    "newRoot",
+    "size",
+    "to",
+    "onError",
+    "onNull",
+    "format",
+    "timezone",
+    "date",
+    "unit",
+    "amount",
+    "startDate",
+    "endDate",
+    "startOfWeek",
+    "binSize",
+    "find",
+    "replacement",
+    "chars",
+    "regex",
+    "options",
+    "field",
+    "value",
+    "inputs",
+    "useLongestLength",
+    "defaults",
+    "year",
+    "month",
+    "day",
+    "hour",
+    "isoWeekYear",
+    "base",
+    "bsonType",
+    "type",
+    "properties",
+    "required",
+    "items",
+    "minimum",
+    "maximum",
+    "enum",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "additionalProperties",
+    "_id",
+    "coll",
+    "into",
+    "on",
+    "whenMatched",
+    "whenNotMatched",
+    "db",
+    "sortOrder",
+    "arrayFilters",
 ];
 
 /// Field names and paths, including the positional and array-filter forms.
 const FIELDS: &[&str] = &[
     "a", "b", "c", "_id", "a.b", "a.b.c", "a.0", "a.0.b", "b.1", "a.$", "a.$[]", "a.$[x]",
-    "a.$[].b", "x", "x.y", "", ".", "a..b", "$", "a.$$", "0", "1", "a.-1", "a.$[x].c",
-    "a.b.0.c", "a.10", "ab", "\u{e9}",
+    "a.$[].b", "x", "x.y", "", ".", "a..b", "$", "a.$$", "0", "1", "a.-1", "a.$[x].c", "a.b.0.c",
+    "a.10", "ab", "\u{e9}",
 ];
 
 /// Variable and field-path strings.
 const PATHS: &[&str] = &[
-    "$a", "$a.b", "$b", "$_id", "$$ROOT", "$$CURRENT", "$$NOW", "$$REMOVE", "$$this",
-    "$$value", "$$x", "$$KEEP", "$$PRUNE", "$$DESCEND", "$", "$$", "$a.", "$.a", "$$ROOT.a",
-    "$a.0", "$x.y",
+    "$a",
+    "$a.b",
+    "$b",
+    "$_id",
+    "$$ROOT",
+    "$$CURRENT",
+    "$$NOW",
+    "$$REMOVE",
+    "$$this",
+    "$$value",
+    "$$x",
+    "$$KEEP",
+    "$$PRUNE",
+    "$$DESCEND",
+    "$",
+    "$$",
+    "$a.",
+    "$.a",
+    "$$ROOT.a",
+    "$a.0",
+    "$x.y",
 ];
 
 /// A byte-driven builder of BSON trees. Out of input, it yields zeros (small values, empty
@@ -393,10 +644,22 @@ impl<'a> Gen<'a> {
             3 => self.pick(ARG_NAMES).to_string(),
             4 => {
                 let n = usize::from(self.byte() % 12);
-                (0..n).map(|_| char::from(b' ' + self.byte() % 95)).collect()
+                (0..n)
+                    .map(|_| char::from(b' ' + self.byte() % 95))
+                    .collect()
             }
-            _ => ["", "abc", "ABC", "é", "\u{1F600}x", "%Y-%m-%d", "UTC", "2021-01-01", "i", "x*"]
-                [usize::from(self.byte()) % 10]
+            _ => [
+                "",
+                "abc",
+                "ABC",
+                "é",
+                "\u{1F600}x",
+                "%Y-%m-%d",
+                "UTC",
+                "2021-01-01",
+                "i",
+                "x*",
+            ][usize::from(self.byte()) % 10]
                 .to_string(),
         }
     }
@@ -405,12 +668,18 @@ impl<'a> Gen<'a> {
     pub fn scalar(&mut self) -> Bson {
         match self.byte() % 20 {
             0 => Bson::Int32(i32::from(self.byte() as i8)),
-            1 => Bson::Int32(
-                [0, 1, -1, i32::MAX, i32::MIN, 2, 100][usize::from(self.byte()) % 7],
-            ),
+            1 => Bson::Int32([0, 1, -1, i32::MAX, i32::MIN, 2, 100][usize::from(self.byte()) % 7]),
             2 => Bson::Int64(
-                [0, 1, -1, i64::MAX, i64::MIN, 1 << 53, (1 << 53) + 1, 86_400_000]
-                    [usize::from(self.byte()) % 8],
+                [
+                    0,
+                    1,
+                    -1,
+                    i64::MAX,
+                    i64::MIN,
+                    1 << 53,
+                    (1 << 53) + 1,
+                    86_400_000,
+                ][usize::from(self.byte()) % 8],
             ),
             3 => Bson::Int64(i64::from_le_bytes(self.bytes::<8>())),
             4 => Bson::Double(
@@ -431,8 +700,17 @@ impl<'a> Gen<'a> {
             5 => Bson::Double(f64::from_le_bytes(self.bytes::<8>())),
             6 => Bson::Decimal128(Decimal128::from_bytes(self.bytes::<16>())),
             7 => Bson::Decimal128(
-                ["0", "-0", "1E+6144", "-1E-6176", "NaN", "Infinity", "-Infinity", "0.1", "123456789012345678901234567890123"]
-                    [usize::from(self.byte()) % 9]
+                [
+                    "0",
+                    "-0",
+                    "1E+6144",
+                    "-1E-6176",
+                    "NaN",
+                    "Infinity",
+                    "-Infinity",
+                    "0.1",
+                    "123456789012345678901234567890123",
+                ][usize::from(self.byte()) % 9]
                     .parse()
                     .unwrap_or(Decimal128::from_bytes([0; 16])),
             ),
@@ -440,8 +718,14 @@ impl<'a> Gen<'a> {
             10 => Bson::Boolean(self.byte() % 2 == 1),
             11 => Bson::Null,
             12 => Bson::DateTime(bson::DateTime::from_millis(
-                [0, -1, i64::MAX, i64::MIN, 1_600_000_000_000, 253_402_300_800_000]
-                    [usize::from(self.byte()) % 6],
+                [
+                    0,
+                    -1,
+                    i64::MAX,
+                    i64::MIN,
+                    1_600_000_000_000,
+                    253_402_300_800_000,
+                ][usize::from(self.byte()) % 6],
             )),
             13 => Bson::Timestamp(Timestamp {
                 time: u32::from_le_bytes(self.bytes::<4>()),
@@ -453,12 +737,15 @@ impl<'a> Gen<'a> {
                 bytes: (0..self.byte() % 6).map(|i| i.wrapping_mul(37)).collect(),
             }),
             16 => Bson::RegularExpression(Regex {
-                pattern: ["a", "^a", "(", "a*?", "\\d+", "", "[", "(?i)x"][usize::from(self.byte()) % 8]
+                pattern: ["a", "^a", "(", "a*?", "\\d+", "", "[", "(?i)x"]
+                    [usize::from(self.byte()) % 8]
                     .to_string(),
                 options: ["", "i", "m", "x", "s", "imsx", "z"][usize::from(self.byte()) % 7]
                     .to_string(),
             }),
-            17 => [Bson::MinKey, Bson::MaxKey, Bson::Undefined][usize::from(self.byte()) % 3].clone(),
+            17 => {
+                [Bson::MinKey, Bson::MaxKey, Bson::Undefined][usize::from(self.byte()) % 3].clone()
+            }
             18 => Bson::JavaScriptCode("this.a == 1".into()),
             _ => Bson::Int32(i32::from_le_bytes(self.bytes::<4>())),
         }
@@ -490,7 +777,11 @@ impl<'a> Gen<'a> {
                 self.scalar()
             } else {
                 match self.byte() % 4 {
-                    0 => Bson::Array((0..self.count()).map(|_| self.data_value(depth + 1)).collect()),
+                    0 => Bson::Array(
+                        (0..self.count())
+                            .map(|_| self.data_value(depth + 1))
+                            .collect(),
+                    ),
                     1 => Bson::Document(self.data_doc(depth + 1)),
                     _ => self.scalar(),
                 }
@@ -506,7 +797,11 @@ impl<'a> Gen<'a> {
         }
         match self.byte() % 4 {
             0 => Bson::Document(self.data_doc(depth + 1)),
-            1 => Bson::Array((0..self.count()).map(|_| self.data_value(depth + 1)).collect()),
+            1 => Bson::Array(
+                (0..self.count())
+                    .map(|_| self.data_value(depth + 1))
+                    .collect(),
+            ),
             _ => self.scalar(),
         }
     }
@@ -533,7 +828,8 @@ impl<'a> Gen<'a> {
                 5 => {
                     let op = self.pick(&["$and", "$or", "$nor"]);
                     let n = self.count().max(1);
-                    let arms: Vec<Bson> = (0..n).map(|_| self.query_doc(depth + 1).into()).collect();
+                    let arms: Vec<Bson> =
+                        (0..n).map(|_| self.query_doc(depth + 1).into()).collect();
                     d.insert(op, arms);
                 }
                 1 => {
@@ -551,7 +847,14 @@ impl<'a> Gen<'a> {
                     d.insert(f, doc! { "$elemMatch": inner });
                 }
                 4 => {
-                    let k = self.pick(&["$comment", "$jsonSchema", "$where", "$text", "$alwaysTrue", "$alwaysFalse"]);
+                    let k = self.pick(&[
+                        "$comment",
+                        "$jsonSchema",
+                        "$where",
+                        "$text",
+                        "$alwaysTrue",
+                        "$alwaysFalse",
+                    ]);
                     let v = self.value(depth + 1);
                     d.insert(k, v);
                 }
@@ -572,10 +875,32 @@ impl<'a> Gen<'a> {
             return doc! { "$eq": self.scalar() };
         }
         const QUERY_OPS: &[&str] = &[
-            "$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", "$type",
-            "$size", "$all", "$mod", "$regex", "$options", "$not", "$elemMatch",
-            "$bitsAllSet", "$bitsAnySet", "$bitsAllClear", "$bitsAnyClear", "$near",
-            "$geoWithin", "$comment", "$eq", "$in",
+            "$eq",
+            "$ne",
+            "$gt",
+            "$gte",
+            "$lt",
+            "$lte",
+            "$in",
+            "$nin",
+            "$exists",
+            "$type",
+            "$size",
+            "$all",
+            "$mod",
+            "$regex",
+            "$options",
+            "$not",
+            "$elemMatch",
+            "$bitsAllSet",
+            "$bitsAnySet",
+            "$bitsAllClear",
+            "$bitsAnyClear",
+            "$near",
+            "$geoWithin",
+            "$comment",
+            "$eq",
+            "$in",
         ];
         let mut d = Document::new();
         for _ in 0..self.count().max(1) {
@@ -602,12 +927,20 @@ impl<'a> Gen<'a> {
         match self.byte() % 10 {
             0 => Bson::String(self.pick(PATHS).to_string()),
             1 | 2 => self.scalar(),
-            3 => Bson::Array((0..self.count()).map(|_| self.expression(depth + 1)).collect()),
+            3 => Bson::Array(
+                (0..self.count())
+                    .map(|_| self.expression(depth + 1))
+                    .collect(),
+            ),
             4 => Bson::Document(self.arg_doc(depth + 1)),
             _ => {
                 let op = self.pick(OPERATORS);
                 let arg = match self.byte() % 3 {
-                    0 => Bson::Array((0..self.count()).map(|_| self.expression(depth + 1)).collect()),
+                    0 => Bson::Array(
+                        (0..self.count())
+                            .map(|_| self.expression(depth + 1))
+                            .collect(),
+                    ),
                     1 => Bson::Document(self.arg_doc(depth + 1)),
                     _ => self.expression(depth + 1),
                 };
@@ -619,8 +952,21 @@ impl<'a> Gen<'a> {
     /// An update: operators over paths, a replacement, or a pipeline.
     pub fn update_spec(&mut self) -> Bson {
         const UPDATE_OPS: &[&str] = &[
-            "$set", "$unset", "$inc", "$mul", "$min", "$max", "$rename", "$push", "$pull",
-            "$pullAll", "$addToSet", "$pop", "$bit", "$currentDate", "$setOnInsert",
+            "$set",
+            "$unset",
+            "$inc",
+            "$mul",
+            "$min",
+            "$max",
+            "$rename",
+            "$push",
+            "$pull",
+            "$pullAll",
+            "$addToSet",
+            "$pop",
+            "$bit",
+            "$currentDate",
+            "$setOnInsert",
         ];
         match self.byte() % 6 {
             0 => Bson::Document(self.data_doc(0)),
@@ -634,11 +980,21 @@ impl<'a> Gen<'a> {
                         let f = self.pick(FIELDS);
                         let v = match self.byte() % 4 {
                             0 => {
-                                let m = self.pick(&["$each", "$slice", "$sort", "$position", "$in", "$gt"]);
+                                let m = self.pick(&[
+                                    "$each",
+                                    "$slice",
+                                    "$sort",
+                                    "$position",
+                                    "$in",
+                                    "$gt",
+                                ]);
                                 let v = self.value(1);
                                 let mut inner = doc! { m: v };
                                 if self.byte() % 2 == 0 {
-                                    inner.insert("$each", Bson::Array(vec![self.value(2), self.value(2)]));
+                                    inner.insert(
+                                        "$each",
+                                        Bson::Array(vec![self.value(2), self.value(2)]),
+                                    );
                                 }
                                 Bson::Document(inner)
                             }
@@ -656,10 +1012,31 @@ impl<'a> Gen<'a> {
     /// A pipeline: an array of `{$stage: arg}` documents.
     pub fn pipeline(&mut self, depth: usize) -> Bson {
         const STAGES: &[&str] = &[
-            "$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot",
-            "$replaceWith", "$unwind", "$group", "$sort", "$limit", "$skip", "$count",
-            "$sortByCount", "$bucket", "$bucketAuto", "$facet", "$lookup", "$unionWith",
-            "$sample", "$redact", "$documents", "$out", "$merge", "$planCacheStats",
+            "$match",
+            "$project",
+            "$addFields",
+            "$set",
+            "$unset",
+            "$replaceRoot",
+            "$replaceWith",
+            "$unwind",
+            "$group",
+            "$sort",
+            "$limit",
+            "$skip",
+            "$count",
+            "$sortByCount",
+            "$bucket",
+            "$bucketAuto",
+            "$facet",
+            "$lookup",
+            "$unionWith",
+            "$sample",
+            "$redact",
+            "$documents",
+            "$out",
+            "$merge",
+            "$planCacheStats",
         ];
         let n = if depth >= 3 { 1 } else { self.count().max(1) };
         let mut stages = Vec::new();

@@ -3,7 +3,7 @@
 //! a few thousand inputs mutated from them or generated at random with a fixed seed, so CI
 //! covers the same entry points without nightly or libFuzzer.
 //!
-//! `NIDUS_FUZZ_ITERS=<n>` changes the number of generated inputs per target (default 3000),
+//! `NIDUS_FUZZ_ITERS=<n>` changes the number of generated inputs per target (default 20,000),
 //! `NIDUS_FUZZ_SEED=<n>` the random seed. A failing input is written to
 //! `$CARGO_TARGET_TMPDIR/fuzz-failure-<target>` so `cargo fuzz run <target> <file>` replays
 //! it.
@@ -25,10 +25,7 @@ fn files(kind: &str, target: &str) -> Vec<Vec<u8>> {
         .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
     paths.sort();
-    paths
-        .iter()
-        .filter_map(|p| std::fs::read(p).ok())
-        .collect()
+    paths.iter().filter_map(|p| std::fs::read(p).ok()).collect()
 }
 
 /// xorshift64*: deterministic and dependency-free.
@@ -51,7 +48,9 @@ impl Rng {
     }
 }
 
-const INTERESTING: &[u8] = &[0, 1, 2, 3, 4, 5, 0x7f, 0x80, 0xff, 0xfe, b'$', b'.', 0x10, 0x12];
+const INTERESTING: &[u8] = &[
+    0, 1, 2, 3, 4, 5, 0x7f, 0x80, 0xff, 0xfe, b'$', b'.', 0x10, 0x12,
+];
 
 /// One to four libFuzzer-style mutations: bit flips, interesting bytes, inserted, deleted
 /// or duplicated ranges, a splice from another input, a changed 32-bit length.
@@ -141,7 +140,7 @@ fn run_target(name: &str) {
     for input in &pool {
         run_one(name, f, input);
     }
-    let iters = env_u64("NIDUS_FUZZ_ITERS", 3000);
+    let iters = env_u64("NIDUS_FUZZ_ITERS", 20_000);
     let mut rng = Rng(env_u64("NIDUS_FUZZ_SEED", 0x9E37_79B9_7F4A_7C15) | 1);
     for i in 0..iters {
         let input = if pool.is_empty() || i % 3 == 0 {
@@ -204,3 +203,59 @@ fn seeds_exist_for_every_target() {
     }
 }
 
+/// The server runs commands on tokio's blocking threads (2 MiB stacks) and accepts documents
+/// nested up to 200 levels: every target must get through specs that deep on such a stack.
+#[test]
+fn deep_specs_fit_a_server_thread_stack() {
+    use bson::{doc, Bson, Document};
+    fn chain(depth: usize, leaf: Bson, wrap: &dyn Fn(Bson) -> Bson) -> Bson {
+        (0..depth).fold(leaf, |v, _| wrap(v))
+    }
+    let deep_doc = |n| chain(n, Bson::Int32(1), &|v| Bson::Document(doc! { "a": v }));
+    let docs: Vec<Document> = vec![
+        doc! { "a": deep_doc(150) },
+        doc! { "a": chain(150, Bson::Int32(1), &|v| Bson::Array(vec![v])) },
+    ];
+    // Specs nested ~195 BSON levels (the wire limit is 200).
+    let specs: Vec<(&str, Bson)> = vec![
+        ("filter", chain(97, doc! { "a": 1 }.into(), &|v| doc! { "$and": [v] }.into())),
+        ("filter", doc! { "a": chain(190, doc! { "$eq": 1 }.into(), &|v| doc! { "$not": v }.into()) }.into()),
+        ("filter", doc! { "a": chain(190, doc! { "$eq": 1 }.into(), &|v| doc! { "$elemMatch": v }.into()) }.into()),
+        ("filter", doc! { "a": deep_doc(190) }.into()),
+        ("filter", doc! { "$expr": chain(97, "$a".into(), &|v| doc! { "$add": [v, 1] }.into()) }.into()),
+        ("expression", chain(97, "$a".into(), &|v| doc! { "$concatArrays": [v] }.into())),
+        ("expression", chain(190, Bson::Int32(1), &|v| Bson::Array(vec![v]))),
+        ("expression", chain(190, "$a".into(), &|v| doc! { "x": v }.into())),
+        ("expression", chain(60, "$$x".into(), &|v| doc! { "$let": { "vars": { "x": 1 }, "in": v } }.into())),
+        ("projection", deep_doc(190)),
+        ("projection", doc! { "p": chain(97, "$a".into(), &|v| doc! { "$add": [v, 1] }.into()) }.into()),
+        ("update", doc! { "$set": { "a": deep_doc(180) } }.into()),
+        ("update", doc! { "$push": { "a": { "$each": [deep_doc(180)] } } }.into()),
+        ("update", doc! { "$pull": { "a": chain(190, doc! { "$eq": 1 }.into(), &|v| doc! { "$elemMatch": v }.into()) } }.into()),
+        ("update", Bson::Array(vec![doc! { "$set": { "x": chain(95, "$a".into(), &|v| doc! { "$add": [v, 1] }.into()) } }.into()])),
+        ("pipeline", Bson::Array(vec![doc! { "$match": chain(95, doc! { "a": 1 }.into(), &|v| doc! { "$or": [v] }.into()) }.into()])),
+        ("pipeline", chain(45, Bson::Array(vec![]), &|v| Bson::Array(vec![doc! { "$facet": { "f": v } }.into()]))),
+        ("pipeline", chain(30, Bson::Array(vec![]), &|v| Bson::Array(vec![doc! { "$lookup": { "from": "c", "as": "x", "pipeline": v } }.into()]))),
+    ];
+    let handle = std::thread::Builder::new()
+        .stack_size(2 * 1024 * 1024)
+        .spawn(move || {
+            for (name, spec) in specs {
+                let f = targets::TARGETS
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, f)| *f)
+                    .unwrap_or_else(|| panic!("no target {name}"));
+                let entry = targets::corpus_entry(spec, &docs);
+                // The spec must be within the wire's depth limit, or the target would skip it.
+                let len = i32::from_le_bytes([entry[1], entry[2], entry[3], entry[4]]) as usize;
+                assert!(
+                    nidus_wire::validate_document(&entry[1..1 + len]).is_ok(),
+                    "a {name} spec is deeper than the wire accepts"
+                );
+                f(&entry);
+            }
+        })
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    assert!(handle.join().is_ok(), "a deep spec panicked");
+}

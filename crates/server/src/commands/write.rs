@@ -86,7 +86,10 @@ pub fn insert(ctx: &mut Ctx) -> Result<Document> {
     let opts = opts(ctx)?;
     let mut n = 0i32;
     for (i, raw) in docs.iter().enumerate() {
-        if opts.deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+        if opts
+            .deadline
+            .is_some_and(|d| std::time::Instant::now() >= d)
+        {
             return Err(Error::new(
                 ErrorCode::MaxTimeMSExpired,
                 "operation exceeded time limit",
