@@ -14,8 +14,11 @@
 
 use bson::{doc, Binary, Bson, Decimal128, Document, RawDocument, Regex, Timestamp};
 
+/// A target's entry point.
+pub type Target = fn(&[u8]);
+
 /// Every target, by name (the names of the cargo-fuzz binaries and of the corpus folders).
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("wire_decode", wire_decode),
     ("bson_validate", bson_validate),
     ("filter", filter),
@@ -200,7 +203,7 @@ fn structured(data: &[u8], shape: Shape) -> (Bson, Vec<Document>) {
     let Some((&mode, rest)) = data.split_first() else {
         return (Bson::Document(Document::new()), Vec::new());
     };
-    if mode % 2 == 0 {
+    if mode.is_multiple_of(2) {
         let mut docs = split_documents(rest);
         if docs.is_empty() {
             return (Bson::Null, Vec::new());
@@ -906,8 +909,10 @@ impl<'a> Gen<'a> {
         for _ in 0..self.count().max(1) {
             let op = self.pick(QUERY_OPS);
             let v = match op {
-                "$not" if self.byte() % 2 == 0 => Bson::Document(self.operator_doc(depth + 1)),
-                "$elemMatch" => Bson::Document(if self.byte() % 2 == 0 {
+                "$not" if self.byte().is_multiple_of(2) => {
+                    Bson::Document(self.operator_doc(depth + 1))
+                }
+                "$elemMatch" => Bson::Document(if self.byte().is_multiple_of(2) {
                     self.operator_doc(depth + 1)
                 } else {
                     self.query_doc(depth + 1)
@@ -990,7 +995,7 @@ impl<'a> Gen<'a> {
                                 ]);
                                 let v = self.value(1);
                                 let mut inner = doc! { m: v };
-                                if self.byte() % 2 == 0 {
+                                if self.byte().is_multiple_of(2) {
                                     inner.insert(
                                         "$each",
                                         Bson::Array(vec![self.value(2), self.value(2)]),
@@ -1045,11 +1050,11 @@ impl<'a> Gen<'a> {
             let arg = match name {
                 "$match" => Bson::Document(self.query_doc(1)),
                 "$limit" | "$skip" => self.scalar(),
-                "$facet" if depth < 3 && self.byte() % 2 == 0 => {
+                "$facet" if depth < 3 && self.byte().is_multiple_of(2) => {
                     let inner = self.pipeline(depth + 1);
                     doc! { "f": inner }.into()
                 }
-                "$lookup" | "$unionWith" if depth < 3 && self.byte() % 2 == 0 => {
+                "$lookup" | "$unionWith" if depth < 3 && self.byte().is_multiple_of(2) => {
                     let inner = self.pipeline(depth + 1);
                     doc! { "from": "c", "pipeline": inner, "as": "out" }.into()
                 }
