@@ -532,3 +532,28 @@ def test_message_over_max_size_closes_connection(nidus_server):
     assert "message msgLen 48000001 is invalid" in nidus_server.log_text()
     with wire.connect(nidus_server.port) as s:
         assert wire.command(s, {"ping": 1, "$db": "admin"})["ok"] == 1
+
+
+def test_closed_client_frees_its_connections_at_once(start_nidus):
+    """A driver's monitor waits in an awaitable hello (up to 10 s); when the client goes
+    away, the server notices at once instead of holding the thread and the slot."""
+    server = start_nidus()
+    with wire.connect(server.port) as probe:
+        def current() -> int:
+            return wire.command(probe, {"serverStatus": 1, "$db": "admin"})["connections"]["current"]
+
+        def wait_for_only_probe(limit: float) -> float:
+            start = time.monotonic()
+            while current() != 1:
+                assert time.monotonic() - start < limit, f"{current()} connections still open"
+                time.sleep(0.05)
+            return time.monotonic() - start
+
+        wait_for_only_probe(30)  # the harness's start-up client
+        c = MongoClient(server.uri, serverSelectionTimeoutMS=5000)
+        c.admin.command("ping")
+        time.sleep(0.5)  # its monitor is now inside an awaitable hello
+        assert current() > 1
+        c.close()
+        took = wait_for_only_probe(3)
+    assert took < 3

@@ -83,8 +83,10 @@ pub async fn serve<S: ClientStream>(
         "Connection accepted",
         serde_json::json!({ "remote": peer.to_string(), "connectionId": id }),
     );
+    // Bytes of the next message(s) read while watching for a disconnect during a command.
+    let mut carry = Vec::new();
     loop {
-        match handle_one(&state, &mut stream, conn).await {
+        match handle_one(&state, &mut stream, &mut carry, conn).await {
             Ok(Some(c)) => conn = c,
             Ok(None) => break,
             Err(e) => {
@@ -114,10 +116,14 @@ pub async fn serve<S: ClientStream>(
 async fn handle_one<S: ClientStream>(
     state: &Arc<ServerState>,
     stream: &mut S,
+    carry: &mut Vec<u8>,
     conn: ConnState,
 ) -> std::io::Result<Option<ConnState>> {
     let mut header_bytes = [0u8; HEADER_LEN];
-    match stream.read_exact(&mut header_bytes).await {
+    let from_carry = carry.len().min(HEADER_LEN);
+    header_bytes[..from_carry].copy_from_slice(&carry[..from_carry]);
+    carry.drain(..from_carry);
+    match stream.read_exact(&mut header_bytes[from_carry..]).await {
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
@@ -128,9 +134,10 @@ async fn handle_one<S: ClientStream>(
         Err(e) => return Err(fatal(e)),
     };
     let mut body = Vec::with_capacity(body_len.min(INITIAL_BODY_CAPACITY));
-    let limit = u64::try_from(body_len).unwrap_or(u64::MAX);
-    let read = (&mut *stream).take(limit).read_to_end(&mut body).await?;
-    if read < body_len {
+    body.extend(carry.drain(..carry.len().min(body_len)));
+    let limit = u64::try_from(body_len - body.len()).unwrap_or(u64::MAX);
+    (&mut *stream).take(limit).read_to_end(&mut body).await?;
+    if body.len() < body_len {
         // The client closed the connection in the middle of a message.
         return Err(std::io::ErrorKind::UnexpectedEof.into());
     }
@@ -164,13 +171,41 @@ async fn handle_one<S: ClientStream>(
         );
         (conn, close)
     });
-    while let Some(frame) = rx.recv().await {
-        stream.write_all(&frame).await?;
+    // While the command runs, also read from the client: a client that hangs up ends a
+    // long wait (an awaitable hello notices the closed channel) instead of holding its
+    // thread and its connection slot; bytes of a pipelined next message are kept in `carry`.
+    let mut probe = [0u8; 4096];
+    let mut client_gone = false;
+    loop {
+        let watch = !client_gone && carry.len() < MAX_CARRY;
+        let event = tokio::select! {
+            frame = rx.recv() => Event::Frame(frame),
+            read = stream.read(&mut probe), if watch => Event::Read(read),
+        };
+        match event {
+            Event::Frame(Some(frame)) if !client_gone => stream.write_all(&frame).await?,
+            Event::Frame(Some(_)) => {}
+            Event::Frame(None) => break,
+            Event::Read(Ok(n)) if n > 0 => carry.extend_from_slice(&probe[..n]),
+            Event::Read(_) => {
+                client_gone = true;
+                rx.close();
+            }
+        }
     }
     let (conn, close) = task
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    Ok((!close).then_some(conn))
+    Ok((!close && !client_gone).then_some(conn))
+}
+
+/// Most bytes read ahead of the next message while a command runs; past it the client is
+/// not watched until the command ends.
+const MAX_CARRY: usize = 64 * 1024;
+
+enum Event {
+    Frame(Option<Vec<u8>>),
+    Read(std::io::Result<usize>),
 }
 
 /// A framing error after which the connection is closed.
