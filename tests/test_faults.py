@@ -487,7 +487,7 @@ def test_slow_clients_do_not_stall_others(nidus_server, client, db):
             db.c.insert_one({"i": i})
             assert db.c.find_one({"i": i})["i"] == i
             worst = max(worst, time.monotonic() - t)
-        assert worst < 1.0, f"a round trip took {worst:.2f}s beside stalled clients"
+        assert worst < 2.0, f"a round trip took {worst:.2f}s beside stalled clients"
         assert db.c.count_documents({}) == 200  # nothing from the stalled inserts ran
     finally:
         for s in stalled:
