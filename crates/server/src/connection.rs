@@ -28,9 +28,42 @@ pub struct ConnState {
     pub auth: crate::auth::AuthState,
 }
 
-pub async fn serve<S: ClientStream>(state: Arc<ServerState>, mut stream: S, peer: SocketAddr) {
+/// Holds one of the `--maxConns` connection slots: taken when a connection is accepted,
+/// given back when it ends (whatever path it ends on, TLS handshake failures included).
+pub struct ConnectionSlot(Arc<ServerState>);
+
+impl ConnectionSlot {
+    /// Takes a slot, or `Err(current)` when `max` connections are already open.
+    pub fn take(state: &Arc<ServerState>, max: usize) -> Result<ConnectionSlot, i64> {
+        let before = state.connections.current.fetch_add(1, Ordering::AcqRel);
+        if usize::try_from(before).unwrap_or(0) >= max {
+            state.connections.current.fetch_sub(1, Ordering::AcqRel);
+            return Err(before);
+        }
+        Ok(ConnectionSlot(state.clone()))
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.connections.current.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Bytes reserved for a message body before any of it has arrived; the buffer grows with
+/// the bytes actually received, so a header announcing a 48 MB message costs nothing until
+/// the client sends that much.
+const INITIAL_BODY_CAPACITY: usize = 64 * 1024;
+
+/// Serves a connection until the client leaves or breaks the protocol. `slot` is the
+/// connection's `--maxConns` slot, released when this returns.
+pub async fn serve<S: ClientStream>(
+    state: Arc<ServerState>,
+    mut stream: S,
+    peer: SocketAddr,
+    slot: ConnectionSlot,
+) {
     let id = state.next_connection_id();
-    state.connections.current.fetch_add(1, Ordering::Relaxed);
     state
         .connections
         .total_created
@@ -50,8 +83,10 @@ pub async fn serve<S: ClientStream>(state: Arc<ServerState>, mut stream: S, peer
         "Connection accepted",
         serde_json::json!({ "remote": peer.to_string(), "connectionId": id }),
     );
+    // Bytes of the next message(s) read while watching for a disconnect during a command.
+    let mut carry = Vec::new();
     loop {
-        match handle_one(&state, &mut stream, conn).await {
+        match handle_one(&state, &mut stream, &mut carry, conn).await {
             Ok(Some(c)) => conn = c,
             Ok(None) => break,
             Err(e) => {
@@ -66,7 +101,7 @@ pub async fn serve<S: ClientStream>(state: Arc<ServerState>, mut stream: S, peer
             }
         }
     }
-    state.connections.current.fetch_sub(1, Ordering::Relaxed);
+    drop(slot);
     log::info(
         "NETWORK",
         22944,
@@ -81,10 +116,14 @@ pub async fn serve<S: ClientStream>(state: Arc<ServerState>, mut stream: S, peer
 async fn handle_one<S: ClientStream>(
     state: &Arc<ServerState>,
     stream: &mut S,
+    carry: &mut Vec<u8>,
     conn: ConnState,
 ) -> std::io::Result<Option<ConnState>> {
     let mut header_bytes = [0u8; HEADER_LEN];
-    match stream.read_exact(&mut header_bytes).await {
+    let from_carry = carry.len().min(HEADER_LEN);
+    header_bytes[..from_carry].copy_from_slice(&carry[..from_carry]);
+    carry.drain(..from_carry);
+    match stream.read_exact(&mut header_bytes[from_carry..]).await {
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
@@ -94,8 +133,14 @@ async fn handle_one<S: ClientStream>(
         Ok(n) => n,
         Err(e) => return Err(fatal(e)),
     };
-    let mut body = vec![0u8; body_len];
-    stream.read_exact(&mut body).await?;
+    let mut body = Vec::with_capacity(body_len.min(INITIAL_BODY_CAPACITY));
+    body.extend(carry.drain(..carry.len().min(body_len)));
+    let limit = u64::try_from(body_len - body.len()).unwrap_or(u64::MAX);
+    (&mut *stream).take(limit).read_to_end(&mut body).await?;
+    if body.len() < body_len {
+        // The client closed the connection in the middle of a message.
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
     let decoded = match nidus_wire::decode(&header, &body) {
         Ok(d) => d,
         Err(e) if e.is_fatal() => return Err(fatal(e)),
@@ -126,13 +171,41 @@ async fn handle_one<S: ClientStream>(
         );
         (conn, close)
     });
-    while let Some(frame) = rx.recv().await {
-        stream.write_all(&frame).await?;
+    // While the command runs, also read from the client: a client that hangs up ends a
+    // long wait (an awaitable hello notices the closed channel) instead of holding its
+    // thread and its connection slot; bytes of a pipelined next message are kept in `carry`.
+    let mut probe = [0u8; 4096];
+    let mut client_gone = false;
+    loop {
+        let watch = !client_gone && carry.len() < MAX_CARRY;
+        let event = tokio::select! {
+            frame = rx.recv() => Event::Frame(frame),
+            read = stream.read(&mut probe), if watch => Event::Read(read),
+        };
+        match event {
+            Event::Frame(Some(frame)) if !client_gone => stream.write_all(&frame).await?,
+            Event::Frame(Some(_)) => {}
+            Event::Frame(None) => break,
+            Event::Read(Ok(n)) if n > 0 => carry.extend_from_slice(&probe[..n]),
+            Event::Read(_) => {
+                client_gone = true;
+                rx.close();
+            }
+        }
     }
     let (conn, close) = task
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    Ok((!close).then_some(conn))
+    Ok((!close && !client_gone).then_some(conn))
+}
+
+/// Most bytes read ahead of the next message while a command runs; past it the client is
+/// not watched until the command ends.
+const MAX_CARRY: usize = 64 * 1024;
+
+enum Event {
+    Frame(Option<Vec<u8>>),
+    Read(std::io::Result<usize>),
 }
 
 /// A framing error after which the connection is closed.

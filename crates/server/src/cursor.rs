@@ -28,6 +28,9 @@ pub struct Cursor {
     /// A tailable cursor on a capped collection: open at the end of the data, and with
     /// `awaitData` its `getMore` waits for inserts into `tailing`.
     pub tail: Option<Tail>,
+    /// What is left of the creating command's `maxTimeMS`: it binds the cursor's later
+    /// `getMore`s too (MongoDB's leftover max time), except on awaitData cursors.
+    pub max_time_left: Option<std::time::Duration>,
 }
 
 /// What a tailable cursor follows.

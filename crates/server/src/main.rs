@@ -14,6 +14,7 @@ mod state;
 mod tls;
 
 use config::Config;
+use connection::ConnectionSlot;
 use nidus_engine::Engine;
 use nidus_storage_rocks::RocksEngine;
 use serde_json::json;
@@ -137,26 +138,27 @@ async fn accept_loop(
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                let current = state
-                    .connections
-                    .current
-                    .load(std::sync::atomic::Ordering::Relaxed);
-                if current as usize >= state.config.max_conns {
-                    log::warn(
-                        "NETWORK",
-                        22942,
-                        "listener",
-                        "Connection refused because there are too many open connections",
-                        json!({ "remote": peer.to_string(), "connectionCount": current }),
-                    );
-                    drop(stream);
-                    continue;
-                }
+                // As mongod: accepted, then closed at once when maxConns are open.
+                let slot = match ConnectionSlot::take(&state, state.config.max_conns) {
+                    Ok(slot) => slot,
+                    Err(current) => {
+                        log::info(
+                            "NETWORK",
+                            22942,
+                            "listener",
+                            "Connection refused because there are too many open connections",
+                            json!({ "remote": peer.to_string(), "connectionCount": current }),
+                        );
+                        drop(stream);
+                        continue;
+                    }
+                };
                 tokio::spawn(start_connection(
                     state.clone(),
                     stream,
                     peer,
                     acceptor.clone(),
+                    slot,
                 ));
             }
             Err(e) => {
@@ -179,16 +181,17 @@ async fn start_connection(
     stream: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
     acceptor: Option<tokio_rustls::TlsAcceptor>,
+    slot: ConnectionSlot,
 ) {
     let _ = stream.set_nodelay(true);
     let Some(acceptor) = acceptor else {
-        return connection::serve(state, stream, peer).await;
+        return connection::serve(state, stream, peer, slot).await;
     };
     if !tls::wants_tls(state.config.tls.mode, &stream).await {
-        return connection::serve(state, stream, peer).await;
+        return connection::serve(state, stream, peer, slot).await;
     }
     match tokio::time::timeout(Duration::from_secs(30), acceptor.accept(stream)).await {
-        Ok(Ok(tls_stream)) => connection::serve(state, tls_stream, peer).await,
+        Ok(Ok(tls_stream)) => connection::serve(state, tls_stream, peer, slot).await,
         Ok(Err(e)) => log::info(
             "NETWORK",
             22988,

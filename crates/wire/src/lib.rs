@@ -78,6 +78,20 @@ fn decode_uncompressed(header: &MsgHeader, body: &[u8]) -> Result<Request, WireE
     }
 }
 
+/// Validates `bytes` as exactly one BSON document, as every incoming body and sequence
+/// document is validated: lengths, type bytes, strings, and nesting up to
+/// [`MAX_BSON_DEPTH`]. Converting the result into a `Document` cannot recurse deeper.
+pub fn validate_document(bytes: &[u8]) -> Result<&bson::RawDocument, WireError> {
+    let mut reader = reader::Reader::new(bytes);
+    let doc = reader.document("document")?;
+    if !reader.is_empty() {
+        return Err(WireError::InvalidBson(
+            "document: bytes follow the end of the document".into(),
+        ));
+    }
+    Ok(doc)
+}
+
 /// Splits a complete message (header + body) and decodes it; convenient for tests and fuzzing.
 pub fn decode_message(message: &[u8]) -> Result<Decoded, WireError> {
     let header_bytes: &[u8; HEADER_LEN] = message

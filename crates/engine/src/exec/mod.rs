@@ -335,17 +335,16 @@ impl Executor {
         if let Some(m) = self.buffered.pop_front() {
             return Ok(Some(m));
         }
-        let mut spins = 0u32;
         loop {
+            // Every 128 works whatever they returned: a plan whose every work advances
+            // (a scan where each document matches) must time out too.
+            if self.root.common.works.is_multiple_of(128) {
+                self.check_deadline()?;
+            }
             match self.root.work()? {
                 StageState::Advanced(m) => return Ok(Some(m)),
                 StageState::IsEof => return Ok(None),
-                StageState::NeedTime => {
-                    spins = spins.wrapping_add(1);
-                    if spins.is_multiple_of(128) {
-                        self.check_deadline()?;
-                    }
-                }
+                StageState::NeedTime => {}
             }
         }
     }

@@ -53,6 +53,7 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
         no_timeout: false,
         pending: None,
         tail: None,
+        max_time_left: None,
     };
     let first = req
         .batch_size

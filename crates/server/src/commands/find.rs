@@ -162,6 +162,7 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
         no_timeout: ctx.opt_bool("noCursorTimeout")?.unwrap_or(false),
         pending: None,
         tail,
+        max_time_left: None,
     };
     let (batch, done) = cursor.next_batch(Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
     let id = if done || single_batch {
@@ -173,7 +174,10 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
 }
 
 pub(super) fn register(ctx: &Ctx, mut cursor: Cursor) -> i64 {
-    // The deadline of the command that created the cursor does not bind later getMores.
+    // What is left of the creating command's time limit carries over to its getMores.
+    cursor.max_time_left = ctx
+        .deadline
+        .map(|d| d.saturating_duration_since(Instant::now()));
     cursor.exec.set_deadline(None);
     ctx.state.cursors.register(cursor, ctx.conn.auth.owner())
 }
@@ -241,8 +245,11 @@ pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
             .unwrap_or_else(|| Instant::now() + AWAIT_DATA_DEFAULT);
         await_batch(&mut cursor, batch_size, wait)
     } else {
-        cursor.exec.set_deadline(ctx.deadline);
-        cursor.next_batch(batch_size)
+        let deadline = cursor.max_time_left.map(|left| Instant::now() + left);
+        cursor.exec.set_deadline(deadline);
+        let result = cursor.next_batch(batch_size);
+        cursor.max_time_left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        result
     };
     cursor.exec.set_deadline(None);
     cursor.last_used = Instant::now();

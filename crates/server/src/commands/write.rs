@@ -37,10 +37,14 @@ impl BatchErrors {
         })
     }
 
-    /// Records an error; returns true when the batch must stop.
-    fn push(&mut self, index: usize, e: &Error) -> bool {
+    /// Records an error; returns true when the batch must stop. An interruption
+    /// (`maxTimeMS` expired) fails the whole command instead, as in MongoDB.
+    fn push(&mut self, index: usize, e: &Error) -> Result<bool> {
+        if e.code == ErrorCode::MaxTimeMSExpired {
+            return Err(e.clone());
+        }
         self.errors.push(Bson::Document(e.to_write_error(index)));
-        self.ordered
+        Ok(self.ordered)
     }
 
     fn finish(self, mut reply: Document) -> Document {
@@ -87,6 +91,15 @@ pub fn insert(ctx: &mut Ctx) -> Result<Document> {
     let opts = opts(ctx)?;
     let mut n = 0i32;
     for (i, raw) in docs.iter().enumerate() {
+        if opts
+            .deadline
+            .is_some_and(|d| std::time::Instant::now() >= d)
+        {
+            return Err(Error::new(
+                ErrorCode::MaxTimeMSExpired,
+                "operation exceeded time limit",
+            ));
+        }
         ctx.state.opcounters.insert.fetch_add(1, Ordering::Relaxed);
         let result = coll.clone().and_then(|coll| {
             prepare_insert(raw).and_then(|doc| ctx.state.engine.insert_one(&coll, &doc, &opts))
@@ -94,7 +107,7 @@ pub fn insert(ctx: &mut Ctx) -> Result<Document> {
         match result {
             Ok(()) => n += 1,
             Err(e) => {
-                if errors.push(i, &e) {
+                if errors.push(i, &e)? {
                     break;
                 }
             }
@@ -258,7 +271,7 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
                 }
             }
             Err(e) => {
-                if errors.push(i, &e) {
+                if errors.push(i, &e)? {
                     break;
                 }
             }
@@ -323,7 +336,7 @@ pub fn delete(ctx: &mut Ctx) -> Result<Document> {
         match result {
             Ok(k) => n += k as i64,
             Err(e) => {
-                if errors.push(i, &e) {
+                if errors.push(i, &e)? {
                     break;
                 }
             }
