@@ -28,6 +28,9 @@ pub struct Cursor {
     /// A tailable cursor on a capped collection: open at the end of the data, and with
     /// `awaitData` its `getMore` waits for inserts into `tailing`.
     pub tail: Option<Tail>,
+    /// Keys and documents examined by the plan as of the last batch (the profiler reports
+    /// each batch's share).
+    pub examined: (i64, i64),
 }
 
 /// What a tailable cursor follows.

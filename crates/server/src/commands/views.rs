@@ -142,6 +142,7 @@ pub fn find(
         no_timeout: false,
         pending: None,
         tail: None,
+        examined: (0, 0),
     };
     let (batch, done) = cursor.next_batch(Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
     let id = if done || single_batch {
