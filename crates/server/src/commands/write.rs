@@ -38,10 +38,14 @@ impl BatchErrors {
         })
     }
 
-    /// Records an error; returns true when the batch must stop.
-    fn push(&mut self, index: usize, e: &Error) -> bool {
+    /// Records an error; returns true when the batch must stop. An interruption (`killOp`,
+    /// `maxTimeMS`) fails the whole command instead, as MongoDB's write path does.
+    fn push(&mut self, index: usize, e: &Error) -> Result<bool> {
+        if is_interruption(e) {
+            return Err(e.clone());
+        }
         self.errors.push(Bson::Document(e.to_write_error(index)));
-        self.ordered
+        Ok(self.ordered)
     }
 
     fn finish(self, mut reply: Document) -> Document {
@@ -50,6 +54,17 @@ impl BatchErrors {
         }
         reply
     }
+}
+
+/// MongoDB's Interruption error category.
+fn is_interruption(e: &Error) -> bool {
+    matches!(
+        e.code,
+        ErrorCode::Interrupted
+            | ErrorCode::InterruptedAtShutdown
+            | ErrorCode::InterruptedDueToReplStateChange
+            | ErrorCode::MaxTimeMSExpired
+    )
 }
 
 pub(super) fn opts(ctx: &Ctx) -> Result<WriteOpts> {
@@ -95,7 +110,7 @@ pub fn insert(ctx: &mut Ctx) -> Result<Document> {
         match result {
             Ok(()) => n += 1,
             Err(e) => {
-                if errors.push(i, &e) {
+                if errors.push(i, &e)? {
                     break;
                 }
             }
@@ -277,7 +292,7 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
                 }
             }
             Err(e) => {
-                if errors.push(i, &e) {
+                if errors.push(i, &e)? {
                     break;
                 }
             }
@@ -394,7 +409,7 @@ pub fn delete(ctx: &mut Ctx) -> Result<Document> {
         match result {
             Ok(k) => n += k as i64,
             Err(e) => {
-                if errors.push(i, &e) {
+                if errors.push(i, &e)? {
                     break;
                 }
             }
