@@ -99,3 +99,13 @@ def test_mongosh_create_index_and_errors(mongosh, shell_db):
                             "db.c.getIndexes().map(i => i.name).join(',')")
     assert "CODE 11000" in out, out
     assert out.splitlines()[-1].strip() == "_id_,a_1", out
+
+
+def test_mongosh_profiler_helpers(mongosh, shell_db, client):
+    out = mongosh(shell_db, "db.setProfilingLevel(2); db.c.insertOne({p: 1}); db.c.findOne({p: 1}); "
+                            "db.setProfilingLevel(0); "
+                            "EJSON.stringify(db.system.profile.find({op: 'query'}, {_id: 0, op: 1, nreturned: 1, planSummary: 1}).toArray())")
+    assert out.splitlines()[-1].strip() == '[{"op":"query","nreturned":1,"planSummary":"COLLSCAN"}]', out
+    out = mongosh(shell_db, "EJSON.stringify(db.getProfilingStatus())")
+    status = out.splitlines()[-1].strip()
+    assert status.startswith('{"was":0,"slowms":100,"sampleRate":1') and '"ok":1' in status, out

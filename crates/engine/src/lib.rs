@@ -11,6 +11,7 @@ pub mod find;
 pub mod index;
 pub mod index_spec;
 pub mod namespace;
+pub mod opctx;
 pub mod pipeline;
 pub mod plan;
 pub mod retry;

@@ -15,18 +15,27 @@ pub fn backoff(attempt: u32) -> Duration {
     }
 }
 
-/// Runs `op` until it returns something other than WriteConflict or the deadline passes.
-/// `on_conflict` is called once per conflict (the `writeConflicts` metric).
+/// Runs `op` until it returns something other than WriteConflict, the deadline passes or the
+/// operation is killed (`killOp`: Interrupted). `on_conflict` is called once per conflict
+/// (the `writeConflicts` metric); the thread's operation (`opctx`) counts its own conflicts,
+/// which the profiler reports as the operation's `writeConflicts`.
 pub fn with_write_conflict_retry<T>(
     deadline: Option<Instant>,
     mut on_conflict: impl FnMut(),
     mut op: impl FnMut() -> Result<T>,
 ) -> Result<T> {
+    let current = crate::opctx::current();
     let mut attempt = 0u32;
     loop {
+        if let Some(c) = &current {
+            c.check_interrupt()?;
+        }
         match op() {
             Err(e) if e.code == ErrorCode::WriteConflict => {
                 on_conflict();
+                if let Some(c) = &current {
+                    c.add_write_conflict();
+                }
                 let pause = backoff(attempt);
                 if let Some(d) = deadline {
                     if Instant::now() + pause >= d {
@@ -90,5 +99,26 @@ mod tests {
             || Err(Error::new(ErrorCode::WriteConflict, "wc")),
         );
         assert_eq!(r.unwrap_err().code, ErrorCode::MaxTimeMSExpired);
+    }
+
+    #[test]
+    fn counts_per_operation_and_stops_when_killed() {
+        let op = crate::opctx::OpCtx::new();
+        let _g = crate::opctx::enter(op.clone());
+        let mut calls = 0;
+        let r: Result<()> = with_write_conflict_retry(
+            None,
+            || {},
+            || {
+                calls += 1;
+                if calls == 3 {
+                    op.kill();
+                }
+                Err(Error::new(ErrorCode::WriteConflict, "wc"))
+            },
+        );
+        assert_eq!(r.unwrap_err().code, ErrorCode::Interrupted);
+        assert_eq!(calls, 3);
+        assert_eq!(op.take().write_conflicts, 3);
     }
 }

@@ -5,10 +5,11 @@
 use crate::catalog::{CollectionMeta, CollectionRef};
 use crate::find::{parse_collation, FindSpec};
 use crate::index::{self, IndexKeySet};
+use crate::opctx;
 use crate::retry::with_write_conflict_retry;
 use crate::txn::{ReadSource, Transaction};
 use crate::Engine;
-use bson::{oid::ObjectId, Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
+use bson::{doc, oid::ObjectId, Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_expr::LetScope;
 use nidus_query::matcher::{Matcher, ParseOptions};
@@ -277,18 +278,49 @@ impl Engine {
             txn.put(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
             Ok(())
         })?;
+        count_index_changes(keys.iter().map(|k| k.len()).sum(), 0);
         self.adjust_stats(opts, coll, 1, doc.as_bytes().len() as i64);
         Ok(())
     }
 
-    /// Record ids of the documents a write statement targets, read from a snapshot.
-    fn target_ids(&self, coll: &CollectionRef, spec: FindSpec) -> Result<Vec<u64>> {
+    /// Record ids of the documents a write statement targets, read from a snapshot. The
+    /// plan's counters go to the thread's operation (the profiler's `keysExamined`, ...).
+    fn target_ids(
+        &self,
+        coll: &CollectionRef,
+        spec: FindSpec,
+        plan: &mut Option<TargetPlan>,
+    ) -> Result<Vec<u64>> {
         let mut exec = self.plan_find(Some(coll), &spec)?;
         let mut out = Vec::new();
         while let Some(m) = exec.get_next()? {
             if let Some(rid) = m.rid {
                 out.push(rid);
             }
+        }
+        if let Some(op) = opctx::current() {
+            let root = &exec.root;
+            op.add_examined(
+                root.total("keysExamined").max(0) as u64,
+                root.total("docsExamined").max(0) as u64,
+            );
+            // The `_id` point lookup (under the LIMIT of a single-document write) is MongoDB's
+            // express write path.
+            let express = match root.name() {
+                "EXPRESS_IXSCAN" => Some(root),
+                "LIMIT" => root
+                    .children()
+                    .first()
+                    .copied()
+                    .filter(|c| c.name() == "EXPRESS_IXSCAN"),
+                _ => None,
+            };
+            *plan = Some(TargetPlan {
+                express: express.is_some(),
+                summary: root.plan_summary(),
+                stats: crate::plan::explain::stats_document(express.unwrap_or(root)),
+                is_cached: exec.is_cached,
+            });
         }
         Ok(out)
     }
@@ -319,8 +351,9 @@ impl Engine {
         } else {
             MAX_SINGLE_TARGET_RESTARTS
         };
+        let mut plan = None;
         for _ in 0..attempts {
-            let targets = self.target_ids(coll, find.clone())?;
+            let targets = self.target_ids(coll, find.clone(), &mut plan)?;
             let found_any = !targets.is_empty();
             for rid in targets {
                 if let Some(modified) =
@@ -340,6 +373,14 @@ impl Engine {
             let id = raw.get("_id")?.map(|v| v.to_raw_bson());
             self.insert_one(coll, &raw, opts)?;
             outcome.upserted_id = id.and_then(|v| Bson::try_from(v).ok());
+        }
+        if let Some(plan) = plan {
+            let would = doc! {
+                "nMatched": outcome.n_matched as i64,
+                "nWouldModify": outcome.n_modified as i64,
+                "nWouldUpsert": i64::from(outcome.upserted_id.is_some()),
+            };
+            plan.record("UPDATE", would);
         }
         Ok(outcome)
     }
@@ -385,7 +426,13 @@ impl Engine {
     ) -> Result<Option<(bool, Document, Document)>> {
         let meta = coll.meta.read();
         let rkey = keys::with_id(coll.id, rid);
+        let mut reads = 0u64;
         let result = self.write_unit(opts, |txn| {
+            reads += 1;
+            if reads > 1 {
+                // A retry after a write conflict reads the document again.
+                opctx::with(|op| op.add_examined(0, 1));
+            }
             let Some(bytes) = txn.get_for_update(Space::Records, &rkey)? else {
                 return Ok(None);
             };
@@ -459,6 +506,7 @@ impl Engine {
                 .collect();
             index::remove_keys(txn, ix, &removed, rid)?;
             index::insert_keys(txn, coll, ix, &added, rid)?;
+            count_index_changes(added.len(), removed.len());
         }
         if widened {
             write_catalog_entry(txn, coll, meta)?;
@@ -488,8 +536,9 @@ impl Engine {
         };
         let mut n = 0;
         let attempts = if multi { 1 } else { MAX_SINGLE_TARGET_RESTARTS };
+        let mut plan = None;
         for _ in 0..attempts {
-            let targets = self.target_ids(coll, find.clone())?;
+            let targets = self.target_ids(coll, find.clone(), &mut plan)?;
             let found_any = !targets.is_empty();
             for rid in targets {
                 if self.delete_record(coll, rid, &matcher, opts)?.is_some() {
@@ -499,6 +548,9 @@ impl Engine {
             if n > 0 || !found_any {
                 break;
             }
+        }
+        if let Some(plan) = plan {
+            plan.record("DELETE", doc! { "nWouldDelete": n as i64 });
         }
         Ok(n)
     }
@@ -513,7 +565,12 @@ impl Engine {
     ) -> Result<Option<Document>> {
         let meta = coll.meta.read();
         let rkey = keys::with_id(coll.id, rid);
+        let mut reads = 0u64;
         let deleted = self.write_unit(opts, |txn| {
+            reads += 1;
+            if reads > 1 {
+                opctx::with(|op| op.add_examined(0, 1));
+            }
             let Some(bytes) = txn.get_for_update(Space::Records, &rkey)? else {
                 return Ok(None);
             };
@@ -522,7 +579,9 @@ impl Engine {
                 return Ok(None);
             }
             for ix in &meta.indexes {
-                index::remove_keys(txn, ix, &index::document_keys(ix, raw)?, rid)?;
+                let removed = index::document_keys(ix, raw)?;
+                index::remove_keys(txn, ix, &removed, rid)?;
+                count_index_changes(0, removed.len());
             }
             txn.delete(Space::Records, &rkey)?;
             Ok(Some((Document::try_from(raw)?, bytes.len() as i64)))
@@ -531,6 +590,65 @@ impl Engine {
             self.adjust_stats(opts, coll, -1, -len);
             doc
         }))
+    }
+}
+
+/// The plan a write statement found its targets with, for the profiler's `planSummary` and
+/// `execStats` of the write.
+struct TargetPlan {
+    express: bool,
+    summary: String,
+    stats: Document,
+    is_cached: bool,
+}
+
+impl TargetPlan {
+    /// Records the write's plan on the thread's operation: MongoDB 8.0's express write
+    /// (`EXPRESS_IXSCAN { _id: 1 },EXPRESS_UPDATE`, one flat stage) for an `_id` lookup, else
+    /// the write stage (`UPDATE`/`DELETE`) over the read plan.
+    fn record(self, stage: &str, would: Document) {
+        let Some(op) = opctx::current() else {
+            return;
+        };
+        let mut exec_stats = doc! { "isCached": self.is_cached };
+        let summary = if self.express {
+            let express = format!("EXPRESS_{stage}");
+            exec_stats.insert("stage", express.clone());
+            for field in ["keyPattern", "indexName", "keysExamined", "docsExamined"] {
+                match (field, self.stats.get(field)) {
+                    ("keyPattern", Some(k)) => {
+                        exec_stats.insert(field, nidus_common::shell::format(k));
+                    }
+                    (_, Some(v)) => {
+                        exec_stats.insert(field, v.clone());
+                    }
+                    _ => {}
+                }
+            }
+            exec_stats.insert("nReturned", 0i64);
+            let n = |f: &str| would.get_i64(f).unwrap_or(0);
+            exec_stats.insert("nWouldModify", n("nWouldModify"));
+            exec_stats.insert("nWouldUpsert", n("nWouldUpsert"));
+            exec_stats.insert("nWouldDelete", n("nWouldDelete"));
+            format!("{},{express}", self.summary)
+        } else {
+            exec_stats.insert("stage", stage);
+            exec_stats.insert("nReturned", 0i64);
+            exec_stats.extend(would);
+            exec_stats.insert("inputStage", self.stats);
+            self.summary
+        };
+        op.set_plan(opctx::PlanInfo {
+            summary,
+            exec_stats,
+        });
+    }
+}
+
+/// Counts index keys a write added and removed on the thread's operation.
+fn count_index_changes(inserted: usize, deleted: usize) {
+    if inserted > 0 || deleted > 0 {
+        opctx::with(|op| op.add_index_changes(inserted as u64, deleted as u64));
     }
 }
 

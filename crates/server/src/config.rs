@@ -68,6 +68,12 @@ pub struct Config {
     pub set_parameters: BTreeMap<String, String>,
     /// The arguments as given, for `getCmdLineOpts`.
     pub argv: Vec<String>,
+    /// `--profile` / `operationProfiling.mode`: every database's initial profiling level.
+    pub profile: i32,
+    /// `--slowms` / `operationProfiling.slowOpThresholdMs` (default 100).
+    pub slowms: i64,
+    /// `--slowOpSampleRate` / `operationProfiling.slowOpSampleRate` (default 1.0).
+    pub slow_op_sample_rate: f64,
 }
 
 impl Default for Config {
@@ -82,11 +88,14 @@ impl Default for Config {
             repl_set: None,
             set_parameters: BTreeMap::new(),
             argv: Vec::new(),
+            profile: 0,
+            slowms: 100,
+            slow_op_sample_rate: 1.0,
         }
     }
 }
 
-const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--auth] [--replSet NAME] [--tlsMode disabled|allowTLS|preferTLS|requireTLS] [--tlsCertificateKeyFile PEM] [--tlsCAFile PEM] [--tlsAllowConnectionsWithoutCertificates] [--setParameter name=value]...";
+const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--auth] [--replSet NAME] [--tlsMode disabled|allowTLS|preferTLS|requireTLS] [--tlsCertificateKeyFile PEM] [--tlsCAFile PEM] [--tlsAllowConnectionsWithoutCertificates] [--profile 0|1|2] [--slowms MS] [--slowOpSampleRate R] [--setParameter name=value]...";
 
 impl Config {
     pub fn from_args(args: Vec<String>) -> Result<Config, String> {
@@ -144,6 +153,15 @@ impl Config {
                     cfg.tls.allow_without_certificates = true
                 }
                 "--noauth" => cfg.auth = false,
+                "--profile" => cfg.profile = parse_profile_mode(&value("--profile")?)?,
+                "--slowms" => {
+                    cfg.slowms = value("--slowms")?
+                        .parse()
+                        .map_err(|e| format!("--slowms: {e}"))?
+                }
+                "--slowOpSampleRate" => {
+                    cfg.slow_op_sample_rate = parse_sample_rate(&value("--slowOpSampleRate")?)?
+                }
                 "--config" | "-f" => cfg.apply_config_file(&value("--config")?)?,
                 "--help" | "-h" => return Err(USAGE.to_string()),
                 other => return Err(format!("unrecognised option '{other}'\n{USAGE}")),
@@ -204,6 +222,15 @@ impl Config {
                         }
                     }
                 }
+                ("operationProfiling", "mode") => self.profile = parse_profile_mode(v)?,
+                ("operationProfiling", "slowOpThresholdMs") => {
+                    self.slowms = v
+                        .parse()
+                        .map_err(|e| format!("operationProfiling.slowOpThresholdMs: {e}"))?
+                }
+                ("operationProfiling", "slowOpSampleRate") => {
+                    self.slow_op_sample_rate = parse_sample_rate(v)?
+                }
                 ("setParameter", name) if indented => {
                     self.set_parameters.insert(name.to_string(), v.to_string());
                 }
@@ -211,6 +238,27 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// `--profile 0|1|2` or `operationProfiling.mode: off|slowOp|all`.
+fn parse_profile_mode(v: &str) -> Result<i32, String> {
+    match v {
+        "0" | "off" => Ok(0),
+        "1" | "slowOp" => Ok(1),
+        "2" | "all" => Ok(2),
+        other => Err(format!(
+            "profile: expected 0, 1, 2, off, slowOp or all, got '{other}'"
+        )),
+    }
+}
+
+fn parse_sample_rate(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!(
+            "slowOpSampleRate must be between 0.0 and 1.0 inclusive, got '{v}'"
+        )),
     }
 }
 

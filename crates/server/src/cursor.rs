@@ -31,6 +31,9 @@ pub struct Cursor {
     /// What is left of the creating command's `maxTimeMS`: it binds the cursor's later
     /// `getMore`s too (MongoDB's leftover max time), except on awaitData cursors.
     pub max_time_left: Option<std::time::Duration>,
+    /// Keys and documents examined by the plan as of the last batch (the profiler reports
+    /// each batch's share).
+    pub examined: (i64, i64),
 }
 
 /// What a tailable cursor follows.

@@ -452,6 +452,35 @@ impl Sessions {
     pub fn active_sessions(&self) -> usize {
         self.map.lock().len()
     }
+
+    /// The open transactions (for `currentOp`): session id, transaction number, when it
+    /// started, and whether a command is running on the session now.
+    pub fn open_transaction_list(&self) -> Vec<OpenTransaction> {
+        let sessions: Vec<Arc<Session>> = self.map.lock().values().cloned().collect();
+        sessions
+            .iter()
+            .filter_map(|s| {
+                let st = s.state.lock();
+                let TxnState::Active { started, .. } = &st.txn else {
+                    return None;
+                };
+                Some(OpenTransaction {
+                    lsid: s.id.clone(),
+                    txn_number: st.txn_number.unwrap_or(0),
+                    started: *started,
+                    active: *s.checked_out.lock(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// An open transaction as `currentOp` shows it.
+pub struct OpenTransaction {
+    pub lsid: Binary,
+    pub txn_number: i64,
+    pub started: Instant,
+    pub active: bool,
 }
 
 impl Session {

@@ -69,6 +69,10 @@ pub struct ServerState {
     pub sessions: Sessions,
     pub cluster_time: ClusterClock,
     pub snapshots: crate::read_concern::SnapshotHistory,
+    /// Operations in progress (`currentOp`, `killOp`).
+    pub ops: crate::curop::OpRegistry,
+    /// Profiling levels, `slowms`, `sampleRate` (`profile`).
+    pub profiler: crate::profiler::Profiler,
     /// Set once shutdown begins, so waits (awaitable `hello`) end early.
     pub shutting_down: std::sync::atomic::AtomicBool,
     next_connection_id: AtomicU64,
@@ -91,6 +95,12 @@ impl ServerState {
             sessions: Sessions::default(),
             cluster_time: ClusterClock::default(),
             snapshots: Default::default(),
+            ops: crate::curop::OpRegistry::default(),
+            profiler: crate::profiler::Profiler::new(
+                config.profile,
+                config.slowms,
+                config.slow_op_sample_rate,
+            ),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             next_connection_id: AtomicU64::new(1),
         })

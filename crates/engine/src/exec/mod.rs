@@ -247,16 +247,24 @@ impl Stage {
         own + self.children().iter().map(|c| c.total(field)).sum::<i64>()
     }
 
-    /// One-line plan summary for logs and the profiler (`COLLSCAN`, `IXSCAN { _id: 1 }`).
+    /// One-line plan summary for logs and the profiler: the plan's leaf stages, scans with
+    /// their key patterns (`COLLSCAN`, `IXSCAN { a: 1 }`, `IXSCAN { a: 1 }, IXSCAN { b: 1 }`).
     pub fn plan_summary(&self) -> String {
-        match self.children().first() {
-            Some(child) if self.specific_stats().get("keyPattern").is_none() => {
-                child.plan_summary()
-            }
-            _ => match self.specific_stats().get_str("keyPatternSummary") {
-                Ok(k) => format!("{} {}", self.name(), k),
-                Err(_) => self.name().to_string(),
-            },
+        let mut leaves = Vec::new();
+        self.summary_leaves(&mut leaves);
+        leaves.join(", ")
+    }
+
+    fn summary_leaves(&self, out: &mut Vec<String>) {
+        let children = self.children();
+        if children.is_empty() {
+            out.push(match self.specific_stats().get("keyPattern") {
+                Some(k) => format!("{} {}", self.name(), nidus_common::shell::format(k)),
+                None => self.name().to_string(),
+            });
+        }
+        for c in children {
+            c.summary_leaves(out);
         }
     }
 }
@@ -354,7 +362,10 @@ impl Executor {
         self.get_next()?.map(Member::into_doc).transpose()
     }
 
+    /// Fails once the deadline passed (MaxTimeMSExpired) or the operation running the plan
+    /// was killed (Interrupted).
     pub fn check_deadline(&self) -> Result<()> {
+        crate::opctx::check_interrupt()?;
         match self.deadline {
             Some(d) if Instant::now() >= d => Err(Error::new(
                 ErrorCode::MaxTimeMSExpired,

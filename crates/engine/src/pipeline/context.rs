@@ -176,6 +176,7 @@ impl ExpCtx {
         if !n.is_multiple_of(64) {
             return Ok(());
         }
+        crate::opctx::check_interrupt()?;
         match self.deadline() {
             Some(d) if Instant::now() >= d => Err(Error::new(
                 ErrorCode::MaxTimeMSExpired,

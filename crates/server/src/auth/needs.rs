@@ -59,6 +59,26 @@ pub fn list_collections(db: &str, body: &Document, _: &Sequences) -> Required {
     vec![(Target::Database(db.to_string()), "listCollections")]
 }
 
+/// `profile`: reading the settings (`profile: -1` without `slowms`/`sampleRate`/`filter`)
+/// needs `find` on `system.profile`; changing them `enableProfiler` on the database.
+pub fn profile(db: &str, body: &Document, _: &Sequences) -> Required {
+    let level = match body.get("profile") {
+        Some(Bson::Int32(n)) => *n as i64,
+        Some(Bson::Int64(n)) => *n,
+        Some(Bson::Double(f)) => *f as i64,
+        _ => 0,
+    };
+    let read_only = level < 0
+        && !["slowms", "sampleRate", "filter"]
+            .iter()
+            .any(|f| body.contains_key(*f));
+    if read_only {
+        vec![(ns(db, "system.profile"), "find")]
+    } else {
+        vec![(Target::Database(db.to_string()), "enableProfiler")]
+    }
+}
+
 pub fn insert(db: &str, body: &Document, _: &Sequences) -> Required {
     let t = own_ns(db, body);
     let mut out = vec![(t.clone(), "insert")];

@@ -5,7 +5,7 @@
 use super::find::{batch_reply, check_fields};
 use super::{wrong_type, Ctx};
 use crate::cursor::{Cursor, DEFAULT_FIRST_BATCH};
-use bson::{Bson, Document};
+use bson::{doc, Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::namespace::Namespace;
 use nidus_engine::pipeline::explain::Verbosity;
@@ -54,12 +54,22 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
         pending: None,
         tail: None,
         max_time_left: None,
+        examined: (0, 0),
     };
     let first = req
         .batch_size
         .map(|n| n.max(0) as u64)
         .unwrap_or(DEFAULT_FIRST_BATCH);
     let (batch, done) = cursor.next_batch(Some(first))?;
+    let mut examined = (0, 0);
+    super::note_read(
+        ctx,
+        &cursor.exec,
+        &mut examined,
+        Some(batch.len()),
+        Some(if done { 0 } else { -1 }),
+    );
+    cursor.examined = examined;
     let id = if done {
         0
     } else {
@@ -138,6 +148,7 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
             ))
         }
     };
+    let items = current_op_stage(ctx, coll.is_none(), items)?;
     let mut exp = ExpCtx::new(ctx.state.engine.clone(), &ctx.db);
     exp.source = ctx.read_source();
     if starts_with(ctx, "$listLocalSessions") {
@@ -177,6 +188,37 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
         batch_size,
         explain,
     })
+}
+
+/// A leading `$currentOp` stage becomes `$documents` of the operations running now (the
+/// `currentOp` command's documents); it must run on `admin` with `aggregate: 1`.
+fn current_op_stage(ctx: &Ctx, collectionless: bool, mut items: Vec<Bson>) -> Result<Vec<Bson>> {
+    let Some(Bson::Document(first)) = items.first() else {
+        return Ok(items);
+    };
+    let Some(spec) = first.get("$currentOp") else {
+        return Ok(items);
+    };
+    if ctx.db != "admin" || !collectionless {
+        return Err(Error::new(
+            ErrorCode::InvalidNamespace,
+            "$currentOp must be run against the 'admin' database with {aggregate: 1}",
+        ));
+    }
+    let Bson::Document(spec) = spec else {
+        return Err(Error::new(
+            ErrorCode::FailedToParse,
+            "$currentOp options must be specified in an object, but found: ".to_string()
+                + crate::commands::type_name(spec),
+        ));
+    };
+    let idle_sessions = !matches!(spec.get("idleSessions"), Some(Bson::Boolean(false)));
+    let docs: Vec<Bson> = super::profile::current_op_documents(ctx, idle_sessions)
+        .into_iter()
+        .map(Bson::Document)
+        .collect();
+    items[0] = Bson::Document(doc! { "$documents": { "$literal": docs } });
+    Ok(items)
 }
 
 fn pipeline_number_one(v: &Bson) -> bool {

@@ -163,13 +163,23 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
         pending: None,
         tail,
         max_time_left: None,
+        examined: (0, 0),
     };
     let (batch, done) = cursor.next_batch(Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
-    let id = if done || single_batch {
-        0
-    } else {
-        register(ctx, cursor)
-    };
+    let closes = done || single_batch;
+    let mut examined = (0, 0);
+    super::note_read(
+        ctx,
+        &cursor.exec,
+        &mut examined,
+        Some(batch.len()),
+        Some(if closes { 0 } else { -1 }),
+    );
+    cursor.examined = examined;
+    let id = if closes { 0 } else { register(ctx, cursor) };
+    if id != 0 {
+        ctx.op.extra.lock().cursor_id = Some(id);
+    }
     Ok(batch_reply(&ns, id, "firstBatch", batch))
 }
 
@@ -253,6 +263,17 @@ pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
     };
     cursor.exec.set_deadline(None);
     cursor.last_used = Instant::now();
+    let mut examined = cursor.examined;
+    let n = result.as_ref().map(|(b, _)| b.len()).ok();
+    let closes = result.as_ref().map_or(true, |(_, done)| *done);
+    super::note_read(
+        ctx,
+        &cursor.exec,
+        &mut examined,
+        n,
+        Some(if closes { 0 } else { id }),
+    );
+    cursor.examined = examined;
     let (batch, done) = match result {
         Ok(r) => r,
         Err(e) => {
@@ -380,6 +401,7 @@ pub fn count(ctx: &mut Ctx) -> Result<Document> {
     let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
     // COUNT returns nothing itself; it has counted once the plan is done.
     while exec.get_next()?.is_some() {}
+    super::note_read(ctx, &exec, &mut (0, 0), None, None);
     Ok(doc! { "n": exec.counted() })
 }
 
@@ -436,6 +458,7 @@ pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
         while let Some(d) = exec.next_doc()? {
             distinct_values(&d, &path, &mut values)?;
         }
+        super::note_read(ctx, &exec, &mut (0, 0), None, None);
     }
     // Values equal under the collation are one value (the first in sort order is kept).
     let collation = nidus_engine::find::parse_collation(spec.collation.as_ref())?;

@@ -15,6 +15,7 @@ mod find_and_modify;
 mod hello;
 mod info;
 mod plan_cache;
+mod profile;
 mod stats;
 mod transaction;
 mod users;
@@ -25,7 +26,7 @@ use crate::auth::{needs, Need};
 use crate::connection::ConnState;
 use crate::failpoint::WriteInjection;
 use crate::state::ServerState;
-use bson::{Bson, Document, RawDocumentBuf};
+use bson::{doc, Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::namespace::Namespace;
 use std::sync::atomic::Ordering;
@@ -50,6 +51,8 @@ pub struct Ctx<'a> {
     pub txn: Option<std::sync::Arc<nidus_engine::txn::Transaction>>,
     /// A snapshot read's snapshot (`readConcern: {level: "snapshot"}` outside a transaction).
     pub snapshot: Option<crate::read_concern::SnapshotRead>,
+    /// The operation as `currentOp` and the profiler see it.
+    pub op: std::sync::Arc<crate::curop::ActiveOp>,
 }
 
 type Handler = fn(&mut Ctx) -> Result<Document>;
@@ -152,6 +155,9 @@ static COMMANDS: &[Command] = &[
     cmd("commitTransaction", transaction::commit_transaction, AUTHED),
     cmd("abortTransaction", transaction::abort_transaction, AUTHED),
     cmd("getLog", info::get_log, cluster(&["getLog"])),
+    cmd("profile", profile::profile, Need::Custom(needs::profile)),
+    cmd("currentOp", profile::current_op, cluster(&["inprog"])),
+    cmd("killOp", profile::kill_op, cluster(&["killop"])),
     cmd("getFreeMonitoringStatus", info::free_monitoring, AUTHED),
     cmd("features", info::features, AUTHED),
     // Without the cluster's listDatabases action the reply lists only the databases the
@@ -340,17 +346,23 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
     }
     let kind = transaction::StatementKind::of(&req.body);
     let started = Instant::now();
+    let registered = state.ops.begin(conn, &name, &req.body);
+    let active = registered.op.clone();
     let mut close = false;
     let result = match injection.as_ref().and_then(|i| i.error.clone()) {
         Some(e) if injection.as_ref().is_some_and(|i| i.labels_given) => {
             return finish_reply(state, Reply::error(e))
         }
         Some(e) => Err(e),
-        None => run_handler(state, conn, command, &name, req, &mut close),
+        None => {
+            let _entered = nidus_engine::opctx::enter(active.ctx.clone());
+            run_handler(state, conn, command, &name, req, &mut close, &active)
+        }
     };
     if close {
         return Reply::close();
     }
+    let error = result.as_ref().err().cloned();
     let mut reply = match result {
         Ok(body) => Reply::ok(body),
         Err(e) => Reply::error(transaction::label(e, &name, kind)),
@@ -359,8 +371,123 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
         transaction::label_write_concern_error(&mut reply.body, &wce, &name, kind);
         reply.body.insert("writeConcernError", wce);
     }
-    slow_op_log(state, &name, started.elapsed());
+    drop(registered);
+    finish_op(state, &active, &name, &reply, started.elapsed(), error);
     finish_reply(state, reply)
+}
+
+/// The command-level profile document and slow-operation line (see `profiler`).
+fn finish_op(
+    state: &ServerState,
+    active: &crate::curop::ActiveOp,
+    name: &str,
+    reply: &Reply,
+    elapsed: Duration,
+    error: Option<Error>,
+) {
+    // Awaitable `hello` waits by design; MongoDB does not report it as slow either.
+    if matches!(name, "hello" | "isMaster" | "ismaster") {
+        return;
+    }
+    let millis = elapsed.as_millis() as u64;
+    let settings = state.profiler.settings(&active.db);
+    if settings.level == 0 && settings.filter.is_none() && (millis as i64) < state.profiler.slowms()
+    {
+        return;
+    }
+    let mut extra = active.extra.lock();
+    let mut stats = std::mem::take(&mut extra.reported);
+    stats.add(&active.ctx.take());
+    let report = crate::profiler::OpReport {
+        active,
+        op: active.op,
+        ns: active.ns.clone(),
+        command: active.command.clone(),
+        stats,
+        writes: std::mem::take(&mut extra.writes),
+        nreturned: extra.nreturned,
+        cursor_id: extra.cursor_id,
+        cursor_exhausted: extra.cursor_exhausted,
+        response_length: bson::to_vec(&reply.body).ok().map(|v| v.len() as i64),
+        millis,
+        error,
+        statement: false,
+    };
+    let statements_reported = extra.statements_reported;
+    drop(extra);
+    crate::profiler::finish(state, &active.db, &report, !statements_reported);
+}
+
+/// Reports one write statement (update, delete) to the profiler and the slow-operation log,
+/// as MongoDB does per statement: its `{q, u, multi, upsert}`, outcome and counters.
+pub fn report_statement(
+    ctx: &Ctx,
+    op: &'static str,
+    statement: Document,
+    writes: Document,
+    started: Instant,
+    error: Option<&Error>,
+) {
+    let active = &ctx.op;
+    let stats = active.ctx.take();
+    {
+        let mut extra = active.extra.lock();
+        extra.reported.add(&stats);
+        extra.statements_reported = true;
+    }
+    let millis = started.elapsed().as_millis() as u64;
+    let settings = ctx.state.profiler.settings(&ctx.db);
+    if settings.level == 0
+        && settings.filter.is_none()
+        && (millis as i64) < ctx.state.profiler.slowms()
+    {
+        return;
+    }
+    let report = crate::profiler::OpReport {
+        active,
+        op,
+        ns: active.ns.clone(),
+        command: statement,
+        stats,
+        writes,
+        nreturned: None,
+        cursor_id: None,
+        cursor_exhausted: false,
+        response_length: None,
+        millis,
+        error: error.cloned(),
+        statement: true,
+    };
+    crate::profiler::finish(ctx.state, &ctx.db, &report, true);
+}
+
+/// Records what a read plan did for the profiler: the keys and documents it examined since
+/// `examined` (the previous batch), its plan summary and stats, and the batch's results.
+pub fn note_read(
+    ctx: &Ctx,
+    exec: &nidus_engine::exec::Executor,
+    examined: &mut (i64, i64),
+    nreturned: Option<usize>,
+    cursor_id: Option<i64>,
+) {
+    let root = &exec.root;
+    let (keys, docs) = (root.total("keysExamined"), root.total("docsExamined"));
+    ctx.op.ctx.add_examined(
+        (keys - examined.0).max(0) as u64,
+        (docs - examined.1).max(0) as u64,
+    );
+    *examined = (keys, docs);
+    let mut stats = nidus_engine::plan::explain::stats_document(root);
+    let mut exec_stats = doc! { "isCached": exec.is_cached };
+    exec_stats.extend(std::mem::take(&mut stats));
+    ctx.op.ctx.set_plan(nidus_engine::opctx::PlanInfo {
+        summary: root.plan_summary(),
+        exec_stats,
+    });
+    let mut extra = ctx.op.extra.lock();
+    extra.nreturned = nreturned.map(|n| n as i64);
+    extra.cursor_id = cursor_id;
+    extra.cursor_exhausted = cursor_id == Some(0);
 }
 
 /// What every reply gets last: a replica set member's cluster time.
@@ -389,6 +516,7 @@ fn run_handler(
     name: &str,
     req: Request,
     close_connection: &mut bool,
+    active: &std::sync::Arc<crate::curop::ActiveOp>,
 ) -> Result<Document> {
     let db = match req.body.get("$db") {
         Some(Bson::String(db)) => db.clone(),
@@ -460,6 +588,7 @@ fn run_handler(
         session,
         txn,
         snapshot,
+        op: active.clone(),
     };
     let outcome =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (command.handler)(&mut ctx)));
@@ -507,20 +636,6 @@ fn statement_count(name: &str, req: &Request) -> usize {
             .find(|(id, _)| id == field)
             .map_or(1, |(_, docs)| docs.len()),
     }
-}
-
-fn slow_op_log(state: &ServerState, name: &str, elapsed: Duration) {
-    let slow_ms = 100;
-    if elapsed.as_millis() >= slow_ms && name != "hello" && name != "isMaster" {
-        crate::log::info(
-            "COMMAND",
-            51803,
-            "conn",
-            "Slow query",
-            serde_json::json!({ "command": name, "durationMillis": elapsed.as_millis() as u64 }),
-        );
-    }
-    let _ = state;
 }
 
 /// `maxTimeMS`: a non-negative 32-bit integer; 0 means no limit.

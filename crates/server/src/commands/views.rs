@@ -143,6 +143,7 @@ pub fn find(
         pending: None,
         tail: None,
         max_time_left: None,
+        examined: (0, 0),
     };
     let (batch, done) = cursor.next_batch(Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
     let id = if done || single_batch {

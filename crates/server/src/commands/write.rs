@@ -9,6 +9,7 @@ use nidus_engine::write::{prepare_insert, UpdateSpec, WriteOpts};
 use nidus_expr::LetScope;
 use nidus_query::update::Update;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 pub(super) fn check_batch_size(n: usize) -> Result<()> {
     if n == 0 || n > nidus_wire::MAX_WRITE_BATCH_SIZE {
@@ -37,10 +38,10 @@ impl BatchErrors {
         })
     }
 
-    /// Records an error; returns true when the batch must stop. An interruption
-    /// (`maxTimeMS` expired) fails the whole command instead, as in MongoDB.
+    /// Records an error; returns true when the batch must stop. An interruption (`killOp`,
+    /// `maxTimeMS`) fails the whole command instead, as MongoDB's write path does.
     fn push(&mut self, index: usize, e: &Error) -> Result<bool> {
-        if e.code == ErrorCode::MaxTimeMSExpired {
+        if is_interruption(e) {
             return Err(e.clone());
         }
         self.errors.push(Bson::Document(e.to_write_error(index)));
@@ -53,6 +54,17 @@ impl BatchErrors {
         }
         reply
     }
+}
+
+/// MongoDB's Interruption error category.
+fn is_interruption(e: &Error) -> bool {
+    matches!(
+        e.code,
+        ErrorCode::Interrupted
+            | ErrorCode::InterruptedAtShutdown
+            | ErrorCode::InterruptedDueToReplStateChange
+            | ErrorCode::MaxTimeMSExpired
+    )
 }
 
 pub(super) fn opts(ctx: &Ctx) -> Result<WriteOpts> {
@@ -113,6 +125,7 @@ pub fn insert(ctx: &mut Ctx) -> Result<Document> {
             }
         }
     }
+    ctx.op.extra.lock().writes = doc! { "ninserted": n as i64 };
     Ok(errors.finish(doc! { "n": n }))
 }
 
@@ -249,6 +262,7 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
     let mut upserted = Vec::new();
     for (i, raw) in stmts.iter().enumerate() {
         ctx.state.opcounters.update.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
         let result = to_document(raw).and_then(|stmt| {
             let spec = parse_update_statement(&stmt, &opts)?;
             let opts = statement_opts(&opts, "update.updates", &stmt)?;
@@ -261,6 +275,22 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
             };
             engine.update(&coll, &spec, &opts)
         });
+        let writes = match &result {
+            Ok(out) => doc! {
+                "nMatched": out.n_matched as i64,
+                "nModified": out.n_modified as i64,
+                "nUpserted": i64::from(out.upserted_id.is_some()),
+            },
+            Err(_) => Document::new(),
+        };
+        super::report_statement(
+            ctx,
+            "update",
+            statement_command(raw, UPDATE_STATEMENT_ORDER),
+            writes,
+            started,
+            result.as_ref().err(),
+        );
         match result {
             Ok(out) => {
                 n += out.n_matched as i64;
@@ -282,6 +312,45 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
         reply.insert("upserted", upserted);
     }
     Ok(errors.finish(reply))
+}
+
+/// The fields of an update statement in the order MongoDB's profiler prints them; `multi`
+/// and `upsert` appear with their defaults.
+const UPDATE_STATEMENT_ORDER: &[(&str, Option<bool>)] = &[
+    ("q", None),
+    ("u", None),
+    ("c", None),
+    ("arrayFilters", None),
+    ("hint", None),
+    ("collation", None),
+    ("sort", None),
+    ("multi", Some(false)),
+    ("upsert", Some(false)),
+];
+
+const DELETE_STATEMENT_ORDER: &[(&str, Option<bool>)] = &[
+    ("q", None),
+    ("limit", None),
+    ("hint", None),
+    ("collation", None),
+];
+
+/// A write statement as the profiler's `command` (`{q, u, multi, upsert}`).
+fn statement_command(raw: &RawDocumentBuf, order: &[(&str, Option<bool>)]) -> Document {
+    let stmt = raw.to_document().unwrap_or_default();
+    let mut out = Document::new();
+    for (field, default) in order {
+        match (stmt.get(*field), default) {
+            (Some(v), _) => {
+                out.insert(*field, v.clone());
+            }
+            (None, Some(d)) => {
+                out.insert(*field, *d);
+            }
+            (None, None) => {}
+        }
+    }
+    out
 }
 
 pub(super) fn parse_delete_statement(stmt: &Document) -> Result<(Document, bool, Option<Bson>)> {
@@ -324,6 +393,7 @@ pub fn delete(ctx: &mut Ctx) -> Result<Document> {
     let mut n = 0i64;
     for (i, raw) in stmts.iter().enumerate() {
         ctx.state.opcounters.delete.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
         let result = to_document(raw).and_then(|stmt| {
             let (filter, multi, hint) = parse_delete_statement(&stmt)?;
             let opts = statement_opts(&opts, "delete.deletes", &stmt)?;
@@ -333,6 +403,18 @@ pub fn delete(ctx: &mut Ctx) -> Result<Document> {
                 None => Ok(0),
             }
         });
+        let writes = match &result {
+            Ok(k) => doc! { "ndeleted": *k as i64 },
+            Err(_) => Document::new(),
+        };
+        super::report_statement(
+            ctx,
+            "remove",
+            statement_command(raw, DELETE_STATEMENT_ORDER),
+            writes,
+            started,
+            result.as_ref().err(),
+        );
         match result {
             Ok(k) => n += k as i64,
             Err(e) => {

@@ -1,0 +1,187 @@
+//! The operation a thread is running (MongoDB's `OperationContext` + `OpDebug`, reduced to
+//! what the engine reports): an interrupt flag `killOp` sets, checked where the deadline is
+//! checked (executors, pipelines, the write-conflict retry loop), and per-operation counters
+//! the profiler and the slow-operation log read (`writeConflicts`, `keysInserted`, ...).
+//!
+//! Every command runs on one blocking-pool thread from start to end, so the server installs
+//! the operation for the thread ([`enter`]) and the engine finds it with [`current`] without
+//! threading a parameter through every read and write signature. A `getMore` is an operation
+//! of its own: the cursor's plan checks whichever operation drives it.
+
+use bson::Document;
+use nidus_common::{Error, ErrorCode, Result};
+use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The winning plan of what the operation ran (`planSummary`, `execStats`).
+#[derive(Debug, Clone, Default)]
+pub struct PlanInfo {
+    pub summary: String,
+    pub exec_stats: Document,
+}
+
+/// One operation's interrupt flag and counters.
+#[derive(Debug, Default)]
+pub struct OpCtx {
+    killed: AtomicBool,
+    write_conflicts: AtomicU64,
+    keys_examined: AtomicU64,
+    docs_examined: AtomicU64,
+    keys_inserted: AtomicU64,
+    keys_deleted: AtomicU64,
+    plan: Mutex<Option<PlanInfo>>,
+}
+
+/// What one statement (or the whole operation) did, taken out of an [`OpCtx`].
+#[derive(Debug, Clone, Default)]
+pub struct OpStats {
+    pub write_conflicts: u64,
+    pub keys_examined: u64,
+    pub docs_examined: u64,
+    pub keys_inserted: u64,
+    pub keys_deleted: u64,
+    pub plan: Option<PlanInfo>,
+}
+
+impl OpStats {
+    /// Adds another statement's counters (a command's totals over its statements).
+    pub fn add(&mut self, other: &OpStats) {
+        self.write_conflicts += other.write_conflicts;
+        self.keys_examined += other.keys_examined;
+        self.docs_examined += other.docs_examined;
+        self.keys_inserted += other.keys_inserted;
+        self.keys_deleted += other.keys_deleted;
+        if other.plan.is_some() {
+            self.plan = other.plan.clone();
+        }
+    }
+}
+
+pub fn interrupted() -> Error {
+    Error::new(ErrorCode::Interrupted, "operation was interrupted")
+}
+
+impl OpCtx {
+    pub fn new() -> Arc<OpCtx> {
+        Arc::new(OpCtx::default())
+    }
+
+    /// `killOp`: the operation fails with Interrupted at its next check.
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Relaxed)
+    }
+
+    pub fn check_interrupt(&self) -> Result<()> {
+        if self.is_killed() {
+            return Err(interrupted());
+        }
+        Ok(())
+    }
+
+    pub fn add_write_conflict(&self) {
+        self.write_conflicts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn add_examined(&self, keys: u64, docs: u64) {
+        self.keys_examined.fetch_add(keys, Ordering::Relaxed);
+        self.docs_examined.fetch_add(docs, Ordering::Relaxed);
+    }
+
+    pub fn add_index_changes(&self, inserted: u64, deleted: u64) {
+        self.keys_inserted.fetch_add(inserted, Ordering::Relaxed);
+        self.keys_deleted.fetch_add(deleted, Ordering::Relaxed);
+    }
+
+    pub fn set_plan(&self, plan: PlanInfo) {
+        *self.plan.lock() = Some(plan);
+    }
+
+    pub fn write_conflicts(&self) -> u64 {
+        self.write_conflicts.load(Ordering::Relaxed)
+    }
+
+    /// The counters so far, reset to zero (one statement's share).
+    pub fn take(&self) -> OpStats {
+        OpStats {
+            write_conflicts: self.write_conflicts.swap(0, Ordering::Relaxed),
+            keys_examined: self.keys_examined.swap(0, Ordering::Relaxed),
+            docs_examined: self.docs_examined.swap(0, Ordering::Relaxed),
+            keys_inserted: self.keys_inserted.swap(0, Ordering::Relaxed),
+            keys_deleted: self.keys_deleted.swap(0, Ordering::Relaxed),
+            plan: self.plan.lock().take(),
+        }
+    }
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Arc<OpCtx>>> = const { RefCell::new(None) };
+}
+
+/// Makes `op` the thread's operation until the guard drops (the previous one comes back).
+pub fn enter(op: Arc<OpCtx>) -> Entered {
+    let previous = CURRENT.with(|c| c.borrow_mut().replace(op));
+    Entered { previous }
+}
+
+pub struct Entered {
+    previous: Option<Arc<OpCtx>>,
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        CURRENT.with(|c| *c.borrow_mut() = previous);
+    }
+}
+
+/// The thread's operation, if a command is running on it.
+pub fn current() -> Option<Arc<OpCtx>> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+/// Runs `f` on the thread's operation, if any.
+pub fn with(f: impl FnOnce(&OpCtx)) {
+    CURRENT.with(|c| {
+        if let Some(op) = c.borrow().as_ref() {
+            f(op);
+        }
+    });
+}
+
+/// MongoDB's `checkForInterrupt` for a killed operation.
+pub fn check_interrupt() -> Result<()> {
+    CURRENT.with(|c| match c.borrow().as_ref() {
+        Some(op) => op.check_interrupt(),
+        None => Ok(()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enter_scopes_and_kill_interrupts() {
+        assert!(current().is_none());
+        let op = OpCtx::new();
+        {
+            let _g = enter(op.clone());
+            assert!(check_interrupt().is_ok());
+            with(|o| o.add_write_conflict());
+            op.kill();
+            let e = check_interrupt().unwrap_err();
+            assert_eq!(e.code, ErrorCode::Interrupted);
+        }
+        assert!(current().is_none());
+        assert!(check_interrupt().is_ok());
+        let s = op.take();
+        assert_eq!(s.write_conflicts, 1);
+        assert_eq!(op.take().write_conflicts, 0);
+    }
+}
