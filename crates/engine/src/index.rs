@@ -92,6 +92,12 @@ pub fn insert_keys(
         if ix.unique {
             if let Some(existing) = txn.get_for_update(Space::Indexes, &key)? {
                 if keys::read_u64(&existing) != Some(rid) {
+                    // An index being built takes the write and fails at its commit if
+                    // the collision is still there (MongoDB's hybrid builds).
+                    if let Some(build) = &ix.build {
+                        build.record_violation(ks.clone(), rid);
+                        continue;
+                    }
                     return Err(duplicate_key_error(coll, ix, values));
                 }
             }
@@ -108,7 +114,16 @@ pub fn remove_keys(
     rid: u64,
 ) -> Result<()> {
     for ks in keys_to_remove.keys() {
-        txn.delete(Space::Indexes, &entry_key(ix, ks, rid))?;
+        let key = entry_key(ix, ks, rid);
+        // A unique index being built may hold another record's entry under this key (a
+        // recorded collision): only the record's own entry goes.
+        if ix.unique && ix.build.is_some() {
+            match txn.get_for_update(Space::Indexes, &key)? {
+                Some(v) if keys::read_u64(&v) == Some(rid) => {}
+                _ => continue,
+            }
+        }
+        txn.delete(Space::Indexes, &key)?;
     }
     Ok(())
 }
