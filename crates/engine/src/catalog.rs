@@ -35,6 +35,8 @@ pub struct IndexMeta {
     /// Set while the index is being built (`ddl.rs`): writers maintain its keys, the
     /// planner does not see it, and unique-key collisions are recorded, not refused.
     pub build: Option<Arc<IndexBuild>>,
+    /// The index's collation (None = simple): string keys are its collation keys.
+    pub collation: Option<nidus_doc::collation::Collation>,
 }
 
 /// The state writers share with an index build in progress.
@@ -153,16 +155,22 @@ impl IndexMeta {
                 .collect();
             paths.insert(field.clone(), prefixes);
         }
-        doc! {
+        let mut d = doc! {
             "keyPattern": self.key_document(),
             "indexName": self.name.clone(),
+        };
+        if let Some(c) = &self.collation {
+            d.insert("collation", c.to_document());
+        }
+        d.extend(doc! {
             "isMultiKey": known.iter().any(|s| !s.is_empty()),
             "multiKeyPaths": paths,
             "isUnique": self.unique,
             "isSparse": self.sparse,
             "isPartial": self.is_partial(),
             "indexVersion": self.spec.get_i32("v").unwrap_or(2),
-        }
+        });
+        d
     }
 
     /// Parses a normalized spec; key pattern validation happens in `index_spec::normalize`.
@@ -182,6 +190,10 @@ impl IndexMeta {
             sparse: spec.get_bool("sparse").unwrap_or(false),
             multikey_paths: Arc::new(RwLock::new(vec![BTreeSet::new(); key.len()])),
             build: None,
+            collation: match spec.get_document("collation") {
+                Ok(c) => nidus_doc::collation::Collation::parse(c)?,
+                Err(_) => None,
+            },
             spec,
         })
     }

@@ -265,7 +265,7 @@ impl Engine {
             (&meta.indexes, indexes, index_filter.is_some()),
             hint,
             natural_sort,
-            collation.is_some(),
+            collation.as_ref(),
         );
         exec.map(|mut e| {
             e.index_filter_set = index_filter.is_some();
@@ -283,18 +283,9 @@ impl Engine {
         (all_indexes, indexes, filter_set): (&[IndexMeta], &[IndexMeta], bool),
         hint: Option<&Bson>,
         natural_sort: Option<bool>,
-        collated: bool,
+        collation: Option<&Collation>,
     ) -> Result<Executor> {
         let hinted_index = match hint {
-            // Indexes hold binary string keys: under a collation only a scan answers
-            // string predicates and sorts correctly (until indexes carry collations).
-            _ if collated => {
-                let scan = self.collscan(coll, spec, parsed, natural_sort.unwrap_or(true));
-                return Ok(Executor::new(
-                    parsed.finish(scan, true, Fetched::Yes),
-                    spec.deadline,
-                ));
-            }
             Some(Bson::Document(h)) if h.contains_key("$natural") => {
                 let forward = natural_direction(h).unwrap_or(true);
                 let scan = self.collscan(coll, spec, parsed, forward);
@@ -306,7 +297,12 @@ impl Engine {
             Some(h) => Some(self.hinted_index(indexes, h)?),
             None => None,
         };
-        if hinted_index.is_none() && natural_sort.is_none() && parsed.sort.is_none() {
+        // The `_id` index has the simple collation: a collated `_id` query is planned.
+        if hinted_index.is_none()
+            && natural_sort.is_none()
+            && parsed.sort.is_none()
+            && collation.is_none()
+        {
             if let Some(id) = parsed.matcher.id_equality() {
                 if let Some(ix) = all_indexes.iter().find(|i| i.is_id()) {
                     let express = Stage::new(ExpressIxscan::new(
@@ -330,6 +326,7 @@ impl Engine {
                 sort: parsed.sort.as_ref().map(|(p, _)| p),
                 projection: parsed.projection.as_ref().map(|(p, _)| p.as_ref()),
                 count: spec.count,
+                collation,
             };
             let or = match hinted_index {
                 None => plan::or::enumerate_or(indexes, &query),
@@ -358,6 +355,7 @@ impl Engine {
                 &parsed.matcher.canonical_document(),
                 parsed.sort.as_ref().map(|(_, d)| d),
                 parsed.projection.as_ref().map(|(_, d)| d),
+                spec.collation.as_ref(),
                 &ids,
             );
             (key, ids)

@@ -34,6 +34,7 @@ impl CacheKey {
         filter: &Document,
         sort: Option<&Document>,
         projection: Option<&Document>,
+        collation: Option<&Document>,
         indexes: &[(u64, bool)],
     ) -> CacheKey {
         let mut shape = String::new();
@@ -45,6 +46,10 @@ impl CacheKey {
         shape.push('|');
         if let Some(p) = projection {
             shape.push_str(&format!("{p}"));
+        }
+        // A collated query is its own shape (it may use other indexes).
+        if let Some(c) = collation {
+            shape.push_str(&format!("|{c}"));
         }
         let shape_hash = hex(fnv1a(shape.as_bytes()));
         let with_indexes = format!("{shape}|{indexes:?}");

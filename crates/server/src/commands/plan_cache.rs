@@ -30,6 +30,7 @@ pub fn plan_cache_clear(ctx: &mut Ctx) -> Result<Document> {
                 &canonical,
                 non_empty(&sort).as_ref(),
                 non_empty(&projection).as_ref(),
+                ctx.opt_document("collation")?.as_ref(),
                 &[],
             );
             Some(key.shape_hash)
@@ -101,6 +102,7 @@ impl FilterShape {
             &canonical,
             non_empty(&self.sort).as_ref(),
             non_empty(&self.projection).as_ref(),
+            self.collation.as_ref(),
             &[],
         )
         .shape_hash;
