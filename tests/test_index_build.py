@@ -275,3 +275,22 @@ def test_build_restarts_after_crash(start_nidus):
     _assert_index_matches_scan(coll, "a_1", {"a": 5}, "a_1")
     print(f"\nkilled mid-build: {killed_mid_build}")
     c.close()
+
+
+def test_collated_unique_index_build_and_writes(db):
+    coll = db.c
+    coll.insert_many([{"_id": i, "name": f"user{i}"} for i in range(1000)])
+    coll.insert_one({"_id": "dup", "name": "USER7"})
+    ci = {"locale": "en", "strength": 2}
+    with pytest.raises(OperationFailure) as err:
+        coll.create_index("name", unique=True, collation=ci)
+    assert err.value.code == 11000
+    coll.delete_one({"_id": "dup"})
+    coll.create_index("name", unique=True, collation=ci)
+    with pytest.raises(pymongo.errors.DuplicateKeyError):
+        coll.insert_one({"name": "User8"})
+    coll.update_one({"_id": 8}, {"$set": {"name": "renamed"}})
+    coll.insert_one({"_id": "new", "name": "User8"})
+    _assert_valid(db, "c")
+    found = list(coll.find({"name": "USER8"}).collation(ci))
+    assert [d["_id"] for d in found] == ["new"]

@@ -2,10 +2,10 @@
 //! Each runs under the DDL lock and commits its catalog entry and data in one transaction.
 
 use crate::catalog::{self, CollectionMeta, CollectionRef, IndexMeta};
-use crate::retry::with_write_conflict_retry;
 use crate::index::{self, IndexKeySet};
 use crate::index_spec;
 use crate::namespace::{self, Namespace};
+use crate::retry::with_write_conflict_retry;
 use crate::validation::Validator;
 use crate::{Collection, Engine};
 use bson::{Bson, Document, RawDocument};
@@ -295,7 +295,12 @@ impl Engine {
     }
 
     /// The building indexes with these ids, or the reason the build cannot go on.
-    fn building_indexes(&self, coll: &Collection, meta: &CollectionMeta, ids: &[u64]) -> Result<Vec<IndexMeta>> {
+    fn building_indexes(
+        &self,
+        coll: &Collection,
+        meta: &CollectionMeta,
+        ids: &[u64],
+    ) -> Result<Vec<IndexMeta>> {
         let aborted = |why: &str| {
             Error::new(
                 ErrorCode::IndexBuildAborted,
@@ -334,39 +339,47 @@ impl Engine {
         // Transactions that wrote before the registration wrote no keys of these indexes:
         // their records must be visible (or gone) before the scan passes them.
         let open = coll.open_txn_ids();
-        coll.wait_for_txns(&open, || self.stopping.load(std::sync::atomic::Ordering::Relaxed));
+        coll.wait_for_txns(&open, || {
+            self.stopping.load(std::sync::atomic::Ordering::Relaxed)
+        });
         let upper = keys::prefix_end(coll.id);
         let mut next_rid = 0u64;
         loop {
             let meta = coll.meta.read();
             let ixs = self.building_indexes(coll, &meta, ids)?;
-            let last = with_write_conflict_retry(None, || {}, || {
-                let mut txn = self.kv.begin();
-                let batch: Vec<Vec<u8>> = {
-                    let mut c = txn.cursor(Space::Records, &keys::with_id(coll.id, next_rid), &upper);
-                    c.seek_to_first();
-                    let mut out = Vec::new();
-                    while c.valid() && out.len() < BUILD_BATCH {
-                        out.push(c.key().to_vec());
-                        c.next();
-                    }
-                    c.status()?;
-                    out
-                };
-                for rkey in &batch {
-                    let rid = keys::read_u64(&rkey[8..]).unwrap_or(0);
-                    let Some(bytes) = txn.get_for_update(Space::Records, rkey)? else {
-                        continue;
+            let last = with_write_conflict_retry(
+                None,
+                || {},
+                || {
+                    let mut txn = self.kv.begin();
+                    let batch: Vec<Vec<u8>> = {
+                        let mut c =
+                            txn.cursor(Space::Records, &keys::with_id(coll.id, next_rid), &upper);
+                        c.seek_to_first();
+                        let mut out = Vec::new();
+                        while c.valid() && out.len() < BUILD_BATCH {
+                            out.push(c.key().to_vec());
+                            c.next();
+                        }
+                        c.status()?;
+                        out
                     };
-                    let doc = RawDocument::from_bytes(&bytes)?;
-                    for ix in &ixs {
-                        let (ks, _): (IndexKeySet, bool) = index::document_keys_for_write(ix, doc)?;
-                        index::insert_keys(txn.as_mut(), coll, ix, &ks, rid)?;
+                    for rkey in &batch {
+                        let rid = keys::read_u64(&rkey[8..]).unwrap_or(0);
+                        let Some(bytes) = txn.get_for_update(Space::Records, rkey)? else {
+                            continue;
+                        };
+                        let doc = RawDocument::from_bytes(&bytes)?;
+                        for ix in &ixs {
+                            let (ks, _): (IndexKeySet, bool) =
+                                index::document_keys_for_write(ix, doc)?;
+                            index::insert_keys(txn.as_mut(), coll, ix, &ks, rid)?;
+                        }
                     }
-                }
-                txn.commit()?;
-                Ok(batch.last().and_then(|k| keys::read_u64(&k[8..])))
-            })?;
+                    txn.commit()?;
+                    Ok(batch.last().and_then(|k| keys::read_u64(&k[8..])))
+                },
+            )?;
             drop(meta);
             match last {
                 Some(rid) => next_rid = rid + 1,
@@ -390,7 +403,9 @@ impl Engine {
             }
             drop(meta);
             drop(ddl);
-            coll.wait_for_txns(&open, || self.stopping.load(std::sync::atomic::Ordering::Relaxed));
+            coll.wait_for_txns(&open, || {
+                self.stopping.load(std::sync::atomic::Ordering::Relaxed)
+            });
         };
         let ixs = self.building_indexes(coll, &meta, ids)?;
         let mut txn = self.kv.begin();
@@ -460,7 +475,9 @@ impl Engine {
             std::thread::Builder::new()
                 .name("index-build".into())
                 .spawn(move || {
-                    let Some(engine) = engine.upgrade() else { return };
+                    let Some(engine) = engine.upgrade() else {
+                        return;
+                    };
                     if engine.build_indexes(&coll, &ids).is_err()
                         && !engine.stopping.load(std::sync::atomic::Ordering::Relaxed)
                     {

@@ -77,6 +77,8 @@ fn natural_direction(d: &Document) -> Option<bool> {
 }
 
 /// A planned access path: one index's solution, or an indexed `$or`.
+// Short-lived (one per plan candidate), so the size difference does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Candidate {
     Index(plan::IndexSolution),
     Or(plan::or::OrSolution),
@@ -248,7 +250,12 @@ impl Engine {
         let filtered: Vec<IndexMeta>;
         let indexes: &[IndexMeta] = match &index_filter {
             Some(f) => {
-                filtered = meta.indexes.iter().filter(|ix| f.allows(ix)).cloned().collect();
+                filtered = meta
+                    .indexes
+                    .iter()
+                    .filter(|ix| f.allows(ix))
+                    .cloned()
+                    .collect();
                 &filtered
             }
             None => &meta.indexes,
@@ -361,8 +368,7 @@ impl Engine {
             (key, ids)
         });
         if let Some((key, ids)) = &cache {
-            if let Some(mut exec) =
-                self.run_cached_plan(coll, parsed, &candidates, key, ids, limit)
+            if let Some(mut exec) = self.run_cached_plan(coll, parsed, &candidates, key, ids, limit)
             {
                 exec.set_deadline(spec.deadline);
                 exec.max_scans_to_explode_reached = explode_limited;

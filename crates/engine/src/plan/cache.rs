@@ -185,8 +185,7 @@ pub struct IndexFilter {
 impl IndexFilter {
     /// Whether the filter lets the planner use `ix` (named, or its key pattern listed).
     pub fn allows(&self, ix: &IndexMeta) -> bool {
-        self.names.iter().any(|n| *n == ix.name)
-            || self.key_patterns.iter().any(|k| *k == ix.key_document())
+        self.names.contains(&ix.name) || self.key_patterns.iter().any(|k| *k == ix.key_document())
     }
 
     /// The entry `planCacheListFilters` shows.
@@ -337,7 +336,11 @@ impl PlanCache {
     }
 
     pub fn filter_for(&self, shape: &str) -> Option<IndexFilter> {
-        self.filters.lock().iter().find(|f| f.shape == shape).cloned()
+        self.filters
+            .lock()
+            .iter()
+            .find(|f| f.shape == shape)
+            .cloned()
     }
 
     /// The entries still valid for the collection's `indexes`.

@@ -219,14 +219,11 @@ fn plan_index(
         let field_multikey = !ix.multikey_components(fi).is_empty();
         let mut acc: Option<Vec<bounds::Interval>> = None;
         let mut source: Option<Option<usize>> = None;
-        for p in preds
-            .iter()
-            .filter(|p| {
-                &p.path == field
-                    && builder::is_indexable_or_negated(p.leaf, p.negated)
-                    && collation_allows(ix, p.leaf, query)
-            })
-        {
+        for p in preds.iter().filter(|p| {
+            &p.path == field
+                && builder::is_indexable_or_negated(p.leaf, p.negated)
+                && collation_allows(ix, p.leaf, query)
+        }) {
             // A plain predicate cannot combine with bounds of another field under the same array.
             let blocked = (0..fi).any(|other| {
                 matches!(sources[other], Some(s) if s != p.elem_match || p.elem_match.is_none())
