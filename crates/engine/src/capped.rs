@@ -134,7 +134,7 @@ impl Engine {
             || {
                 let mut txn = self.kv.begin();
                 let rid = coll.allocate_record_id();
-                for (ix, ks) in meta.indexes.iter().zip(keys) {
+                for (ix, ks) in meta.write_indexes().zip(keys) {
                     index::insert_keys(txn.as_mut(), coll, ix, ks, rid)?;
                 }
                 if widened {
@@ -266,7 +266,7 @@ fn evict(
             continue;
         };
         let raw = RawDocument::from_bytes(&old)?;
-        for ix in &meta.indexes {
+        for ix in meta.write_indexes() {
             index::remove_keys(txn, ix, &index::document_keys(ix, raw)?, rid)?;
         }
         txn.delete(Space::Records, &rkey)?;

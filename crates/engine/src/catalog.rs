@@ -32,6 +32,29 @@ pub struct IndexMeta {
     /// document (MongoDB's `multiKeyPaths`). Shared by every clone of this index's metadata,
     /// only ever widened: writers widen it before they commit, so a plan never assumes less.
     pub multikey_paths: Arc<RwLock<Vec<BTreeSet<usize>>>>,
+    /// Set while the index is being built (`ddl.rs`): writers maintain its keys, the
+    /// planner does not see it, and unique-key collisions are recorded, not refused.
+    pub build: Option<Arc<IndexBuild>>,
+    /// The index's collation (None = simple): string keys are its collation keys.
+    pub collation: Option<nidus_doc::collation::Collation>,
+}
+
+/// The state writers share with an index build in progress.
+#[derive(Debug, Default)]
+pub struct IndexBuild {
+    /// Keys (keystring, record id) that found another record's entry in a unique index
+    /// being built: rechecked when the build commits (MongoDB's constraint violations).
+    violations: parking_lot::Mutex<Vec<(Vec<u8>, u64)>>,
+}
+
+impl IndexBuild {
+    pub fn record_violation(&self, ks: Vec<u8>, rid: u64) {
+        self.violations.lock().push((ks, rid));
+    }
+
+    pub fn take_violations(&self) -> Vec<(Vec<u8>, u64)> {
+        std::mem::take(&mut *self.violations.lock())
+    }
 }
 
 impl IndexMeta {
@@ -53,11 +76,19 @@ impl IndexMeta {
     }
 
     pub fn to_persisted(&self) -> Document {
-        doc! {
+        let mut d = doc! {
             "id": self.id as i64,
             "spec": self.spec.clone(),
             "multiKeyPaths": self.multikey_paths_persisted(),
+        };
+        if self.build.is_some() {
+            d.insert("building", true);
         }
+        d
+    }
+
+    pub fn is_building(&self) -> bool {
+        self.build.is_some()
     }
 
     /// `[[0], [], ...]`: the positions per field, as stored in the catalog.
@@ -124,16 +155,22 @@ impl IndexMeta {
                 .collect();
             paths.insert(field.clone(), prefixes);
         }
-        doc! {
+        let mut d = doc! {
             "keyPattern": self.key_document(),
             "indexName": self.name.clone(),
+        };
+        if let Some(c) = &self.collation {
+            d.insert("collation", c.to_document());
+        }
+        d.extend(doc! {
             "isMultiKey": known.iter().any(|s| !s.is_empty()),
             "multiKeyPaths": paths,
             "isUnique": self.unique,
             "isSparse": self.sparse,
             "isPartial": self.is_partial(),
             "indexVersion": self.spec.get_i32("v").unwrap_or(2),
-        }
+        });
+        d
     }
 
     /// Parses a normalized spec; key pattern validation happens in `index_spec::normalize`.
@@ -152,6 +189,11 @@ impl IndexMeta {
             pattern,
             sparse: spec.get_bool("sparse").unwrap_or(false),
             multikey_paths: Arc::new(RwLock::new(vec![BTreeSet::new(); key.len()])),
+            build: None,
+            collation: match spec.get_document("collation") {
+                Ok(c) => nidus_doc::collation::Collation::parse(c)?,
+                Err(_) => None,
+            },
             spec,
         })
     }
@@ -191,8 +233,18 @@ pub struct CollectionMeta {
     pub options: Document,
     /// `options.validator` parsed (None without one).
     pub validator: Option<Arc<Validator>>,
+    /// Ready indexes: the ones queries may use and `listIndexes` shows.
     pub indexes: Vec<IndexMeta>,
+    /// Indexes being built: writers maintain them, nothing reads them.
+    pub building: Vec<IndexMeta>,
     pub dropped: bool,
+}
+
+impl CollectionMeta {
+    /// Every index writers maintain: the ready ones, then those being built.
+    pub fn write_indexes(&self) -> impl Iterator<Item = &IndexMeta> {
+        self.indexes.iter().chain(self.building.iter())
+    }
 }
 
 /// One collection: immutable identity plus its guarded metadata and in-memory counters.
@@ -209,6 +261,10 @@ pub struct Collection {
     /// Capped collections: inserts are serialized (natural order = commit order) and wake
     /// tailable cursors waiting for data (`capped.rs`).
     pub capped: crate::capped::CappedState,
+    /// Multi-document transactions that wrote here and are still open; an index build
+    /// waits for those open when it registered (their writes predate its key maintenance).
+    open_txns: parking_lot::Mutex<BTreeSet<u64>>,
+    txn_ended: parking_lot::Condvar,
 }
 
 impl Collection {
@@ -222,6 +278,34 @@ impl Collection {
             data_size: AtomicI64::new(0),
             plan_cache: Default::default(),
             capped: Default::default(),
+            open_txns: Default::default(),
+            txn_ended: Default::default(),
+        }
+    }
+
+    /// A transaction writes here (called under the metadata read guard, before the write).
+    pub fn txn_touch(&self, txn_id: u64) {
+        self.open_txns.lock().insert(txn_id);
+    }
+
+    /// A transaction that wrote here committed or aborted.
+    pub fn txn_ended(&self, txn_id: u64) {
+        if self.open_txns.lock().remove(&txn_id) {
+            self.txn_ended.notify_all();
+        }
+    }
+
+    /// The open transactions that wrote here.
+    pub fn open_txn_ids(&self) -> BTreeSet<u64> {
+        self.open_txns.lock().clone()
+    }
+
+    /// Waits until none of `ids` is open any more, or `stop` says to give up.
+    pub fn wait_for_txns(&self, ids: &BTreeSet<u64>, stop: impl Fn() -> bool) {
+        let mut open = self.open_txns.lock();
+        while open.iter().any(|id| ids.contains(id)) && !stop() {
+            self.txn_ended
+                .wait_for(&mut open, std::time::Duration::from_millis(100));
         }
     }
 
@@ -264,7 +348,7 @@ pub fn entry_document(id: u64, ns: &Namespace, meta: &CollectionMeta) -> Documen
         "id": id as i64,
         "uuid": meta.uuid,
         "options": meta.options.clone(),
-        "indexes": meta.indexes.iter().map(|i| Bson::Document(i.to_persisted())).collect::<Vec<_>>(),
+        "indexes": meta.write_indexes().map(|i| Bson::Document(i.to_persisted())).collect::<Vec<_>>(),
     }
 }
 
@@ -277,15 +361,21 @@ pub fn parse_entry(d: &Document) -> Result<(u64, Namespace, CollectionMeta)> {
         }
         _ => return Err(corrupt("missing uuid")),
     };
-    let indexes = d
-        .get_array("indexes")
-        .map_err(corrupt)?
-        .iter()
-        .map(|b| match b {
-            Bson::Document(d) => IndexMeta::from_persisted(d),
-            _ => Err(corrupt("index entry")),
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let mut indexes = Vec::new();
+    let mut building = Vec::new();
+    for b in d.get_array("indexes").map_err(corrupt)? {
+        let Bson::Document(d) = b else {
+            return Err(corrupt("index entry"));
+        };
+        let mut ix = IndexMeta::from_persisted(d)?;
+        if d.get_bool("building").unwrap_or(false) {
+            // A build the last run did not finish: restarted at start-up (`ddl.rs`).
+            ix.build = Some(Arc::default());
+            building.push(ix);
+        } else {
+            indexes.push(ix);
+        }
+    }
     Ok((id, ns, {
         let options = d.get_document("options").cloned().unwrap_or_default();
         // Validators are checked by `create`; one that no longer parses (stored by an
@@ -296,6 +386,7 @@ pub fn parse_entry(d: &Document) -> Result<(u64, Namespace, CollectionMeta)> {
             options,
             validator,
             indexes,
+            building,
             dropped: false,
         }
     }))

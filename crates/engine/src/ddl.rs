@@ -5,6 +5,7 @@ use crate::catalog::{self, CollectionMeta, CollectionRef, IndexMeta};
 use crate::index::{self, IndexKeySet};
 use crate::index_spec;
 use crate::namespace::{self, Namespace};
+use crate::retry::with_write_conflict_retry;
 use crate::validation::Validator;
 use crate::{Collection, Engine};
 use bson::{Bson, Document, RawDocument};
@@ -22,6 +23,9 @@ pub struct CreateIndexesOutcome {
 
 /// Deletes at most this many keys per transaction when dropping data.
 const DELETE_CHUNK: usize = 10_000;
+
+/// Records per transaction of an index build's collection scan.
+const BUILD_BATCH: usize = 256;
 
 impl Engine {
     fn write_entry(
@@ -88,6 +92,7 @@ impl Engine {
             options,
             validator,
             indexes: vec![id_index],
+            building: Vec::new(),
             dropped: false,
         };
         let coll = Collection::new(id, ns.clone(), meta.clone(), 1);
@@ -112,7 +117,7 @@ impl Engine {
         meta.dropped = true;
         self.collections.write().remove(ns);
         self.delete_prefix(Space::Records, coll.id)?;
-        for ix in &meta.indexes {
+        for ix in meta.write_indexes() {
             self.delete_prefix(Space::Indexes, ix.id)?;
         }
         Ok(Some(n))
@@ -180,6 +185,12 @@ impl Engine {
             ));
         };
         let mut meta = old.meta.write();
+        if !meta.building.is_empty() {
+            return Err(Error::new(
+                ErrorCode::BackgroundOperationInProgressForNamespace,
+                format!("cannot perform operation: an index build is currently running for collection '{from}'"),
+            ));
+        }
         let renamed = Collection::new(old.id, to.clone(), meta.clone(), old.allocate_record_id());
         renamed.adjust_stats(
             old.count.load(std::sync::atomic::Ordering::Relaxed),
@@ -196,8 +207,10 @@ impl Engine {
         Ok(())
     }
 
-    /// `createIndexes`: validates every spec, skips identical existing ones, builds the rest
-    /// over existing documents in the same transaction as the catalog change.
+    /// `createIndexes`: validates every spec, skips identical existing ones, and builds the
+    /// rest while the collection keeps serving reads and writes (see [`Engine::build_indexes`]).
+    /// Replies once the indexes are ready; a build of the same spec already running is
+    /// waited for, as MongoDB joins it.
     pub fn create_indexes(
         &self,
         ns: &Namespace,
@@ -209,73 +222,271 @@ impl Engine {
             .collect::<Result<Vec<_>>>()?;
         let existed = self.collection(ns).is_some();
         let coll = self.ensure_collection(ns)?;
-        let _ddl = self.ddl.lock();
-        let mut meta = coll.meta.write();
-        if meta.dropped {
-            return Err(catalog::namespace_not_found(ns));
-        }
-        let before = meta.indexes.len();
-        let mut to_build = Vec::new();
-        for spec in normalized {
-            if !is_new_index(&meta.indexes, &to_build, &spec)? {
+        let (before, ids) = loop {
+            let ddl = self.ddl.lock();
+            let mut meta = coll.meta.write();
+            if meta.dropped {
+                return Err(catalog::namespace_not_found(ns));
+            }
+            let building: Vec<Document> = meta.building.iter().map(|ix| ix.spec.clone()).collect();
+            let mut joins_build = false;
+            for spec in &normalized {
+                if !building.is_empty() && !is_new_index(&[], &building, spec)? {
+                    joins_build = true;
+                }
+            }
+            if joins_build {
+                drop(meta);
+                drop(ddl);
+                std::thread::sleep(std::time::Duration::from_millis(10));
                 continue;
             }
-            to_build.push(spec);
-        }
-        if to_build.is_empty() {
-            return Ok(CreateIndexesOutcome {
+            let before = meta.indexes.len();
+            let mut to_build = Vec::new();
+            for spec in &normalized {
+                if !is_new_index(&meta.indexes, &to_build, spec)? {
+                    continue;
+                }
+                if !building.is_empty() {
+                    is_new_index(&[], &building, spec)?;
+                }
+                to_build.push(spec.clone());
+            }
+            if to_build.is_empty() {
+                return Ok(CreateIndexesOutcome {
+                    num_indexes_before: before,
+                    num_indexes_after: before,
+                    created_collection_automatically: !existed,
+                    note: Some("all indexes already exist"),
+                });
+            }
+            // Registration: a brief exclusive section (no write in flight, as the metadata
+            // guard is held by every writer until it commits); from here on writers
+            // maintain the new indexes' keys.
+            let mut txn = self.kv.begin();
+            let mut new_meta = meta.clone();
+            let mut ids = Vec::new();
+            for spec in to_build {
+                let mut ix = IndexMeta::from_spec(self.allocate_id(txn.as_mut())?, spec)?;
+                ix.build = Some(Arc::default());
+                ids.push(ix.id);
+                new_meta.building.push(ix);
+            }
+            self.write_entry(txn.as_mut(), &coll, &new_meta)?;
+            txn.commit()?;
+            *meta = new_meta;
+            break (before, ids);
+        };
+        match self.build_indexes(&coll, &ids) {
+            Ok(()) => Ok(CreateIndexesOutcome {
                 num_indexes_before: before,
-                num_indexes_after: before,
+                num_indexes_after: before + ids.len(),
                 created_collection_automatically: !existed,
-                note: Some("all indexes already exist"),
-            });
+                note: None,
+            }),
+            Err(e) => {
+                // At shutdown the catalog keeps the build; the next start restarts it.
+                if !self.stopping.load(std::sync::atomic::Ordering::Relaxed) {
+                    self.abandon_build(&coll, &ids)?;
+                }
+                Err(e)
+            }
         }
-        let mut txn = self.kv.begin();
-        let mut new_meta = meta.clone();
-        for spec in to_build {
-            let ix = IndexMeta::from_spec(self.allocate_id(txn.as_mut())?, spec)?;
-            let ix = self.build_index(txn.as_mut(), &coll, ix)?;
-            new_meta.indexes.push(ix);
-        }
-        self.write_entry(txn.as_mut(), &coll, &new_meta)?;
-        txn.commit()?;
-        let after = new_meta.indexes.len();
-        *meta = new_meta;
-        Ok(CreateIndexesOutcome {
-            num_indexes_before: before,
-            num_indexes_after: after,
-            created_collection_automatically: !existed,
-            note: None,
-        })
     }
 
-    /// Adds one index's entries for every document (writers are blocked by the meta lock).
-    fn build_index(
+    /// The building indexes with these ids, or the reason the build cannot go on.
+    fn building_indexes(
         &self,
-        txn: &mut dyn KvTxn,
         coll: &Collection,
-        ix: IndexMeta,
-    ) -> Result<IndexMeta> {
-        let lower = keys::u64_be(coll.id);
-        let upper = keys::prefix_end(coll.id);
-        let docs: Vec<(u64, Vec<u8>)> = {
-            let mut c = txn.cursor(Space::Records, &lower, &upper);
-            c.seek_to_first();
-            let mut out = Vec::new();
-            while c.valid() {
-                let rid = keys::read_u64(&c.key()[8..]).unwrap_or(0);
-                out.push((rid, c.value().to_vec()));
-                c.next();
-            }
-            c.status()?;
-            out
+        meta: &CollectionMeta,
+        ids: &[u64],
+    ) -> Result<Vec<IndexMeta>> {
+        let aborted = |why: &str| {
+            Error::new(
+                ErrorCode::IndexBuildAborted,
+                format!("Index build aborted: {}: {why}", coll.ns),
+            )
         };
-        for (rid, bytes) in docs {
-            let doc = RawDocument::from_bytes(&bytes)?;
-            let (ks, _): (IndexKeySet, bool) = index::document_keys_for_write(&ix, doc)?;
-            index::insert_keys(txn, coll, &ix, &ks, rid)?;
+        if meta.dropped {
+            return Err(aborted("collection dropped"));
         }
-        Ok(ix)
+        if self.stopping.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Error::new(
+                ErrorCode::InterruptedAtShutdown,
+                "interrupted at shutdown",
+            ));
+        }
+        ids.iter()
+            .map(|id| {
+                meta.building
+                    .iter()
+                    .find(|ix| ix.id == *id)
+                    .cloned()
+                    .ok_or_else(|| aborted("index build aborted due to dropIndexes"))
+            })
+            .collect()
+    }
+
+    /// Builds registered indexes (`meta.building`) over the existing documents, MongoDB's
+    /// hybrid build without a side table: writers already maintain the keys, so the scan
+    /// only has to add each record's keys once. It walks the record store in batches,
+    /// each one transaction that reads the current version of its records with locking
+    /// reads (a concurrent writer of one of them conflicts and one of the two retries), so
+    /// a key of a version a writer has since replaced is never added. Unique collisions
+    /// (from the scan or from writers) are recorded and checked at commit, which moves the
+    /// indexes to `meta.indexes` in one brief exclusive section.
+    pub(crate) fn build_indexes(&self, coll: &Collection, ids: &[u64]) -> Result<()> {
+        // Transactions that wrote before the registration wrote no keys of these indexes:
+        // their records must be visible (or gone) before the scan passes them.
+        let open = coll.open_txn_ids();
+        coll.wait_for_txns(&open, || {
+            self.stopping.load(std::sync::atomic::Ordering::Relaxed)
+        });
+        let upper = keys::prefix_end(coll.id);
+        let mut next_rid = 0u64;
+        loop {
+            let meta = coll.meta.read();
+            let ixs = self.building_indexes(coll, &meta, ids)?;
+            let last = with_write_conflict_retry(
+                None,
+                || {},
+                || {
+                    let mut txn = self.kv.begin();
+                    let batch: Vec<Vec<u8>> = {
+                        let mut c =
+                            txn.cursor(Space::Records, &keys::with_id(coll.id, next_rid), &upper);
+                        c.seek_to_first();
+                        let mut out = Vec::new();
+                        while c.valid() && out.len() < BUILD_BATCH {
+                            out.push(c.key().to_vec());
+                            c.next();
+                        }
+                        c.status()?;
+                        out
+                    };
+                    for rkey in &batch {
+                        let rid = keys::read_u64(&rkey[8..]).unwrap_or(0);
+                        let Some(bytes) = txn.get_for_update(Space::Records, rkey)? else {
+                            continue;
+                        };
+                        let doc = RawDocument::from_bytes(&bytes)?;
+                        for ix in &ixs {
+                            let (ks, _): (IndexKeySet, bool) =
+                                index::document_keys_for_write(ix, doc)?;
+                            index::insert_keys(txn.as_mut(), coll, ix, &ks, rid)?;
+                        }
+                    }
+                    txn.commit()?;
+                    Ok(batch.last().and_then(|k| keys::read_u64(&k[8..])))
+                },
+            )?;
+            drop(meta);
+            match last {
+                Some(rid) => next_rid = rid + 1,
+                None => break,
+            }
+        }
+        self.commit_build(coll, ids)
+    }
+
+    /// Checks recorded unique collisions and makes the indexes ready, with no writer in
+    /// flight (the exclusive metadata guard) and no open transaction that wrote here.
+    fn commit_build(&self, coll: &Collection, ids: &[u64]) -> Result<()> {
+        let mut attempts = 0;
+        let (_ddl, mut meta) = loop {
+            let ddl = self.ddl.lock();
+            let meta = coll.meta.write();
+            let open = coll.open_txn_ids();
+            attempts += 1;
+            if open.is_empty() || attempts > 100 {
+                break (ddl, meta);
+            }
+            drop(meta);
+            drop(ddl);
+            coll.wait_for_txns(&open, || {
+                self.stopping.load(std::sync::atomic::Ordering::Relaxed)
+            });
+        };
+        let ixs = self.building_indexes(coll, &meta, ids)?;
+        let mut txn = self.kv.begin();
+        for ix in &ixs {
+            let Some(build) = &ix.build else { continue };
+            let mut ready = ix.clone();
+            ready.build = None;
+            for (ks, rid) in build.take_violations() {
+                let Some(bytes) = txn.get(Space::Records, &keys::with_id(coll.id, rid))? else {
+                    continue;
+                };
+                let keys_now = index::document_keys(ix, RawDocument::from_bytes(&bytes)?)?;
+                let Some(entry) = keys_now.get(&ks) else {
+                    continue;
+                };
+                let one: IndexKeySet = [(ks, entry.clone())].into_iter().collect();
+                index::insert_keys(txn.as_mut(), coll, &ready, &one, rid)?;
+            }
+        }
+        let mut new_meta = meta.clone();
+        new_meta.building.retain(|ix| !ids.contains(&ix.id));
+        for mut ix in ixs {
+            ix.build = None;
+            new_meta.indexes.push(ix);
+        }
+        self.write_entry(txn.as_mut(), coll, &new_meta)?;
+        txn.commit()?;
+        *meta = new_meta;
+        Ok(())
+    }
+
+    /// Removes the indexes of a failed build from the catalog and deletes their keys.
+    fn abandon_build(&self, coll: &Collection, ids: &[u64]) -> Result<()> {
+        {
+            let _ddl = self.ddl.lock();
+            let mut meta = coll.meta.write();
+            if !meta.dropped && meta.building.iter().any(|ix| ids.contains(&ix.id)) {
+                let mut new_meta = meta.clone();
+                new_meta.building.retain(|ix| !ids.contains(&ix.id));
+                let mut txn = self.kv.begin();
+                self.write_entry(txn.as_mut(), coll, &new_meta)?;
+                txn.commit()?;
+                *meta = new_meta;
+            }
+        }
+        for id in ids {
+            self.delete_prefix(Space::Indexes, *id)?;
+        }
+        Ok(())
+    }
+
+    /// Restarts the builds a previous run left unfinished: their keys are cleared before
+    /// any writer runs, then each collection's builds run on a thread of their own.
+    pub(crate) fn restart_index_builds(self: &Arc<Self>) -> Result<()> {
+        let mut pending = Vec::new();
+        for coll in self.collections.read().values() {
+            let ids: Vec<u64> = coll.meta.read().building.iter().map(|ix| ix.id).collect();
+            if !ids.is_empty() {
+                pending.push((coll.clone(), ids));
+            }
+        }
+        for (coll, ids) in pending {
+            for id in &ids {
+                self.delete_prefix(Space::Indexes, *id)?;
+            }
+            let engine = Arc::downgrade(self);
+            std::thread::Builder::new()
+                .name("index-build".into())
+                .spawn(move || {
+                    let Some(engine) = engine.upgrade() else {
+                        return;
+                    };
+                    if engine.build_indexes(&coll, &ids).is_err()
+                        && !engine.stopping.load(std::sync::atomic::Ordering::Relaxed)
+                    {
+                        let _ = engine.abandon_build(&coll, &ids);
+                    }
+                })
+                .map_err(|e| Error::internal(e.to_string()))?;
+        }
+        Ok(())
     }
 
     /// `collMod` of validation options: each of `validator`, `validationLevel`,
@@ -308,15 +519,17 @@ impl Engine {
             .ok_or_else(|| catalog::namespace_not_found(ns))?;
         let mut meta = coll.meta.write();
         let before = meta.indexes.len();
-        let targets = select_indexes(&meta.indexes, which)?;
+        // Indexes being built can be named too: dropping one aborts its build.
+        let all: Vec<IndexMeta> = meta.write_indexes().cloned().collect();
+        let targets = select_indexes(&all, which)?;
         let mut new_meta = meta.clone();
         new_meta.indexes.retain(|ix| !targets.contains(&ix.name));
+        new_meta.building.retain(|ix| !targets.contains(&ix.name));
         let mut txn = self.kv.begin();
         self.write_entry(txn.as_mut(), &coll, &new_meta)?;
         txn.commit()?;
         let dropped: Vec<u64> = meta
-            .indexes
-            .iter()
+            .write_indexes()
             .filter(|ix| targets.contains(&ix.name))
             .map(|ix| ix.id)
             .collect();

@@ -47,12 +47,16 @@ impl Engine {
             sort: None,
             projection: Some(&projection),
             count: false,
+            collation: None,
         };
         let meta = coll.meta.read();
         let best = meta
             .indexes
             .iter()
-            .filter(|ix| !ix.is_hidden() && !ix.is_partial() && !ix.sparse)
+            .filter(|ix| {
+                // A collated index holds collation keys, not the values distinct returns.
+                !ix.is_hidden() && !ix.is_partial() && !ix.sparse && ix.collation.is_none()
+            })
             .filter_map(|ix| {
                 let field = ix.pattern.iter().position(|(p, _)| p == key)?;
                 let sol =

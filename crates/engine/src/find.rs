@@ -78,6 +78,8 @@ fn natural_direction(d: &Document) -> Option<bool> {
 }
 
 /// A planned access path: one index's solution, or an indexed `$or`.
+// Short-lived (one per plan candidate), so the size difference does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Candidate {
     Index(plan::IndexSolution),
     Or(plan::or::OrSolution),
@@ -232,30 +234,85 @@ impl Engine {
                 spec.deadline,
             ));
         }
-        let hinted_index = match &spec.hint {
-            // Indexes hold binary string keys: under a collation only a scan answers
-            // string predicates and sorts correctly (until indexes carry collations).
-            _ if collation.is_some() => {
-                let scan = self.collscan(coll, spec, &parsed, natural_sort.unwrap_or(true));
-                return Ok(Executor::new(
-                    parsed.finish(scan, true, Fetched::Yes),
-                    spec.deadline,
-                ));
+        // An index filter for the query's shape limits the indexes and overrides a hint.
+        let index_filter = coll
+            .plan_cache
+            .has_filters()
+            .then(|| {
+                let shape = plan::cache::filter_shape(
+                    &parsed.matcher.canonical_document(),
+                    parsed.sort.as_ref().map(|(_, d)| d),
+                    parsed.projection.as_ref().map(|(_, d)| d),
+                    spec.collation.as_ref(),
+                );
+                coll.plan_cache.filter_for(&shape)
+            })
+            .flatten();
+        let filtered: Vec<IndexMeta>;
+        let indexes: &[IndexMeta] = match &index_filter {
+            Some(f) => {
+                filtered = meta
+                    .indexes
+                    .iter()
+                    .filter(|ix| f.allows(ix))
+                    .cloned()
+                    .collect();
+                &filtered
             }
+            None => &meta.indexes,
+        };
+        let hint = if index_filter.is_some() {
+            None
+        } else {
+            spec.hint.as_ref()
+        };
+        let exec = self.plan_indexed(
+            coll,
+            spec,
+            &parsed,
+            (&meta.indexes, indexes, index_filter.is_some()),
+            hint,
+            natural_sort,
+            collation.as_ref(),
+        );
+        exec.map(|mut e| {
+            e.index_filter_set = index_filter.is_some();
+            e
+        })
+    }
+
+    /// Plans over `indexes` (all of the collection's, or those an index filter allows).
+    #[allow(clippy::too_many_arguments)]
+    fn plan_indexed(
+        &self,
+        coll: &CollectionRef,
+        spec: &FindSpec,
+        parsed: &Parsed,
+        (all_indexes, indexes, filter_set): (&[IndexMeta], &[IndexMeta], bool),
+        hint: Option<&Bson>,
+        natural_sort: Option<bool>,
+        collation: Option<&Collation>,
+    ) -> Result<Executor> {
+        let hinted_index = match hint {
             Some(Bson::Document(h)) if h.contains_key("$natural") => {
                 let forward = natural_direction(h).unwrap_or(true);
-                let scan = self.collscan(coll, spec, &parsed, forward);
+                let scan = self.collscan(coll, spec, parsed, forward);
                 return Ok(Executor::new(
                     parsed.finish(scan, true, Fetched::Yes),
                     spec.deadline,
                 ));
             }
-            Some(h) => Some(self.hinted_index(&meta.indexes, h)?),
+            Some(h) => Some(self.hinted_index(indexes, h)?),
             None => None,
         };
-        if hinted_index.is_none() && natural_sort.is_none() && parsed.sort.is_none() {
+        // The `_id` index has the simple collation: a collated `_id` query is planned.
+        if hinted_index.is_none()
+            && natural_sort.is_none()
+            && parsed.sort.is_none()
+            && collation.is_none()
+        {
             if let Some(id) = parsed.matcher.id_equality() {
-                if let Some(ix) = meta.indexes.iter().find(|i| i.is_id()) {
+                if let Some(ix) = all_indexes.iter().find(|i| i.is_id()) {
                     let express = Stage::new(ExpressIxscan::new(
                         parsed.src.clone(),
                         coll.id,
@@ -277,13 +334,14 @@ impl Engine {
                 sort: parsed.sort.as_ref().map(|(p, _)| p),
                 projection: parsed.projection.as_ref().map(|(p, _)| p.as_ref()),
                 count: spec.count,
+                collation,
             };
             let or = match hinted_index {
-                None => plan::or::enumerate_or(&meta.indexes, &query),
+                None => plan::or::enumerate_or(indexes, &query),
                 Some(_) => None,
             };
             (
-                plan::enumerate(&meta.indexes, &query, hinted_index.as_deref()),
+                plan::enumerate(indexes, &query, hinted_index.as_deref()),
                 or,
             )
         };
@@ -291,7 +349,7 @@ impl Engine {
         let mut candidates: Vec<Candidate> = solutions.into_iter().map(Candidate::Index).collect();
         candidates.extend(or_solution.map(Candidate::Or));
         if candidates.is_empty() {
-            let scan = self.collscan(coll, spec, &parsed, natural_sort.unwrap_or(true));
+            let scan = self.collscan(coll, spec, parsed, natural_sort.unwrap_or(true));
             return Ok(Executor::new(
                 parsed.finish(scan, true, Fetched::Yes),
                 spec.deadline,
@@ -300,18 +358,18 @@ impl Engine {
         let limit = spec.limit.saturating_add(spec.skip);
         // Only a race between several plans is worth remembering.
         let cache = (candidates.len() > 1 && hinted_index.is_none()).then(|| {
-            let ids = plan::cache::index_ids(&meta.indexes);
+            let ids = plan::cache::index_ids(all_indexes);
             let key = plan::cache::CacheKey::new(
                 &parsed.matcher.canonical_document(),
                 parsed.sort.as_ref().map(|(_, d)| d),
                 parsed.projection.as_ref().map(|(_, d)| d),
+                spec.collation.as_ref(),
                 &ids,
             );
             (key, ids)
         });
         if let Some((key, ids)) = &cache {
-            if let Some(mut exec) =
-                self.run_cached_plan(coll, &parsed, &candidates, key, ids, limit)
+            if let Some(mut exec) = self.run_cached_plan(coll, parsed, &candidates, key, ids, limit)
             {
                 exec.set_deadline(spec.deadline);
                 exec.max_scans_to_explode_reached = explode_limited;
@@ -320,14 +378,15 @@ impl Engine {
         }
         let stages: Vec<Stage> = candidates
             .iter()
-            .map(|c| self.candidate_plan(coll.id, &parsed, c))
+            .map(|c| self.candidate_plan(coll.id, parsed, c))
             .collect();
         let num_records = coll.count.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64;
         let outcome = plan::choose_plan(stages, num_records, limit)?;
         if let (Some((key, ids)), false, true) = (&cache, spec.explain, outcome.cacheable) {
             let solution = candidates[outcome.winner_index].key();
-            coll.plan_cache
-                .record(cache_entry(key, spec, &outcome, solution), ids);
+            let mut entry = cache_entry(key, spec, &outcome, solution);
+            entry.index_filter_set = filter_set;
+            coll.plan_cache.record(entry, ids);
         }
         let mut exec = Executor::from_trial(outcome, spec.deadline);
         exec.max_scans_to_explode_reached = explode_limited;
@@ -548,5 +607,6 @@ fn cache_entry(
         cached_plan: plan::explain::plan_document(&outcome.winner),
         creation_stats: stats,
         scores: outcome.scores.clone(),
+        index_filter_set: false,
     }
 }

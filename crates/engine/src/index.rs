@@ -31,7 +31,13 @@ fn generate_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<(IndexKeySet, Vec<
     let generated = nidus_doc::keys::index_keys(doc, &ix.pattern, ix.sparse)?;
     let mut out = IndexKeySet::new();
     for values in generated.keys {
-        let raw: Vec<bson::RawBson> = values
+        // A collated index stores each string as its collation key (kept as a string so
+        // the key still decodes and compares as one); errors still show the values.
+        let stored: Vec<Bson> = match &ix.collation {
+            Some(c) => values.iter().map(|v| collate_value(v, c)).collect(),
+            None => values.clone(),
+        };
+        let raw: Vec<bson::RawBson> = stored
             .iter()
             .map(|v| bson::RawBson::try_from(v.clone()))
             .collect::<std::result::Result<_, _>>()
@@ -45,6 +51,29 @@ fn generate_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<(IndexKeySet, Vec<
         out.insert(ks, (values, type_bits));
     }
     Ok((out, generated.multikey_paths))
+}
+
+/// A value as a collated index stores it: every string (also inside documents and arrays)
+/// replaced by its collation key, written as lowercase hex so that byte order, prefixes and
+/// thus key order are those of the collation.
+pub fn collate_value(v: &Bson, c: &nidus_doc::collation::Collation) -> Bson {
+    match v {
+        Bson::String(s) => {
+            let key = c.sort_key(s);
+            let mut out = String::with_capacity(key.len() * 2);
+            for b in key {
+                out.push_str(&format!("{b:02x}"));
+            }
+            Bson::String(out)
+        }
+        Bson::Document(d) => Bson::Document(
+            d.iter()
+                .map(|(k, v)| (k.clone(), collate_value(v, c)))
+                .collect(),
+        ),
+        Bson::Array(a) => Bson::Array(a.iter().map(|v| collate_value(v, c)).collect()),
+        other => other.clone(),
+    }
 }
 
 pub fn entry_key(ix: &IndexMeta, ks: &[u8], rid: u64) -> Vec<u8> {
@@ -92,6 +121,12 @@ pub fn insert_keys(
         if ix.unique {
             if let Some(existing) = txn.get_for_update(Space::Indexes, &key)? {
                 if keys::read_u64(&existing) != Some(rid) {
+                    // An index being built takes the write and fails at its commit if
+                    // the collision is still there (MongoDB's hybrid builds).
+                    if let Some(build) = &ix.build {
+                        build.record_violation(ks.clone(), rid);
+                        continue;
+                    }
                     return Err(duplicate_key_error(coll, ix, values));
                 }
             }
@@ -108,7 +143,16 @@ pub fn remove_keys(
     rid: u64,
 ) -> Result<()> {
     for ks in keys_to_remove.keys() {
-        txn.delete(Space::Indexes, &entry_key(ix, ks, rid))?;
+        let key = entry_key(ix, ks, rid);
+        // A unique index being built may hold another record's entry under this key (a
+        // recorded collision): only the record's own entry goes.
+        if ix.unique && ix.build.is_some() {
+            match txn.get_for_update(Space::Indexes, &key)? {
+                Some(v) if keys::read_u64(&v) == Some(rid) => {}
+                _ => continue,
+            }
+        }
+        txn.delete(Space::Indexes, &key)?;
     }
     Ok(())
 }

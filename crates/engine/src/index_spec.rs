@@ -167,6 +167,17 @@ pub fn normalize(spec: &Document) -> Result<Document> {
                 }
                 out.insert(k.clone(), v.clone());
             }
+            "collation" => {
+                let Bson::Document(c) = v else {
+                    return Err(Error::type_mismatch(
+                        "The field 'collation' must be an object",
+                    ));
+                };
+                // Stored resolved, as listIndexes shows it; the simple collation is omitted.
+                if let Some(c) = nidus_doc::collation::Collation::parse(c)? {
+                    out.insert(k.clone(), c.to_document());
+                }
+            }
             "partialFilterExpression" => {
                 if !matches!(v, Bson::Document(_)) {
                     return Err(Error::type_mismatch(

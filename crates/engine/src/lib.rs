@@ -74,7 +74,9 @@ impl Engine {
         };
         engine.load_catalog()?;
         engine.load_views()?;
-        Ok(Arc::new(engine))
+        let engine = Arc::new(engine);
+        engine.restart_index_builds()?;
+        Ok(engine)
     }
 
     /// Sets the directory for spilled sort runs (the server's `<dbpath>/_tmp`).
@@ -256,7 +258,12 @@ impl Engine {
                     Ok(doc) if doc.iter().all(|e| e.is_ok()) => {
                         for (i, ix) in meta.indexes.iter().enumerate() {
                             for ks in index::document_keys(ix, doc)?.keys() {
-                                expected[i].insert(index::entry_key(ix, ks, rid));
+                                let mut k = index::entry_key(ix, ks, rid);
+                                if ix.unique {
+                                    // The record id lives in a unique entry's value.
+                                    k.extend_from_slice(&keys::u64_be(rid));
+                                }
+                                expected[i].insert(k);
                             }
                         }
                     }
@@ -275,7 +282,11 @@ impl Engine {
             );
             c.seek_to_first();
             while c.valid() {
-                found.insert(c.key().to_vec());
+                let mut k = c.key().to_vec();
+                if ix.unique {
+                    k.extend_from_slice(c.value().get(..8).unwrap_or_default());
+                }
+                found.insert(k);
                 c.next();
             }
             c.status()?;

@@ -16,6 +16,8 @@ use std::sync::Arc;
 
 /// What a transaction's storage is doing; `Ended` once committed or rolled back.
 pub struct Transaction {
+    /// Process-unique id (index builds wait for the transactions open on a collection).
+    id: u64,
     kv: Mutex<Option<Box<dyn KvTxn>>>,
     /// Document count and size changes per collection id, applied at commit.
     pending_stats: Mutex<HashMap<u64, (CollectionRef, i64, i64)>>,
@@ -24,7 +26,9 @@ pub struct Transaction {
 impl Transaction {
     /// Starts a transaction whose snapshot is the store as of now.
     pub fn begin(kv: &dyn KvEngine) -> Arc<Transaction> {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Arc::new(Transaction {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             kv: Mutex::new(Some(kv.begin())),
             pending_stats: Mutex::new(HashMap::new()),
         })
@@ -37,6 +41,15 @@ impl Transaction {
             Some(kv) => op(kv.as_mut()),
             None => Err(ended()),
         }
+    }
+
+    /// Marks `coll` as written by this transaction until it ends (before each write).
+    pub fn touch(&self, coll: &CollectionRef) {
+        coll.txn_touch(self.id);
+        self.pending_stats
+            .lock()
+            .entry(coll.id)
+            .or_insert_with(|| (coll.clone(), 0, 0));
     }
 
     /// Counts a document insert (+1), delete (-1) or size change toward commit.
@@ -52,11 +65,14 @@ impl Transaction {
     /// Makes every write visible at once. Fails (and ends the transaction) on a conflict.
     pub fn commit(&self) -> Result<()> {
         let kv = self.kv.lock().take().ok_or_else(ended)?;
-        kv.commit()?;
+        let committed = kv.commit();
         for (_, (coll, docs, bytes)) in self.pending_stats.lock().drain() {
-            coll.adjust_stats(docs, bytes);
+            if committed.is_ok() {
+                coll.adjust_stats(docs, bytes);
+            }
+            coll.txn_ended(self.id);
         }
-        Ok(())
+        Ok(committed?)
     }
 
     /// Discards every write and releases the transaction's locks. Idempotent.
@@ -65,7 +81,9 @@ impl Transaction {
             // A failed rollback leaves nothing visible: the writes were never committed.
             let _ = kv.rollback();
         }
-        self.pending_stats.lock().clear();
+        for (_, (coll, _, _)) in self.pending_stats.lock().drain() {
+            coll.txn_ended(self.id);
+        }
     }
 
     pub fn is_open(&self) -> bool {

@@ -187,13 +187,20 @@ fn to_raw(doc: &Document) -> Result<RawDocumentBuf> {
 /// paths widened.
 fn index_keys_all(meta: &CollectionMeta, doc: &RawDocument) -> Result<(Vec<IndexKeySet>, bool)> {
     let mut widened = false;
-    let mut all = Vec::with_capacity(meta.indexes.len());
-    for ix in &meta.indexes {
+    let mut all = Vec::with_capacity(meta.indexes.len() + meta.building.len());
+    for ix in meta.write_indexes() {
         let (keys, w) = index::document_keys_for_write(ix, doc)?;
         widened |= w;
         all.push(keys);
     }
     Ok((all, widened))
+}
+
+/// Registers a transaction's write on `coll` (index builds wait for such transactions).
+fn touch(opts: &WriteOpts, coll: &CollectionRef) {
+    if let Some(t) = &opts.txn {
+        t.touch(coll);
+    }
 }
 
 /// Persists widened multikey paths with the write that widened them.
@@ -254,6 +261,7 @@ impl Engine {
         opts: &WriteOpts,
     ) -> Result<()> {
         let meta = coll.meta.read();
+        touch(opts, coll);
         if meta.dropped {
             return Err(Error::new(
                 ErrorCode::NamespaceNotFound,
@@ -269,7 +277,7 @@ impl Engine {
         }
         self.write_unit(opts, |txn| {
             let rid = coll.allocate_record_id();
-            for (ix, ks) in meta.indexes.iter().zip(&keys) {
+            for (ix, ks) in meta.write_indexes().zip(&keys) {
                 index::insert_keys(txn, coll, ix, ks, rid)?;
             }
             if widened {
@@ -425,6 +433,7 @@ impl Engine {
         opts: &WriteOpts,
     ) -> Result<Option<(bool, Document, Document)>> {
         let meta = coll.meta.read();
+        touch(opts, coll);
         let rkey = keys::with_id(coll.id, rid);
         let mut reads = 0u64;
         let result = self.write_unit(opts, |txn| {
@@ -491,7 +500,7 @@ impl Engine {
         rid: u64,
     ) -> Result<()> {
         let mut widened = false;
-        for ix in &meta.indexes {
+        for ix in meta.write_indexes() {
             let before = index::document_keys(ix, old)?;
             let (after, w) = index::document_keys_for_write(ix, new)?;
             widened |= w;
@@ -564,6 +573,7 @@ impl Engine {
         opts: &WriteOpts,
     ) -> Result<Option<Document>> {
         let meta = coll.meta.read();
+        touch(opts, coll);
         let rkey = keys::with_id(coll.id, rid);
         let mut reads = 0u64;
         let deleted = self.write_unit(opts, |txn| {
@@ -578,7 +588,7 @@ impl Engine {
             if !matcher.matches(raw)? {
                 return Ok(None);
             }
-            for ix in &meta.indexes {
+            for ix in meta.write_indexes() {
                 let removed = index::document_keys(ix, raw)?;
                 index::remove_keys(txn, ix, &removed, rid)?;
                 count_index_changes(0, removed.len());

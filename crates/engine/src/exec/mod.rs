@@ -284,6 +284,8 @@ pub struct Executor {
     pub is_cached: bool,
     /// The query's plan cache shape and key, when it was computed.
     pub cache_key: Option<crate::plan::cache::CacheKey>,
+    /// An index filter restricted the indexes considered (explain's `indexFilterSet`).
+    pub index_filter_set: bool,
 }
 
 impl Executor {
@@ -296,6 +298,7 @@ impl Executor {
             max_scans_to_explode_reached: false,
             is_cached: false,
             cache_key: None,
+            index_filter_set: false,
         }
     }
 
@@ -308,6 +311,7 @@ impl Executor {
             max_scans_to_explode_reached: false,
             is_cached: false,
             cache_key: None,
+            index_filter_set: false,
         }
     }
 

@@ -34,6 +34,7 @@ impl CacheKey {
         filter: &Document,
         sort: Option<&Document>,
         projection: Option<&Document>,
+        collation: Option<&Document>,
         indexes: &[(u64, bool)],
     ) -> CacheKey {
         let mut shape = String::new();
@@ -45,6 +46,10 @@ impl CacheKey {
         shape.push('|');
         if let Some(p) = projection {
             shape.push_str(&format!("{p}"));
+        }
+        // A collated query is its own shape (it may use other indexes).
+        if let Some(c) = collation {
+            shape.push_str(&format!("|{c}"));
         }
         let shape_hash = hex(fnv1a(shape.as_bytes()));
         let with_indexes = format!("{shape}|{indexes:?}");
@@ -119,6 +124,8 @@ pub struct Entry {
     /// Each candidate's trial statistics, the winner first.
     pub creation_stats: Vec<Document>,
     pub scores: Vec<f64>,
+    /// The shape had an index filter when the entry was made.
+    pub index_filter_set: bool,
 }
 
 impl Entry {
@@ -136,7 +143,7 @@ impl Entry {
             "timeOfCreation": self.created,
             "creationExecStats": self.creation_stats.iter().cloned().map(Bson::Document).collect::<Vec<_>>(),
             "candidatePlanScores": self.scores.iter().map(|s| Bson::Double(*s)).collect::<Vec<_>>(),
-            "indexFilterSet": false,
+            "indexFilterSet": self.index_filter_set,
             "estimatedSizeBytes": (self.cached_plan.to_string().len() + 512) as i64,
             "host": host,
         }
@@ -155,6 +162,71 @@ pub enum Lookup {
 #[derive(Default, Debug)]
 pub struct PlanCache {
     state: Mutex<State>,
+    /// Index filters by query shape (`planCacheSetFilter`); in memory only, as MongoDB's.
+    filters: Mutex<Vec<IndexFilter>>,
+    has_filters: std::sync::atomic::AtomicBool,
+}
+
+/// An index filter: the only indexes the planner considers for one query shape (filter,
+/// sort, projection, collation). A hint is ignored for such a shape, as in MongoDB.
+#[derive(Debug, Clone)]
+pub struct IndexFilter {
+    pub shape: String,
+    /// The shape's `planCacheShapeHash` (its plan cache entries go when the filter changes).
+    pub shape_hash: String,
+    pub query: Document,
+    pub sort: Document,
+    pub projection: Document,
+    pub collation: Option<Document>,
+    pub key_patterns: Vec<Document>,
+    pub names: Vec<String>,
+}
+
+impl IndexFilter {
+    /// Whether the filter lets the planner use `ix` (named, or its key pattern listed).
+    pub fn allows(&self, ix: &IndexMeta) -> bool {
+        self.names.contains(&ix.name) || self.key_patterns.iter().any(|k| *k == ix.key_document())
+    }
+
+    /// The entry `planCacheListFilters` shows.
+    pub fn list_document(&self) -> Document {
+        let mut d = doc! {
+            "query": self.query.clone(),
+            "sort": self.sort.clone(),
+            "projection": self.projection.clone(),
+        };
+        if let Some(c) = &self.collation {
+            d.insert("collation", c.clone());
+        }
+        let indexes: Vec<Bson> = self
+            .key_patterns
+            .iter()
+            .cloned()
+            .map(Bson::Document)
+            .chain(self.names.iter().cloned().map(Bson::String))
+            .collect();
+        d.insert("indexes", indexes);
+        d
+    }
+}
+
+/// The shape an index filter is kept under: the canonical filter's shape, sort,
+/// projection and collation.
+pub fn filter_shape(
+    canonical_filter: &Document,
+    sort: Option<&Document>,
+    projection: Option<&Document>,
+    collation: Option<&Document>,
+) -> String {
+    let mut shape = String::new();
+    shape_of(&Bson::Document(canonical_filter.clone()), &mut shape);
+    for part in [sort, projection, collation] {
+        shape.push('|');
+        if let Some(d) = part.filter(|d| !d.is_empty()) {
+            shape.push_str(&format!("{d}"));
+        }
+    }
+    shape
 }
 
 #[derive(Default, Debug)]
@@ -227,6 +299,48 @@ impl PlanCache {
             None => s.entries.clear(),
             Some(h) => s.entries.retain(|e| e.key.shape_hash != h),
         }
+    }
+
+    /// Sets (or replaces) the index filter of a shape; the shape's cached plans go.
+    pub fn set_filter(&self, filter: IndexFilter) {
+        self.clear(Some(&filter.shape_hash));
+        let mut filters = self.filters.lock();
+        filters.retain(|f| f.shape != filter.shape);
+        filters.push(filter);
+        self.has_filters
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Removes the filter of one shape, or every filter; their shapes' cached plans go.
+    pub fn clear_filters(&self, shape: Option<&str>) {
+        let mut filters = self.filters.lock();
+        let (gone, kept): (Vec<IndexFilter>, Vec<IndexFilter>) = filters
+            .drain(..)
+            .partition(|f| shape.is_none_or(|s| f.shape == s));
+        *filters = kept;
+        self.has_filters
+            .store(!filters.is_empty(), std::sync::atomic::Ordering::Relaxed);
+        drop(filters);
+        for f in gone {
+            self.clear(Some(&f.shape_hash));
+        }
+    }
+
+    pub fn list_filters(&self) -> Vec<IndexFilter> {
+        self.filters.lock().clone()
+    }
+
+    /// Whether any filter is set (so a query need not compute its shape otherwise).
+    pub fn has_filters(&self) -> bool {
+        self.has_filters.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn filter_for(&self, shape: &str) -> Option<IndexFilter> {
+        self.filters
+            .lock()
+            .iter()
+            .find(|f| f.shape == shape)
+            .cloned()
     }
 
     /// The entries still valid for the collection's `indexes`.

@@ -83,7 +83,7 @@ pub fn query_planner(ns: &str, parsed_query: Document, exec: &Executor) -> Docum
     let mut d = doc! {
         "namespace": ns,
         "parsedQuery": parsed_query,
-        "indexFilterSet": false,
+        "indexFilterSet": exec.index_filter_set,
     };
     if let Some(key) = &exec.cache_key {
         d.insert("planCacheShapeHash", key.shape_hash.clone());

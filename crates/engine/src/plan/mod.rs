@@ -28,6 +28,9 @@ pub struct Query<'a> {
     pub projection: Option<&'a Projection>,
     /// A count needs no field of the documents.
     pub count: bool,
+    /// The query's collation (None = simple): an index with another collation answers only
+    /// predicates that compare no strings, and provides no sort.
+    pub collation: Option<&'a nidus_doc::collation::Collation>,
 }
 
 /// One indexed access path: which index, its bounds and scan direction, which top-level
@@ -142,6 +145,7 @@ pub fn enumerate(indexes: &[IndexMeta], query: &Query, hinted: Option<&str>) -> 
         let relevant = preds.iter().any(|p| {
             p.path == ix.pattern[0].0
                 && builder::is_indexable(p.leaf)
+                && collation_allows(ix, p.leaf, query)
                 && !(ix.sparse && matches_missing(p))
         });
         if hinted.is_some() || relevant || (sol.provides_sort && !ix.sparse && query.sort.is_some())
@@ -150,6 +154,47 @@ pub fn enumerate(indexes: &[IndexMeta], query: &Query, hinted: Option<&str>) -> 
         }
     }
     out
+}
+
+/// Whether an index's collation lets its bounds answer `leaf`: with the query's own
+/// collation, anything but a regex (whose prefix bounds are binary) on a collated index;
+/// with another collation, only comparisons to values holding no string (MongoDB's
+/// `QueryPlannerIXSelect` rule for mismatched collators).
+fn collation_allows(ix: &IndexMeta, leaf: &Leaf, query: &Query) -> bool {
+    let regex = match leaf {
+        Leaf::Regex(_) => true,
+        Leaf::In(l) => !l.regexes.is_empty(),
+        _ => false,
+    };
+    if ix.collation.as_ref() == query.collation {
+        return ix.collation.is_none() || !regex;
+    }
+    let collatable = |v: &bson::Bson| has_string(v);
+    match leaf {
+        Leaf::Eq(v) | Leaf::Cmp(_, v) => !collatable(&v.bson),
+        Leaf::In(l) => !regex && !l.values.iter().any(|v| collatable(&v.bson)),
+        Leaf::Regex(_) | Leaf::ElemMatch(_) => false,
+        _ => true,
+    }
+}
+
+fn has_string(v: &bson::Bson) -> bool {
+    match v {
+        bson::Bson::String(_) | bson::Bson::Symbol(_) => true,
+        bson::Bson::Document(d) => d.values().any(has_string),
+        bson::Bson::Array(a) => a.iter().any(has_string),
+        _ => false,
+    }
+}
+
+/// Bounds over a collated index compare collation keys: every string endpoint becomes one.
+fn collate_bounds(bounds: &mut IndexBounds, c: &nidus_doc::collation::Collation) {
+    for oil in &mut bounds.fields {
+        for iv in &mut oil.intervals {
+            iv.start = crate::index::collate_value(&iv.start, c);
+            iv.end = crate::index::collate_value(&iv.end, c);
+        }
+    }
 }
 
 /// Predicates a missing field satisfies cannot use a sparse index.
@@ -174,10 +219,11 @@ fn plan_index(
         let field_multikey = !ix.multikey_components(fi).is_empty();
         let mut acc: Option<Vec<bounds::Interval>> = None;
         let mut source: Option<Option<usize>> = None;
-        for p in preds
-            .iter()
-            .filter(|p| &p.path == field && builder::is_indexable_or_negated(p.leaf, p.negated))
-        {
+        for p in preds.iter().filter(|p| {
+            &p.path == field
+                && builder::is_indexable_or_negated(p.leaf, p.negated)
+                && collation_allows(ix, p.leaf, query)
+        }) {
             // A plain predicate cannot combine with bounds of another field under the same array.
             let blocked = (0..fi).any(|other| {
                 matches!(sources[other], Some(s) if s != p.elem_match || p.elem_match.is_none())
@@ -215,12 +261,19 @@ fn plan_index(
     let residual: Vec<usize> = (0..conjuncts.len())
         .filter(|&i| !exact_conjuncts[i] || inexact_conjuncts[i])
         .collect();
-    let bounds = IndexBounds { fields };
+    let mut bounds = IndexBounds { fields };
+    if let Some(c) = &ix.collation {
+        collate_bounds(&mut bounds, c);
+    }
+    let same_collation = ix.collation.as_ref() == query.collation;
     let (provides_sort, forward) = match query.sort {
+        Some(_) if !same_collation => (false, true),
         Some(s) if !s.fields.is_empty() => provided_sort(ix, &bounds, s),
         _ => (true, true),
     };
-    let covered = residual.is_empty() && (query.count || is_covered(ix, query.projection));
+    // Collation keys cannot give the strings back: a collated index covers only counts.
+    let covered = residual.is_empty()
+        && (query.count || (ix.collation.is_none() && is_covered(ix, query.projection)));
     let mut sol = IndexSolution {
         index: ix.clone(),
         bounds,
@@ -231,7 +284,7 @@ fn plan_index(
         merge_scans: None,
         max_scans_to_explode_reached: false,
     };
-    if let (false, Some(sort)) = (sol.provides_sort, query.sort) {
+    if let (false, Some(sort), true) = (sol.provides_sort, query.sort, same_collation) {
         match explode::explode_for_sort(ix, &sol.bounds, sort) {
             explode::Explosion::Scans { bounds, forward } => {
                 sol.merge_scans = Some(bounds);

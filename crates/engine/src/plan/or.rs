@@ -40,7 +40,7 @@ pub fn enumerate_or(indexes: &[IndexMeta], query: &Query) -> Option<OrSolution> 
         };
         let branches = clauses
             .iter()
-            .map(|clause| branch(indexes, clause))
+            .map(|clause| branch(indexes, clause, query))
             .collect::<Option<Vec<_>>>()?;
         Some(OrSolution {
             branches,
@@ -49,13 +49,14 @@ pub fn enumerate_or(indexes: &[IndexMeta], query: &Query) -> Option<OrSolution> 
     })
 }
 
-fn branch(indexes: &[IndexMeta], clause: &Expr) -> Option<OrBranch> {
+fn branch(indexes: &[IndexMeta], clause: &Expr, outer: &Query) -> Option<OrBranch> {
     let matcher = Matcher::from_expr(clause.clone());
     let query = Query {
         matcher: &matcher,
         sort: None,
         projection: None,
         count: false,
+        collation: outer.collation,
     };
     let solution = enumerate(indexes, &query, None)
         .into_iter()

@@ -215,6 +215,21 @@ static COMMANDS: &[Command] = &[
         plan_cache::plan_cache_clear,
         coll(&["planCacheWrite"]),
     ),
+    cmd(
+        "planCacheSetFilter",
+        plan_cache::plan_cache_set_filter,
+        coll(&["planCacheIndexFilter"]),
+    ),
+    cmd(
+        "planCacheClearFilters",
+        plan_cache::plan_cache_clear_filters,
+        coll(&["planCacheIndexFilter"]),
+    ),
+    cmd(
+        "planCacheListFilters",
+        plan_cache::plan_cache_list_filters,
+        coll(&["planCacheRead"]),
+    ),
     cmd("distinct", find::distinct, coll(&["find"])),
     cmd(
         "aggregate",
