@@ -95,3 +95,76 @@ def test_unjournaled_writes_synced_within_100ms(start_nidus, tmp_path):
     srv.restart()
     with srv.client() as c:
         assert c.d.c.count_documents({}) == 1000
+
+
+def _transfer_until_killed(srv, committed: list, stop: threading.Event, errors: list, seed: int):
+    """Transfers between accounts, one transaction each, committed with j:true; records the
+    transfers whose commit was acknowledged."""
+    import random
+
+    from pymongo.errors import ConnectionFailure, OperationFailure
+
+    rng = random.Random(seed)
+    c = srv.client(serverSelectionTimeoutMS=2000, socketTimeoutMS=5000)
+    db = c.get_database("bank", write_concern=WriteConcern(w=1, j=True))
+    try:
+        with c.start_session() as s:
+            while not stop.is_set():
+                src, dst = rng.sample(range(ACCOUNTS), 2)
+                amount = rng.randint(1, 20)
+                tag = f"{seed}-{rng.getrandbits(48)}"
+                try:
+                    with s.start_transaction():
+                        db.accounts.update_one({"_id": src}, {"$inc": {"balance": -amount}}, session=s)
+                        db.accounts.update_one({"_id": dst}, {"$inc": {"balance": amount}}, session=s)
+                        db.ledger.insert_one({"_id": tag, "amount": amount}, session=s)
+                    committed.append(tag)
+                except OperationFailure as e:
+                    if not e.has_error_label("TransientTransactionError"):
+                        if not stop.is_set():
+                            errors.append(repr(e))
+                        return
+                except (ConnectionFailure, PyMongoError) as e:
+                    if not stop.is_set():
+                        errors.append(repr(e))
+                    return
+    except PyMongoError:
+        pass  # the session's end after the kill
+    finally:
+        c.close()
+
+
+ACCOUNTS = 50
+
+
+def test_sigkill_loses_no_committed_transaction(start_nidus, tmp_path):
+    """Issue 7: clients transfer money in transactions while the server is SIGKILLed; after
+    the restart every acknowledged commit is there, no uncommitted one is, and the total
+    balance is what it was."""
+    srv = start_nidus(dbpath=tmp_path / "txn-dur", extra_args=["--replSet", "rs0"])
+    with srv.client() as c:
+        c.bank.accounts.insert_many([{"_id": i, "balance": 1000} for i in range(ACCOUNTS)])
+    committed: list[str] = []
+    stop = threading.Event()
+    errors: list[str] = []
+    threads = [threading.Thread(target=_transfer_until_killed, args=(srv, committed, stop, errors, t))
+               for t in range(THREADS)]
+    for t in threads:
+        t.start()
+    time.sleep(3)
+    stop.set()
+    assert srv.kill() == -9
+    for t in threads:
+        t.join(30)
+    assert not errors, errors[:3]
+    assert len(committed) > 20, f"only {len(committed)} transactions committed before the kill"
+    srv.restart()
+    with srv.client() as c:
+        ledger = {d["_id"] for d in c.bank.ledger.find({}, {"_id": 1})}
+        missing = [t for t in committed if t not in ledger]
+        assert not missing, f"{len(missing)} acknowledged transactions lost, e.g. {missing[:3]}"
+        total = sum(d["balance"] for d in c.bank.accounts.find())
+        assert total == ACCOUNTS * 1000
+        moved = sum(d["amount"] for d in c.bank.ledger.find())
+        assert moved > 0
+    assert not srv.panics()
