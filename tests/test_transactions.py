@@ -326,3 +326,24 @@ def test_list_local_sessions(rs_client):
         rs_client.admin.command("ping", session=s)
         ids = [d["_id"]["id"] for d in rs_client.admin.aggregate([{"$listLocalSessions": {}}])]
         assert s.session_id["id"] in ids
+
+
+def test_server_status_counts_transactions(tdb, rs_client):
+    def counts():
+        return rs_client.admin.command("serverStatus")["transactions"]
+
+    before = counts()
+    tdb.counted.insert_one({"_id": 0})
+    with rs_client.start_session() as s:
+        with s.start_transaction():
+            tdb.counted.insert_one({"_id": 1}, session=s)
+        s.start_transaction()
+        tdb.counted.insert_one({"_id": 2}, session=s)
+        assert counts()["currentOpen"] == before["currentOpen"] + 1
+        assert counts()["currentInactive"] == before["currentInactive"] + 1
+        s.abort_transaction()
+    after = counts()
+    assert after["totalStarted"] - before["totalStarted"] == 2
+    assert after["totalCommitted"] - before["totalCommitted"] == 1
+    assert after["totalAborted"] - before["totalAborted"] == 1
+    assert after["currentOpen"] == before["currentOpen"]

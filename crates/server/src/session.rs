@@ -12,6 +12,7 @@ use nidus_engine::txn::Transaction;
 use nidus_engine::Engine;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,10 +50,26 @@ const RETRYABLE_COMMANDS: &[&str] = &[
 #[derive(Default)]
 pub struct Sessions {
     map: Mutex<HashMap<Vec<u8>, Arc<Session>>>,
+    counters: Arc<TxnCounters>,
+}
+
+/// `serverStatus().transactions` totals.
+#[derive(Default)]
+pub struct TxnCounters {
+    pub started: AtomicU64,
+    pub committed: AtomicU64,
+    pub aborted: AtomicU64,
+}
+
+impl TxnCounters {
+    fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 pub struct Session {
     id: Binary,
+    counters: Arc<TxnCounters>,
     checked_out: Mutex<bool>,
     released: Condvar,
     state: Mutex<SessionState>,
@@ -266,6 +283,7 @@ impl Sessions {
             // A new number ends whatever the session was doing.
             if let TxnState::Active { txn, .. } = &st.txn {
                 txn.abort();
+                TxnCounters::count(&session.counters.aborted);
             }
             st.txn_number = Some(n);
             st.txn = TxnState::None;
@@ -304,6 +322,7 @@ impl Sessions {
             }
             check_transaction_read_concern(body)?;
             let txn = Transaction::begin(engine.kv());
+            TxnCounters::count(&session.counters.started);
             st.txn = TxnState::Active {
                 txn: txn.clone(),
                 started: Instant::now(),
@@ -345,6 +364,7 @@ impl Sessions {
             .or_insert_with(|| {
                 Arc::new(Session {
                     id: lsid.clone(),
+                    counters: self.counters.clone(),
                     checked_out: Mutex::new(false),
                     released: Condvar::new(),
                     state: Mutex::new(SessionState {
@@ -401,6 +421,7 @@ impl Sessions {
                 if now.duration_since(*started) >= lifetime {
                     txn.abort();
                     st.txn = TxnState::Aborted;
+                    TxnCounters::count(&s.counters.aborted);
                     aborted += 1;
                 }
             }
@@ -440,13 +461,25 @@ impl Sessions {
             .collect()
     }
 
-    /// Open transactions (`serverStatus().transactions.currentOpen`).
-    pub fn open_transactions(&self) -> usize {
-        self.map
-            .lock()
-            .values()
-            .filter(|s| matches!(s.state.lock().txn, TxnState::Active { .. }))
-            .count()
+    /// `serverStatus().transactions`: open transactions (active: a command runs on the
+    /// session now) and totals.
+    pub fn server_status(&self) -> Document {
+        let (mut open, mut active) = (0i64, 0i64);
+        for s in self.map.lock().values() {
+            if matches!(s.state.lock().txn, TxnState::Active { .. }) {
+                open += 1;
+                active += i64::from(*s.checked_out.lock());
+            }
+        }
+        let c = &self.counters;
+        doc! {
+            "currentActive": active,
+            "currentInactive": open - active,
+            "currentOpen": open,
+            "totalAborted": c.aborted.load(Ordering::Relaxed) as i64,
+            "totalCommitted": c.committed.load(Ordering::Relaxed) as i64,
+            "totalStarted": c.started.load(Ordering::Relaxed) as i64,
+        }
     }
 
     pub fn active_sessions(&self) -> usize {
@@ -498,6 +531,7 @@ impl Session {
         if let TxnState::Active { txn, .. } = &st.txn {
             txn.abort();
             st.txn = TxnState::Aborted;
+            TxnCounters::count(&self.counters.aborted);
         }
     }
 }
@@ -514,8 +548,14 @@ impl Binding {
                 let result = txn.commit();
                 let mut st = self.session.state.lock();
                 st.txn = match &result {
-                    Ok(()) => TxnState::Committed,
-                    Err(_) => TxnState::Aborted,
+                    Ok(()) => {
+                        TxnCounters::count(&self.session.counters.committed);
+                        TxnState::Committed
+                    }
+                    Err(_) => {
+                        TxnCounters::count(&self.session.counters.aborted);
+                        TxnState::Aborted
+                    }
                 };
                 result
             }
@@ -538,6 +578,7 @@ impl Binding {
             TxnState::Active { txn, .. } => {
                 txn.abort();
                 st.txn = TxnState::Aborted;
+                TxnCounters::count(&self.session.counters.aborted);
                 Ok(())
             }
             TxnState::Committed => Err(Error::new(
@@ -554,6 +595,7 @@ impl Binding {
         if let TxnState::Active { txn, .. } = &st.txn {
             txn.abort();
             st.txn = TxnState::Aborted;
+            TxnCounters::count(&self.session.counters.aborted);
         }
     }
 

@@ -58,7 +58,7 @@ pub fn server_status(ctx: &mut Ctx) -> Result<Document> {
             },
             "cursor": { "open": { "total": st.cursors.open_count() as i64 } },
         },
-        "transactions": { "currentOpen": st.sessions.open_transactions() as i64 },
+        "transactions": st.sessions.server_status(),
         "logicalSessionRecordCache": { "activeSessionsCount": st.sessions.active_sessions() as i64 },
         "storageEngine": { "name": "rocksdb", "supportsCommittedReads": true, "persistent": true },
         "nidus": { "walSyncs": st.engine.wal_syncs() as i64 },
