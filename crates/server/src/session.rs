@@ -84,6 +84,20 @@ struct SessionState {
     stored: Option<(i64, Document)>,
 }
 
+impl SessionState {
+    /// Ends the session's open transaction, if any (its writes are discarded, its locks
+    /// released) and counts it. Returns whether there was one.
+    fn abort_active(&mut self, counters: &TxnCounters) -> bool {
+        let TxnState::Active { txn, .. } = &self.txn else {
+            return false;
+        };
+        txn.abort();
+        self.txn = TxnState::Aborted;
+        TxnCounters::count(&counters.aborted);
+        true
+    }
+}
+
 enum TxnState {
     /// No transaction at `txn_number` (a retryable write, or nothing yet).
     None,
@@ -281,10 +295,7 @@ impl Sessions {
         }
         if newer {
             // A new number ends whatever the session was doing.
-            if let TxnState::Active { txn, .. } = &st.txn {
-                txn.abort();
-                TxnCounters::count(&session.counters.aborted);
-            }
+            st.abort_active(&session.counters);
             st.txn_number = Some(n);
             st.txn = TxnState::None;
             st.stored = None;
@@ -417,13 +428,10 @@ impl Sessions {
         let mut expired = Vec::new();
         for s in sessions {
             let mut st = s.state.lock();
-            if let TxnState::Active { txn, started, .. } = &st.txn {
-                if now.duration_since(*started) >= lifetime {
-                    txn.abort();
-                    st.txn = TxnState::Aborted;
-                    TxnCounters::count(&s.counters.aborted);
-                    aborted += 1;
-                }
+            let too_old = matches!(&st.txn,
+                TxnState::Active { started, .. } if now.duration_since(*started) >= lifetime);
+            if too_old && st.abort_active(&s.counters) {
+                aborted += 1;
             }
             let idle_for = now.duration_since(st.last_use);
             if idle_for >= idle && !matches!(st.txn, TxnState::Active { .. }) {
@@ -527,12 +535,7 @@ impl Session {
     }
 
     fn abort_active(&self) {
-        let mut st = self.state.lock();
-        if let TxnState::Active { txn, .. } = &st.txn {
-            txn.abort();
-            st.txn = TxnState::Aborted;
-            TxnCounters::count(&self.counters.aborted);
-        }
+        self.state.lock().abort_active(&self.counters);
     }
 }
 
@@ -574,13 +577,10 @@ impl Binding {
     pub fn abort(&self) -> Result<()> {
         let n = self.txn_number.unwrap_or(0);
         let mut st = self.session.state.lock();
+        if st.abort_active(&self.session.counters) {
+            return Ok(());
+        }
         match &st.txn {
-            TxnState::Active { txn, .. } => {
-                txn.abort();
-                st.txn = TxnState::Aborted;
-                TxnCounters::count(&self.session.counters.aborted);
-                Ok(())
-            }
             TxnState::Committed => Err(Error::new(
                 ErrorCode::TransactionCommitted,
                 format!("Transaction with {{ txnNumber: {n} }} has been committed."),
@@ -591,12 +591,7 @@ impl Binding {
 
     /// After a transaction statement failed: MongoDB aborts the transaction.
     pub fn abort_after_error(&self) {
-        let mut st = self.session.state.lock();
-        if let TxnState::Active { txn, .. } = &st.txn {
-            txn.abort();
-            st.txn = TxnState::Aborted;
-            TxnCounters::count(&self.session.counters.aborted);
-        }
+        self.session.abort_active();
     }
 
     /// A write with a `txnNumber` outside a transaction, to be run (not replayed).
