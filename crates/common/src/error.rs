@@ -60,6 +60,11 @@ impl Error {
         self.labels.iter().any(|l| l == label)
     }
 
+    /// An assertion-site error (`Location<code>`), for codes MongoDB's registry lacks.
+    pub fn location(code: i32, message: impl Into<String>) -> Error {
+        Error::new(ErrorCode::Location(code), message)
+    }
+
     pub fn bad_value(message: impl Into<String>) -> Error {
         Error::new(ErrorCode::BadValue, message)
     }

@@ -34,10 +34,6 @@ pub struct Densify {
     range: Range,
 }
 
-fn loc(code: i32, msg: impl Into<String>) -> Error {
-    Error::new(ErrorCode::Location(code), msg)
-}
-
 pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     let Bson::Document(spec) = arg else {
         return Err(Error::new(
@@ -69,7 +65,7 @@ pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             }
             ("range", other) => return Err(wrong_type("range", other, "object")),
             (other, _) => {
-                return Err(loc(
+                return Err(Error::location(
                     40415,
                     format!("BSON field '{NAME}.{other}' is an unknown field."),
                 ))
@@ -80,7 +76,7 @@ pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         return Err(missing("field"));
     };
     if field.starts_with('$') {
-        return Err(loc(
+        return Err(Error::location(
             16410,
             "FieldPath field names may not start with '$'. Consider using $getField or $setField.",
         ));
@@ -106,20 +102,20 @@ pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     };
     for k in range.keys() {
         if !["step", "bounds", "unit"].contains(&k.as_str()) {
-            return Err(loc(
+            return Err(Error::location(
                 40415,
                 format!("BSON field '{NAME}.range.{k}' is an unknown field."),
             ));
         }
     }
     if !super::is_number(&step) || nidus_expr::value::to_f64(&step) <= 0.0 {
-        return Err(loc(
+        return Err(Error::location(
             5733401,
             "The step parameter in a range statement must be a strictly positive numeric value",
         ));
     }
     if unit.is_some() && super::exact_i64(&step).is_none() {
-        return Err(loc(
+        return Err(Error::location(
             6586400,
             "The step parameter in a range statement must be a whole number when densifying a date range",
         ));
@@ -128,51 +124,51 @@ pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         Bson::String(s) if s == "full" => Range::Full,
         Bson::String(s) if s == "partition" => Range::Partition,
         Bson::String(_) => {
-            return Err(loc(
+            return Err(Error::location(
                 5946802,
                 "Bounds string must either be 'full' or 'partition'",
             ))
         }
         Bson::Array(a) => {
             if a.len() != 2 {
-                return Err(loc(
+                return Err(Error::location(
                     5733403,
                     "A bounding array in a range statement must have exactly two elements",
                 ));
             }
             if cmp_bson(&a[0], &a[1]).is_gt() {
-                return Err(loc(
+                return Err(Error::location(
                     5733402,
                     "A bounding array must be an ascending array of either two dates or two numbers",
                 ));
             }
             if super::is_number(&a[0]) {
                 if unit.is_some() {
-                    return Err(loc(5733409, "Numeric bounds may not have unit parameter"));
+                    return Err(Error::location(5733409, "Numeric bounds may not have unit parameter"));
                 }
                 if !super::is_number(&a[1]) {
-                    return Err(loc(
+                    return Err(Error::location(
                         5733406,
                         "A bounding array must contain either both dates or both numeric types",
                     ));
                 }
             } else if matches!(a[0], Bson::DateTime(_)) {
                 if !matches!(a[1], Bson::DateTime(_)) {
-                    return Err(loc(
+                    return Err(Error::location(
                         5733405,
                         "A bounding array must contain either both dates or both numeric types",
                     ));
                 }
                 if unit.is_none() {
-                    return Err(loc(5733410, "A bounding array of dates must specify a unit"));
+                    return Err(Error::location(5733410, "A bounding array of dates must specify a unit"));
                 }
             } else {
-                return Err(loc(5946800, "Explicit bounds must be numeric or dates"));
+                return Err(Error::location(5946800, "Explicit bounds must be numeric or dates"));
             }
             Range::Explicit(Box::new((a[0].clone(), a[1].clone())))
         }
         _ => {
-            return Err(loc(
+            return Err(Error::location(
                 5733404,
                 "The bounds in a range statement must be the string 'full', 'partition', or an ascending array of two numbers or two dates",
             ))
@@ -180,20 +176,20 @@ pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     };
     for p in &partition_fields {
         if p.starts_with(field.as_str()) {
-            return Err(loc(
+            return Err(Error::location(
                 8993000,
                 format!("partitionByFields '{p}' cannot include field '{field}' that is being densified."),
             ));
         }
         if field.starts_with(p.as_str()) {
-            return Err(loc(
+            return Err(Error::location(
                 9554500,
                 format!("field '{field}' that is being densified cannot include partitionByFields '{p}'."),
             ));
         }
     }
     if matches!(range, Range::Partition) && partition_fields.is_empty() {
-        return Err(loc(
+        return Err(Error::location(
             5733408,
             "One cannot specify the bounds as 'partition' without specifying a non-empty array of partitionByFields. You may have meant to specify 'full' bounds.",
         ));
@@ -218,7 +214,7 @@ pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
 }
 
 fn missing(f: &str) -> Error {
-    loc(
+    Error::location(
         40414,
         format!("BSON field '{NAME}.{f}' is missing but a required field"),
     )
@@ -284,7 +280,7 @@ impl Grid<'_> {
                     unit,
                     k.saturating_mul(step),
                 )
-                .ok_or_else(|| loc(5733500, "$densify date overflow"))?;
+                .ok_or_else(|| Error::location(5733500, "$densify date overflow"))?;
                 Ok(Bson::DateTime(DateTime::from_millis(ms)))
             }
             (start, None) if super::is_number(start) => {
@@ -300,12 +296,15 @@ impl Grid<'_> {
                 let st = nidus_expr::value::to_f64(&s.step);
                 Ok(Bson::Double(a + st * k as f64))
             }
-            (Bson::DateTime(_), None) => Err(loc(
+            (Bson::DateTime(_), None) => Err(Error::location(
                 5733410,
                 "A bounding array of dates must specify a unit",
             )),
-            (_, Some(_)) => Err(loc(5733409, "Numeric bounds may not have unit parameter")),
-            (other, None) => Err(loc(
+            (_, Some(_)) => Err(Error::location(
+                5733409,
+                "Numeric bounds may not have unit parameter",
+            )),
+            (other, None) => Err(Error::location(
                 5733201,
                 format!(
                     "Densify field type must be numeric or a date, found {}",
@@ -347,15 +346,16 @@ impl Densify {
     fn check_value(&self, v: &Bson) -> Result<()> {
         match (v, &self.unit) {
             (Bson::DateTime(_), Some(_)) => Ok(()),
-            (Bson::DateTime(_), None) => Err(loc(
+            (Bson::DateTime(_), None) => Err(Error::location(
                 5733302,
                 "Encountered date densify value in non-date densify field",
             )),
             (n, None) if super::is_number(n) => Ok(()),
-            (n, Some(_)) if super::is_number(n) => {
-                Err(loc(6053600, "Encountered non-date value in date densify"))
-            }
-            (other, _) => Err(loc(
+            (n, Some(_)) if super::is_number(n) => Err(Error::location(
+                6053600,
+                "Encountered non-date value in date densify",
+            )),
+            (other, _) => Err(Error::location(
                 5733201,
                 format!(
                     "Densify field type must be numeric or a date, found {}",

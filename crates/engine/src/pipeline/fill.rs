@@ -9,10 +9,6 @@ use nidus_common::{Error, ErrorCode, Result};
 
 const NAME: &str = "$fill";
 
-fn loc(code: i32, msg: impl Into<String>) -> Error {
-    Error::new(ErrorCode::Location(code), msg)
-}
-
 pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     let Bson::Document(spec) = arg else {
         return Err(Error::new(
@@ -46,7 +42,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             ("partitionBy", other) => return Err(wrong_type(k, other, "[string, object]")),
             ("partitionByFields", other) => return Err(wrong_type(k, other, "array")),
             (other, _) => {
-                return Err(loc(
+                return Err(Error::location(
                     40415,
                     format!("BSON field '{NAME}.{other}' is an unknown field."),
                 ))
@@ -54,13 +50,13 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         }
     }
     let Some(output) = output else {
-        return Err(loc(
+        return Err(Error::location(
             40414,
             format!("BSON field '{NAME}.output' is missing but a required field"),
         ));
     };
     if output.is_empty() {
-        return Err(loc(
+        return Err(Error::location(
             6050203,
             "The output field in '$fill' must contain an object with at least one element",
         ));
@@ -69,14 +65,14 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     let mut add_fields = Document::new();
     for (field, fspec) in output {
         let Bson::Document(f) = fspec else {
-            return Err(loc(
+            return Err(Error::location(
                 6050200,
                 "Each fill output specification must be an object with exactly one field",
             ));
         };
         for k in f.keys() {
             if k != "method" && k != "value" {
-                return Err(loc(
+                return Err(Error::location(
                     40415,
                     format!("BSON field '{NAME}.{k}' is an unknown field."),
                 ));
@@ -84,7 +80,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         }
         if let Some(method) = f.get("method") {
             if f.contains_key("value") {
-                return Err(loc(
+                return Err(Error::location(
                     6050201,
                     "Each fill output specification must have exactly one of 'method' or 'value' fields, not both",
                 ));
@@ -93,7 +89,10 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
                 Bson::String(m) if m == "locf" => "$locf",
                 Bson::String(m) if m == "linear" => "$linearFill",
                 Bson::String(_) => {
-                    return Err(loc(6050202, "Method must be either locf or linear"))
+                    return Err(Error::location(
+                        6050202,
+                        "Method must be either locf or linear",
+                    ))
                 }
                 other => return Err(wrong_type("method", other, "string")),
             };
@@ -106,14 +105,14 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
                 bson::bson!({"$ifNull": [format!("${field}"), value.clone()]}),
             );
         } else {
-            return Err(loc(
+            return Err(Error::location(
                 6050201,
                 "Each fill output specification must have exactly one of 'method' or 'value' fields, not both",
             ));
         }
     }
     if partition_by.is_some() && partition_fields.is_some() {
-        return Err(loc(
+        return Err(Error::location(
             6050204,
             "Maximum one of 'partitionBy' and 'partitionByFields can be specified in '$fill'",
         ));

@@ -8,7 +8,7 @@
 //! search stops after `maxDepth`. Visited documents and the pending values count against
 //! 100 MiB (`$graphLookup reached maximum memory consumption`, 40099).
 
-use super::context::{bson_bytes, check_size, doc_bytes, MAX_BLOCKING_STAGE_BYTES};
+use super::context::{bson_bytes, doc_bytes, MAX_BLOCKING_STAGE_BYTES};
 use super::r#match::Match;
 use super::unwind::set_nested;
 use super::{run, DocStream, DocumentSource, ExpCtx, Modified, ParseCtx, StageRef, Stream};
@@ -31,10 +31,6 @@ pub struct GraphLookup {
     depth_field: Option<String>,
     max_depth: Option<i64>,
     restrict: Option<Document>,
-}
-
-fn loc(code: i32, msg: impl Into<String>) -> Error {
-    Error::new(ErrorCode::Location(code), msg)
 }
 
 pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
@@ -63,7 +59,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             }
             "maxDepth" => {
                 if !super::is_number(v) {
-                    return Err(loc(
+                    return Err(Error::location(
                         40100,
                         format!(
                             "maxDepth must be numeric, found type: {}",
@@ -74,13 +70,13 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
                 let f = nidus_expr::value::to_f64(v);
                 let n = f as i64;
                 if n < 0 {
-                    return Err(loc(
+                    return Err(Error::location(
                         40101,
                         format!("maxDepth requires a nonnegative argument, found: {n}"),
                     ));
                 }
                 if n as f64 != f {
-                    return Err(loc(
+                    return Err(Error::location(
                         40102,
                         format!("maxDepth could not be represented as a long long: {n}"),
                     ));
@@ -90,7 +86,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             }
             "restrictSearchWithMatch" => {
                 let Bson::Document(d) = v else {
-                    return Err(loc(
+                    return Err(Error::location(
                         40185,
                         format!(
                             "restrictSearchWithMatch must be an object, found {}",
@@ -105,14 +101,14 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             }
             "from" | "as" | "connectFromField" | "connectToField" | "depthField" => {}
             other => {
-                return Err(loc(
+                return Err(Error::location(
                     40104,
                     format!("Unknown argument to $graphLookup: {other}"),
                 ))
             }
         }
         let Bson::String(s) = v else {
-            return Err(loc(
+            return Err(Error::location(
                 40103,
                 format!(
                     "expected string as argument for {k}, found: {}",
@@ -135,7 +131,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         || !nonempty(&connect_from)
         || !nonempty(&connect_to)
     {
-        return Err(loc(
+        return Err(Error::location(
             40105,
             "$graphLookup requires 'from', 'as', 'startWith', 'connectFromField', and 'connectToField' to be specified.",
         ));
@@ -143,7 +139,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     let (Some(from), Some(as_field), Some(start_with), Some(connect_from), Some(connect_to)) =
         (from, as_field, start_with, connect_from, connect_to)
     else {
-        return Err(loc(40105, "$graphLookup requires 'from', 'as', 'startWith', 'connectFromField', and 'connectToField' to be specified."));
+        return Err(Error::location(40105, "$graphLookup requires 'from', 'as', 'startWith', 'connectFromField', and 'connectToField' to be specified."));
     };
     Ok(vec![Arc::new(GraphLookup {
         from: Namespace::new(&pcx.db, &from),
@@ -181,7 +177,7 @@ fn values_at(v: &Bson, path: &[&str], out: &mut Vec<Bson>) {
 }
 
 impl GraphLookup {
-    fn search(&self, mut doc: Document, ctx: &ExpCtx) -> Result<Document> {
+    fn search(&self, doc: Document, ctx: &ExpCtx) -> Result<Document> {
         let mut frontier: Vec<Bson> = match ctx.evaluate(&self.start_with, &doc)? {
             Some(Bson::Array(a)) => a,
             Some(v) => vec![v],
@@ -221,7 +217,7 @@ impl GraphLookup {
                 }
                 memory += doc_bytes(&d);
                 if memory >= MAX_BLOCKING_STAGE_BYTES {
-                    return Err(loc(
+                    return Err(Error::location(
                         40099,
                         "$graphLookup reached maximum memory consumption",
                     ));
@@ -230,14 +226,7 @@ impl GraphLookup {
             }
             depth += 1;
         }
-        let parts: Vec<String> = self.as_field.split('.').map(str::to_string).collect();
-        set_nested(
-            &mut doc,
-            &parts,
-            Bson::Array(found.into_iter().map(Bson::Document).collect()),
-        );
-        check_size(&doc)?;
-        Ok(doc)
+        super::lookup::attach_as(doc, &self.as_field, found)
     }
 }
 

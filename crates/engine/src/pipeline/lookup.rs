@@ -185,7 +185,7 @@ impl Lookup {
         Some(f)
     }
 
-    fn lookup(&self, mut doc: Document, ctx: &ExpCtx) -> Result<Document> {
+    fn lookup(&self, doc: Document, ctx: &ExpCtx) -> Result<Document> {
         let mut bindings = Vec::with_capacity(self.let_vars.len());
         for (name, id, e) in &self.let_vars {
             bindings.push(Binding {
@@ -201,15 +201,25 @@ impl Lookup {
         }
         stages.extend(self.pipeline.iter().cloned());
         let results = run::collect(&sub_ctx, self.from.as_ref(), &stages, None)?;
-        let parts: Vec<String> = self.as_field.split('.').map(str::to_string).collect();
-        set_nested(
-            &mut doc,
-            &parts,
-            Bson::Array(results.into_iter().map(Bson::Document).collect()),
-        );
-        check_size(&doc)?;
-        Ok(doc)
+        attach_as(doc, &self.as_field, results)
     }
+}
+
+/// Stores the joined documents at the `as` path (`$lookup`, `$graphLookup`), within the
+/// 16 MiB document limit.
+pub(super) fn attach_as(
+    mut doc: Document,
+    as_field: &str,
+    found: Vec<Document>,
+) -> Result<Document> {
+    let parts: Vec<String> = as_field.split('.').map(str::to_string).collect();
+    set_nested(
+        &mut doc,
+        &parts,
+        Bson::Array(found.into_iter().map(Bson::Document).collect()),
+    );
+    check_size(&doc)?;
+    Ok(doc)
 }
 
 impl DocumentSource for Lookup {
