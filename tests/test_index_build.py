@@ -158,9 +158,8 @@ def test_unique_build_fails_on_existing_duplicate(db):
     _assert_valid(db, "c")
 
 
-def test_unique_build_with_concurrent_duplicate(client, db):
-    coll = db.c
-    _load(coll, 100_000, lambda i: {"_id": i, "u": i})
+def _start_unique_build(coll):
+    """Starts building a unique index on `u` in a thread; `result` gets its name or error."""
     result = {}
 
     def build():
@@ -172,6 +171,13 @@ def test_unique_build_with_concurrent_duplicate(client, db):
     builder = threading.Thread(target=build)
     builder.start()
     time.sleep(0.05)
+    return builder, result
+
+
+def test_unique_build_with_concurrent_duplicate(client, db):
+    coll = db.c
+    _load(coll, 100_000, lambda i: {"_id": i, "u": i})
+    builder, result = _start_unique_build(coll)
     # A duplicate of a record the scan may not have reached yet and one of a record it has:
     # either the build fails with DuplicateKey (MongoDB accepts writes during the build and
     # fails it at commit) or, when the build won the race, the insert itself fails.
@@ -195,17 +201,7 @@ def test_unique_build_with_concurrent_duplicate(client, db):
 def test_transient_duplicate_during_build_is_accepted(client, db):
     coll = db.c
     _load(coll, 100_000, lambda i: {"_id": i, "u": i})
-    result = {}
-
-    def build():
-        try:
-            result["name"] = coll.create_index("u", unique=True)
-        except OperationFailure as e:
-            result["error"] = e
-
-    builder = threading.Thread(target=build)
-    builder.start()
-    time.sleep(0.05)
+    builder, result = _start_unique_build(coll)
     # A duplicate that is gone again before the build commits does not fail it.
     try:
         coll.insert_one({"_id": "tmp", "u": 0})
