@@ -43,6 +43,22 @@ pub struct Tail {
 }
 
 impl Cursor {
+    /// A cursor over `exec` with nothing returned yet and no limit, tail or time limit.
+    pub fn new(ns: Namespace, exec: Executor) -> Cursor {
+        Cursor {
+            ns,
+            exec,
+            limit: None,
+            returned: 0,
+            last_used: Instant::now(),
+            no_timeout: false,
+            pending: None,
+            tail: None,
+            max_time_left: None,
+            examined: (0, 0),
+        }
+    }
+
     /// Fills a batch: at most `batch_size` documents (None = no count bound) and at most
     /// 16 MiB, but always at least one document. A document that would overflow the batch
     /// is kept for the next one. Returns the batch and whether the cursor is done.

@@ -44,18 +44,7 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
         return Ok(reply);
     }
     let opened = run::open(&req.ctx, req.coll.as_ref(), &req.stages, None)?;
-    let mut cursor = Cursor {
-        ns: req.cursor_ns.clone(),
-        exec: opened.into_executor(ctx.deadline),
-        limit: None,
-        returned: 0,
-        last_used: Instant::now(),
-        no_timeout: false,
-        pending: None,
-        tail: None,
-        max_time_left: None,
-        examined: (0, 0),
-    };
+    let mut cursor = Cursor::new(req.cursor_ns.clone(), opened.into_executor(ctx.deadline));
     let first = req
         .batch_size
         .map(|n| n.max(0) as u64)

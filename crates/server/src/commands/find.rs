@@ -154,16 +154,10 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
     let exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
     let single_batch = ctx.opt_bool("singleBatch")?.unwrap_or(false);
     let mut cursor = Cursor {
-        ns: ns.clone(),
-        exec,
         limit,
-        returned: 0,
-        last_used: Instant::now(),
         no_timeout: ctx.opt_bool("noCursorTimeout")?.unwrap_or(false),
-        pending: None,
         tail,
-        max_time_left: None,
-        examined: (0, 0),
+        ..Cursor::new(ns.clone(), exec)
     };
     let (batch, done) = cursor.next_batch(Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
     let closes = done || single_batch;

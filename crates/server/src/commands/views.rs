@@ -12,7 +12,6 @@ use nidus_engine::find::FindSpec;
 use nidus_engine::namespace::Namespace;
 use nidus_engine::pipeline::run::{self, Opened};
 use nidus_engine::pipeline::{self, ExpCtx, ParseCtx};
-use std::time::Instant;
 
 fn not_in_aggregation(option: &str) -> Error {
     Error::new(
@@ -133,18 +132,7 @@ pub fn find(
     let stages = find_pipeline(ctx, spec)?;
     let opened = open(ctx, ns, stages, spec.let_vars.as_ref())?;
     let single_batch = ctx.opt_bool("singleBatch")?.unwrap_or(false);
-    let mut cursor = Cursor {
-        ns: ns.clone(),
-        exec: opened.into_executor(ctx.deadline),
-        limit: None,
-        returned: 0,
-        last_used: Instant::now(),
-        no_timeout: false,
-        pending: None,
-        tail: None,
-        max_time_left: None,
-        examined: (0, 0),
-    };
+    let mut cursor = Cursor::new(ns.clone(), opened.into_executor(ctx.deadline));
     let (batch, done) = cursor.next_batch(Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)))?;
     let id = if done || single_batch {
         0
