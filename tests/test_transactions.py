@@ -347,3 +347,203 @@ def test_server_status_counts_transactions(tdb, rs_client):
     assert after["totalCommitted"] - before["totalCommitted"] == 1
     assert after["totalAborted"] - before["totalAborted"] == 1
     assert after["currentOpen"] == before["currentOpen"]
+
+
+# --- Collections and indexes created inside a transaction -----------------------------------
+
+
+def _names(db):
+    return set(db.list_collection_names())
+
+
+@pytest.mark.parametrize("how", ["create", "insert", "upsert", "findAndModify"])
+def test_collection_created_in_transaction_is_invisible_until_commit(tdb, rs_client, how):
+    with rs_client.start_session() as s:
+        with s.start_transaction():
+            if how == "create":
+                tdb.create_collection("fresh", session=s)
+                tdb.fresh.insert_one({"_id": 1}, session=s)
+            elif how == "insert":
+                tdb.fresh.insert_one({"_id": 1}, session=s)
+            elif how == "upsert":
+                tdb.fresh.update_one({"_id": 1}, {"$set": {"v": 1}}, upsert=True, session=s)
+            else:
+                tdb.fresh.find_one_and_update({"_id": 1}, {"$set": {"v": 1}}, upsert=True,
+                                              session=s)
+            assert tdb.fresh.find_one({"_id": 1}, session=s) is not None
+            assert tdb.fresh.count_documents({}, session=s) == 1
+            # Nobody else sees the collection (nor its document) before the commit.
+            assert "fresh" not in _names(tdb)
+            assert tdb.fresh.find_one({"_id": 1}) is None
+    assert "fresh" in _names(tdb)
+    assert tdb.fresh.count_documents({}) == 1
+    assert tdb.command("collStats", "fresh")["count"] == 1
+
+
+def test_collection_created_in_aborted_transaction_leaves_nothing(tdb, rs_client):
+    with rs_client.start_session() as s:
+        s.start_transaction()
+        tdb.create_collection("gone", session=s)
+        tdb.gone.create_index("x", session=s)
+        tdb.gone.insert_many([{"_id": i, "x": i} for i in range(5)], session=s)
+        s.abort_transaction()
+    assert "gone" not in _names(tdb)
+    # The name is free again, with none of the aborted transaction's indexes or documents.
+    tdb.create_collection("gone")
+    assert tdb.gone.count_documents({}) == 0
+    assert [ix["name"] for ix in tdb.gone.list_indexes()] == ["_id_"]
+
+
+def test_indexes_created_in_transaction_appear_with_the_commit(tdb, rs_client):
+    with rs_client.start_session() as s:
+        with s.start_transaction():
+            tdb.create_collection("ix", session=s)
+            name = tdb.ix.create_index([("k", 1)], unique=True, session=s)
+            assert name == "k_1"
+            tdb.ix.insert_many([{"_id": i, "k": i} for i in range(20)], session=s)
+            with pytest.raises(OperationFailure) as err:
+                tdb.command("listIndexes", "ix")
+            assert err.value.code == 26
+        # Implicitly created by createIndexes itself.
+        with s.start_transaction():
+            reply = tdb.command("createIndexes", "implicit",
+                                indexes=[{"key": {"a": 1}, "name": "a_1"}], session=s)
+            assert reply["createdCollectionAutomatically"] is True
+            assert reply["numIndexesBefore"] == 1 and reply["numIndexesAfter"] == 2
+    assert sorted(ix["name"] for ix in tdb.ix.list_indexes()) == ["_id_", "k_1"]
+    assert sorted(ix["name"] for ix in tdb.implicit.list_indexes()) == ["_id_", "a_1"]
+    # The index holds the keys the transaction wrote, and the unique constraint holds.
+    plan = tdb.ix.find({"k": 7}).explain()["queryPlanner"]["winningPlan"]
+    assert plan["inputStage"]["stage"] == "IXSCAN"
+    assert tdb.ix.find_one({"k": 7})["_id"] == 7
+    with pytest.raises(Exception) as dup:
+        tdb.ix.insert_one({"_id": 100, "k": 7})
+    assert getattr(dup.value, "code", None) == 11000
+
+
+def test_transaction_ddl_rules(tdb, rs_client):
+    tdb.existing.insert_one({"_id": 1})
+    cases = [
+        # (command, expected code, message fragment)
+        ({"create": "existing"}, 48, "Collection txn_test_transaction_ddl_rules.existing already exists."),
+        ({"createIndexes": "existing", "indexes": [{"key": {"z": 1}, "name": "z_1"}]}, 263,
+         "Cannot create new indexes on existing collection txn_test_transaction_ddl_rules.existing in a multi-document transaction."),
+        ({"create": "v", "viewOn": "existing", "pipeline": []}, 263,
+         "Cannot create a view in a multi-document transaction."),
+    ]
+    for command, code, message in cases:
+        with rs_client.start_session() as s:
+            s.start_transaction()
+            with pytest.raises(OperationFailure) as err:
+                tdb.command(command, session=s)
+            assert (err.value.code, err.value.details["errmsg"]) == (code, message), command
+            # The failed statement aborted the transaction.
+            with pytest.raises(OperationFailure) as after:
+                tdb.existing.find_one({}, session=s)
+            assert after.value.code == 251
+    # An index that already exists is fine inside a transaction.
+    with rs_client.start_session() as s:
+        with s.start_transaction():
+            reply = tdb.command("createIndexes", "existing",
+                                indexes=[{"key": {"_id": 1}, "name": "_id_"}], session=s)
+            assert reply["note"] == "all indexes already exist"
+    # A collection the transaction created and wrote to can no longer get new indexes.
+    with rs_client.start_session() as s:
+        s.start_transaction()
+        tdb.busy.insert_one({"_id": 1}, session=s)
+        with pytest.raises(OperationFailure) as err:
+            tdb.busy.create_index("a", session=s)
+        assert err.value.code == 263
+        assert "Cannot create new indexes on non-empty collection" in err.value.details["errmsg"]
+
+
+def test_concurrent_creation_makes_the_commit_conflict(tdb, rs_client):
+    with rs_client.start_session() as s:
+        s.start_transaction()
+        tdb.race.insert_one({"_id": "txn"}, session=s)
+        tdb.race.insert_one({"_id": "outside"})  # creates and publishes the collection
+        with pytest.raises(OperationFailure) as err:
+            s.commit_transaction()
+        assert err.value.code == 112
+        assert "TransientTransactionError" in err.value.details.get("errorLabels", [])
+    assert [d["_id"] for d in tdb.race.find()] == ["outside"]
+
+
+def test_collection_created_in_transaction_survives_restart(rs_client, rs_server):
+    db = rs_client["txn_ddl_restart"]
+    rs_client.drop_database(db.name)
+    with rs_client.start_session() as s:
+        with s.start_transaction():
+            db.kept.create_index("k", session=s)
+            db.kept.insert_many([{"_id": i, "k": i} for i in range(3)], session=s)
+    rs_server.kill()  # a crash: the committed catalog entry and data are in the log
+    rs_server.restart()
+    client = MongoClient(f"mongodb://127.0.0.1:{rs_server.port}/?directConnection=true")
+    try:
+        kept = client[db.name].kept
+        assert sorted(d["_id"] for d in kept.find()) == [0, 1, 2]
+        assert sorted(ix["name"] for ix in kept.list_indexes()) == ["_id_", "k_1"]
+        assert kept.find({"k": 2}).explain()["queryPlanner"]["winningPlan"]["inputStage"]["stage"] == "IXSCAN"
+    finally:
+        client.close()
+
+
+def test_retryable_writes_are_applied_once_across_a_crash(rs_client, rs_server):
+    """Each executed statement of a retryable write is recorded with its change, so a retry
+    arriving after a crash (the replies were lost with the connection) does not run it again
+    and gets the first attempt's results; a statement that failed runs again."""
+    db = rs_client["retry_crash"]
+    rs_client.drop_database(db.name)
+    db.c.insert_many([{"_id": "counter", "n": 0}, {"_id": "victim"}, {"_id": "dup"}])
+    lsid = new_lsid()
+    port = rs_server.port
+    steps = [
+        # (txnNumber, command, fields of the reply both attempts must agree on)
+        (1, {"insert": "c", "documents": [{"_id": "a"}, {"_id": "dup"}, {"_id": "b"}],
+             "ordered": False}, ("n",)),
+        (2, {"update": "c", "updates": [{"q": {"_id": "counter"}, "u": {"$inc": {"n": 1}}},
+                                        {"q": {"_id": "new"}, "u": {"$inc": {"n": 5}}, "upsert": True}]},
+         ("n", "nModified", "upserted")),
+        (3, {"delete": "c", "deletes": [{"q": {"_id": "victim"}, "limit": 1}]}, ("n",)),
+        (4, {"findAndModify": "c", "query": {"_id": "counter"}, "update": {"$inc": {"n": 10}},
+             "new": True}, ("lastErrorObject", "value")),
+    ]
+    first = {}
+    for number, command, _ in steps:
+        # Every write goes to a fresh session number; the crash comes after the last one.
+        first[number] = raw_session_command(port, db, lsid, number, command)
+        assert first[number]["ok"] == 1, first[number]
+    assert first[1]["n"] == 2 and first[1]["writeErrors"][0]["index"] == 1
+    rs_server.kill()
+    rs_server.restart()
+    port = rs_server.port
+    # The session is new to the restarted server: every number is retried in turn.
+    lsid2 = lsid
+    for number, command, fields in steps:
+        again = raw_session_command(port, db, lsid2, number, command)
+        assert again["ok"] == 1, again
+        for f in fields:
+            assert again.get(f) == first[number].get(f), (number, f, again)
+    # The failed statement ran again and failed again, with the same error.
+    retried_insert = raw_session_command(port, db, new_lsid(), 1, steps[0][1])
+    assert [e["index"] for e in retried_insert["writeErrors"]] == [0, 1, 2]
+    client = MongoClient(f"mongodb://127.0.0.1:{port}/?directConnection=true")
+    try:
+        c = client[db.name].c
+        assert c.find_one({"_id": "counter"})["n"] == 11
+        assert c.find_one({"_id": "new"})["n"] == 5
+        assert c.find_one({"_id": "victim"}) is None
+        assert sorted(d["_id"] for d in c.find()) == ["a", "b", "counter", "dup", "new"]
+    finally:
+        client.close()
+
+
+def test_multi_statements_are_not_retryable(tdb, rs_server):
+    lsid = new_lsid()
+    update = raw_session_command(rs_server.port, tdb, lsid, 1, {
+        "update": "c", "updates": [{"q": {}, "u": {"$set": {"x": 1}}, "multi": True}]})
+    assert update["writeErrors"][0]["code"] == 72
+    assert update["writeErrors"][0]["errmsg"] == "Cannot use (or request) retryable writes with multi=true"
+    delete = raw_session_command(rs_server.port, tdb, lsid, 2, {
+        "delete": "c", "deletes": [{"q": {}, "limit": 0}]})
+    assert delete["writeErrors"][0]["errmsg"] == "Cannot use (or request) retryable writes with limit=0"

@@ -143,6 +143,7 @@ impl Engine {
                     txn.put(Space::Catalog, &coll.catalog_key(), &bytes)?;
                 }
                 txn.put(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
+                crate::write::record_insert(txn.as_mut(), opts, doc)?;
                 let evicted = evict(txn.as_mut(), coll, meta, limits, len, rid)?;
                 txn.commit()?;
                 Ok(evicted)

@@ -28,7 +28,7 @@ const DELETE_CHUNK: usize = 10_000;
 const BUILD_BATCH: usize = 256;
 
 impl Engine {
-    fn write_entry(
+    pub(crate) fn write_entry(
         &self,
         txn: &mut dyn KvTxn,
         coll: &Collection,
@@ -543,7 +543,11 @@ impl Engine {
 }
 
 /// False when an identical index exists; errors when one conflicts by name or options.
-fn is_new_index(existing: &[IndexMeta], pending: &[Document], spec: &Document) -> Result<bool> {
+pub(crate) fn is_new_index(
+    existing: &[IndexMeta],
+    pending: &[Document],
+    spec: &Document,
+) -> Result<bool> {
     let name = spec.get_str("name").unwrap_or_default();
     let key = spec.get_document("key").cloned().unwrap_or_default();
     let opts = index_spec::comparable_options(spec);

@@ -60,8 +60,7 @@ impl Engine {
             deadline: spec.find.deadline,
             let_vars: spec.find.let_vars.clone(),
             collation: spec.find.collation.clone(),
-            bypass_document_validation: false,
-            txn: None,
+            ..WriteOpts::default()
         };
         let matcher = Arc::new(opts.filter_matcher(&spec.find.filter)?);
         let fields = match &spec.fields {

@@ -3,6 +3,7 @@
 pub mod capped;
 pub mod catalog;
 mod ddl;
+mod ddl_txn;
 pub mod distinct;
 pub mod durability;
 pub mod exec;
@@ -15,6 +16,7 @@ pub mod opctx;
 pub mod pipeline;
 pub mod plan;
 pub mod retry;
+pub mod stmt_record;
 pub mod ttl;
 pub mod txn;
 pub mod validation;

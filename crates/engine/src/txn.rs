@@ -8,6 +8,7 @@
 //! caller holds the guard across a call that could take it again.
 
 use crate::catalog::CollectionRef;
+use crate::namespace::Namespace;
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_storage::{KvCursor, KvEngine, KvRead, KvSnapshot, KvTxn, Space, StorageResult};
 use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
@@ -21,6 +22,9 @@ pub struct Transaction {
     kv: Mutex<Option<Box<dyn KvTxn>>>,
     /// Document count and size changes per collection id, applied at commit.
     pending_stats: Mutex<HashMap<u64, (CollectionRef, i64, i64)>>,
+    /// Collections this transaction created: only it sees them until `Engine::
+    /// commit_transaction` publishes them with its writes; an abort just forgets them.
+    created: Mutex<Vec<CollectionRef>>,
 }
 
 impl Transaction {
@@ -31,6 +35,7 @@ impl Transaction {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             kv: Mutex::new(Some(kv.begin())),
             pending_stats: Mutex::new(HashMap::new()),
+            created: Mutex::new(Vec::new()),
         })
     }
 
@@ -62,8 +67,22 @@ impl Transaction {
         entry.2 += bytes;
     }
 
+    /// A collection this transaction created and has not published yet.
+    pub fn created_collection(&self, ns: &Namespace) -> Option<CollectionRef> {
+        self.created.lock().iter().find(|c| &c.ns == ns).cloned()
+    }
+
+    pub(crate) fn add_created(&self, coll: CollectionRef) {
+        self.created.lock().push(coll);
+    }
+
+    pub(crate) fn created_collections(&self) -> Vec<CollectionRef> {
+        self.created.lock().clone()
+    }
+
     /// Makes every write visible at once. Fails (and ends the transaction) on a conflict.
-    pub fn commit(&self) -> Result<()> {
+    /// Transactions that created collections commit through `Engine::commit_transaction`.
+    pub(crate) fn commit(&self) -> Result<()> {
         let kv = self.kv.lock().take().ok_or_else(ended)?;
         let committed = kv.commit();
         for (_, (coll, docs, bytes)) in self.pending_stats.lock().drain() {
@@ -84,6 +103,7 @@ impl Transaction {
         for (_, (coll, _, _)) in self.pending_stats.lock().drain() {
             coll.txn_ended(self.id);
         }
+        self.created.lock().clear();
     }
 
     pub fn is_open(&self) -> bool {
@@ -133,6 +153,14 @@ impl std::fmt::Debug for ReadSource {
 }
 
 impl ReadSource {
+    /// The transaction reads go through, if any.
+    pub fn txn(&self) -> Option<&Transaction> {
+        match self {
+            ReadSource::Txn(t) => Some(t),
+            _ => None,
+        }
+    }
+
     /// A consistent view for one batch of reads. Hold it only for the batch: a
     /// transaction's view blocks the transaction's writes until dropped.
     pub fn view(&self) -> Result<View<'_>> {

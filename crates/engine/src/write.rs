@@ -7,6 +7,7 @@ use crate::find::{parse_collation, FindSpec};
 use crate::index::{self, IndexKeySet};
 use crate::opctx;
 use crate::retry::with_write_conflict_retry;
+use crate::stmt_record::{self, Executed};
 use crate::txn::{ReadSource, Transaction};
 use crate::Engine;
 use bson::{doc, oid::ObjectId, Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
@@ -25,6 +26,25 @@ pub const MAX_USER_DOC_SIZE: usize = 16 * 1024 * 1024;
 /// chose was changed by another writer.
 const MAX_SINGLE_TARGET_RESTARTS: usize = 100;
 
+/// Records a retryable insert statement with its `_id` (for an upsert's reply).
+pub(crate) fn record_insert(
+    txn: &mut dyn KvTxn,
+    opts: &WriteOpts,
+    doc: &RawDocument,
+) -> Result<()> {
+    if opts.statement.is_none() {
+        return Ok(());
+    }
+    let id = doc
+        .get("_id")?
+        .and_then(|v| Bson::try_from(v.to_raw_bson()).ok());
+    let doc = match opts.statement.as_ref().is_some_and(|s| s.images) {
+        true => Some(Document::try_from(doc)?),
+        false => None,
+    };
+    stmt_record::record(txn, opts, Executed::Inserted { id, doc })
+}
+
 /// Per-operation options shared by every write.
 #[derive(Debug, Clone, Default)]
 pub struct WriteOpts {
@@ -38,6 +58,8 @@ pub struct WriteOpts {
     /// The multi-document transaction the write belongs to (None: each document commits
     /// on its own, retried on conflict).
     pub txn: Option<Arc<Transaction>>,
+    /// The retryable-write statement this write is (its execution is recorded with it).
+    pub statement: Option<crate::stmt_record::StatementId>,
 }
 
 impl WriteOpts {
@@ -284,7 +306,7 @@ impl Engine {
                 write_catalog_entry(txn, coll, &meta)?;
             }
             txn.put(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
-            Ok(())
+            record_insert(txn, opts, doc)
         })?;
         count_index_changes(keys.iter().map(|k| k.len()).sum(), 0);
         self.adjust_stats(opts, coll, 1, doc.as_bytes().len() as i64);
@@ -458,7 +480,13 @@ impl Engine {
                 timestamp: bson::Timestamp { time: now_secs(), increment: 1 },
             };
             let modified = update.apply(&mut new_doc, &ctx)?;
+            let executed = Executed::Updated {
+                modified,
+                pre: stmt_record::images(opts, &old_doc),
+                post: stmt_record::images(opts, &new_doc),
+            };
             if !modified {
+                stmt_record::record(txn, opts, executed)?;
                 return Ok(Some((false, old_doc, new_doc, 0i64)));
             }
             if new_doc.get("_id") != old_doc.get("_id") {
@@ -480,6 +508,7 @@ impl Engine {
             }
             self.rewrite_index_entries(txn, coll, &meta, old_raw, &new_raw, rid)?;
             txn.put(Space::Records, &rkey, new_raw.as_bytes())?;
+            stmt_record::record(txn, opts, executed)?;
             let delta = new_raw.as_bytes().len() as i64 - bytes.len() as i64;
             Ok(Some((true, old_doc, new_doc, delta)))
         })?;
@@ -594,7 +623,13 @@ impl Engine {
                 count_index_changes(0, removed.len());
             }
             txn.delete(Space::Records, &rkey)?;
-            Ok(Some((Document::try_from(raw)?, bytes.len() as i64)))
+            let doc = Document::try_from(raw)?;
+            stmt_record::record(
+                txn,
+                opts,
+                Executed::Deleted(stmt_record::images(opts, &doc)),
+            )?;
+            Ok(Some((doc, bytes.len() as i64)))
         })?;
         Ok(deleted.map(|(doc, len)| {
             self.adjust_stats(opts, coll, -1, -len);

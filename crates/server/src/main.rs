@@ -241,6 +241,14 @@ async fn ttl_monitor(state: Arc<ServerState>) {
 /// them, so writers waiting on those documents proceed) and forgets sessions idle longer than
 /// `localLogicalSessionTimeoutMinutes`.
 async fn transaction_reaper(state: Arc<ServerState>) {
+    // Retryable-write records of sessions that expired while the server was down.
+    let engine = state.engine.clone();
+    let idle = state
+        .params
+        .i64("localLogicalSessionTimeoutMinutes")
+        .unwrap_or(30)
+        .max(1) as u64;
+    tokio::task::spawn_blocking(move || engine.sweep_statements(Duration::from_secs(idle * 60)));
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let lifetime = state
@@ -253,10 +261,27 @@ async fn transaction_reaper(state: Arc<ServerState>) {
             .i64("localLogicalSessionTimeoutMinutes")
             .unwrap_or(30)
             .max(1) as u64;
-        let aborted = state.sessions.reap(
+        let reaped = state.sessions.reap(
             Duration::from_secs(lifetime),
             Duration::from_secs(idle_minutes * 60),
         );
+        let aborted = reaped.aborted;
+        if !reaped.forget.is_empty() {
+            let engine = state.engine.clone();
+            tokio::task::spawn_blocking(move || {
+                for (lsid, below) in reaped.forget {
+                    if let Err(e) = engine.forget_statements(&lsid, below) {
+                        log::warn(
+                            "STORAGE",
+                            7360001,
+                            "TransactionReaper",
+                            "Could not delete retryable write records",
+                            json!({ "error": e.to_string() }),
+                        );
+                    }
+                }
+            });
+        }
         if aborted > 0 {
             log::info(
                 "TXN",

@@ -8,6 +8,7 @@
 
 use bson::{doc, Binary, Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
+use nidus_engine::stmt_record::StatementId;
 use nidus_engine::txn::Transaction;
 use nidus_engine::Engine;
 use parking_lot::{Condvar, Mutex};
@@ -47,6 +48,14 @@ const RETRYABLE_COMMANDS: &[&str] = &[
     "abortTransaction",
 ];
 
+/// What one pass of the reaper did and left to do.
+pub struct Reaped {
+    /// Transactions aborted for exceeding their lifetime.
+    pub aborted: usize,
+    /// Sessions whose retryable-write records below a transaction number can go.
+    pub forget: Vec<(Vec<u8>, i64)>,
+}
+
 #[derive(Default)]
 pub struct Sessions {
     map: Mutex<HashMap<Vec<u8>, Arc<Session>>>,
@@ -82,6 +91,11 @@ struct SessionState {
     txn: TxnState,
     /// The reply of the retryable write numbered `.0`.
     stored: Option<(i64, Document)>,
+    /// The retryable write whose statements may have records in storage.
+    recorded: Option<i64>,
+    /// Records of transaction numbers below this one are no longer needed (the reaper
+    /// deletes them off the command path).
+    forget_below: Option<i64>,
 }
 
 impl SessionState {
@@ -299,6 +313,9 @@ impl Sessions {
             st.txn_number = Some(n);
             st.txn = TxnState::None;
             st.stored = None;
+            if st.recorded.take().is_some() {
+                st.forget_below = Some(n);
+            }
         }
         if !in_transaction {
             if matches!(
@@ -311,6 +328,7 @@ impl Sessions {
                 ));
             }
             binding.retryable_write = true;
+            st.recorded = Some(n);
             binding.stored_reply = st
                 .stored
                 .as_ref()
@@ -383,6 +401,8 @@ impl Sessions {
                         txn_number: None,
                         txn: TxnState::None,
                         stored: None,
+                        recorded: None,
+                        forget_below: None,
                     }),
                 })
             })
@@ -421,13 +441,17 @@ impl Sessions {
     /// Aborts transactions older than `lifetime` and forgets sessions idle longer than
     /// `idle` (MongoDB's transaction reaper and logical session cache). Returns how many
     /// transactions were aborted.
-    pub fn reap(&self, lifetime: Duration, idle: Duration) -> usize {
+    pub fn reap(&self, lifetime: Duration, idle: Duration) -> Reaped {
         let now = Instant::now();
         let sessions: Vec<Arc<Session>> = self.map.lock().values().cloned().collect();
         let mut aborted = 0;
         let mut expired = Vec::new();
+        let mut forget = Vec::new();
         for s in sessions {
             let mut st = s.state.lock();
+            if let Some(below) = st.forget_below.take() {
+                forget.push((s.id.bytes.clone(), below));
+            }
             let too_old = matches!(&st.txn,
                 TxnState::Active { started, .. } if now.duration_since(*started) >= lifetime);
             if too_old && st.abort_active(&s.counters) {
@@ -435,6 +459,9 @@ impl Sessions {
             }
             let idle_for = now.duration_since(st.last_use);
             if idle_for >= idle && !matches!(st.txn, TxnState::Active { .. }) {
+                if st.recorded.is_some() {
+                    forget.push((s.id.bytes.clone(), i64::MAX));
+                }
                 expired.push(s.id.bytes.clone());
             }
         }
@@ -444,7 +471,7 @@ impl Sessions {
                 map.remove(&id);
             }
         }
-        aborted
+        Reaped { aborted, forget }
     }
 
     /// `$listLocalSessions` documents: `{_id: {id, uid}, lastUse}` (uid: the SHA-256 of the
@@ -542,13 +569,13 @@ impl Session {
 impl Binding {
     /// `commitTransaction`: makes the transaction's writes visible; a retried commit of a
     /// committed transaction succeeds again.
-    pub fn commit(&self) -> Result<()> {
+    pub fn commit(&self, engine: &Engine) -> Result<()> {
         let n = self.txn_number.unwrap_or(0);
         let mut st = self.session.state.lock();
         match std::mem::replace(&mut st.txn, TxnState::None) {
             TxnState::Active { txn, .. } => {
                 drop(st);
-                let result = txn.commit();
+                let result = engine.commit_transaction(&txn);
                 let mut st = self.session.state.lock();
                 st.txn = match &result {
                     Ok(()) => {
@@ -597,6 +624,18 @@ impl Binding {
     /// A write with a `txnNumber` outside a transaction, to be run (not replayed).
     pub fn is_retryable_write(&self) -> bool {
         self.retryable_write && self.stored_reply.is_none()
+    }
+
+    /// The record key of statement `index` when this command is a retryable write being
+    /// run (not replayed); `images` when the reply needs the document (findAndModify).
+    pub fn statement(&self, index: usize, images: bool) -> Option<StatementId> {
+        let n = self.txn_number.filter(|_| self.is_retryable_write())?;
+        Some(StatementId::new(
+            &self.session.id.bytes,
+            n,
+            index as u32,
+            images,
+        ))
     }
 
     /// Keeps a retryable write's reply so a retry of it gets the same answer.

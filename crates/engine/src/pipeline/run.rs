@@ -79,7 +79,9 @@ pub fn open(
             if taken {
                 rewrites.push(optimize::cursor_pushdown::NAME);
             }
-            let coll = ctx.engine.collection(ns);
+            let coll = ctx
+                .engine
+                .collection_in(ns, ctx.source.as_ref().and_then(|s| s.txn()));
             let exec = ctx.engine.plan_find(coll.as_ref(), &spec)?;
             let source = CursorSource {
                 ns: ns.clone(),

@@ -88,7 +88,7 @@ fn run_op(
             ctx.state.opcounters.insert.fetch_add(1, Ordering::Relaxed);
             let raw = bson::RawDocumentBuf::from_document(d)
                 .map_err(|e| Error::internal(e.to_string()))?;
-            let coll = engine.ensure_collection(&ns)?;
+            let coll = ctx.ensure_collection(&ns)?;
             engine.insert_one(&coll, &prepare_insert(&raw)?, &wopts)?;
             totals.inserted += 1;
             Ok(doc! { "n": 1 })
@@ -112,10 +112,10 @@ fn run_op(
             let wopts = statement_opts(&wopts, "bulkWrite.ops", &stmt)?;
             ctx.state.opcounters.update.fetch_add(1, Ordering::Relaxed);
             engine.check_not_view(&ns)?;
-            let out = match engine.collection(&ns) {
+            let out = match ctx.collection(&ns) {
                 Some(c) => engine.update(&c, &spec, &wopts)?,
                 None if spec.upsert => {
-                    engine.update(&engine.ensure_collection(&ns)?, &spec, &wopts)?
+                    engine.update(&ctx.ensure_collection(&ns)?, &spec, &wopts)?
                 }
                 None => Default::default(),
             };
@@ -144,7 +144,7 @@ fn run_op(
             let wopts = statement_opts(&wopts, "bulkWrite.ops", &stmt)?;
             ctx.state.opcounters.delete.fetch_add(1, Ordering::Relaxed);
             engine.check_not_view(&ns)?;
-            let n = match engine.collection(&ns) {
+            let n = match ctx.collection(&ns) {
                 Some(c) => engine.delete(&c, &filter, multi, hint, &wopts)?,
                 None => 0,
             };

@@ -240,6 +240,12 @@ pub fn create(ctx: &mut Ctx) -> Result<Document> {
         ));
     }
     if let Some(view_on) = view_on {
+        if ctx.txn.is_some() {
+            return Err(Error::new(
+                ErrorCode::OperationNotSupportedInTransaction,
+                "Cannot create a view in a multi-document transaction.",
+            ));
+        }
         return create_view(
             ctx,
             ns,
@@ -258,7 +264,13 @@ pub fn create(ctx: &mut Ctx) -> Result<Document> {
         capped_options.extend(options);
         options = capped_options;
     }
-    ctx.state.engine.create_collection(&ns, options)?;
+    match &ctx.txn {
+        Some(txn) => ctx
+            .state
+            .engine
+            .create_collection_in_txn(&ns, options, txn)?,
+        None => ctx.state.engine.create_collection(&ns, options)?,
+    };
     Ok(Document::new())
 }
 
@@ -639,7 +651,10 @@ pub fn create_indexes(ctx: &mut Ctx) -> Result<Document> {
             ))
         }
     };
-    let out = ctx.state.engine.create_indexes(&ns, &specs)?;
+    let out = match &ctx.txn {
+        Some(txn) => ctx.state.engine.create_indexes_in_txn(&ns, &specs, txn)?,
+        None => ctx.state.engine.create_indexes(&ns, &specs)?,
+    };
     let mut reply = doc! {
         "numIndexesBefore": out.num_indexes_before as i32,
         "numIndexesAfter": out.num_indexes_after as i32,

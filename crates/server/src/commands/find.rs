@@ -134,7 +134,7 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
     if ctx.state.engine.view(&ns).is_some() {
         return super::views::find(ctx, &ns, &spec, batch_size);
     }
-    let coll = ctx.state.engine.collection(&ns);
+    let coll = ctx.collection(&ns);
     if spec.tailable && coll.as_ref().is_some_and(|c| !c.is_capped()) {
         return Err(Error::bad_value(
             "error processing query: tailable cursor requested on non capped collection",
@@ -391,7 +391,7 @@ pub fn count(ctx: &mut Ctx) -> Result<Document> {
     if ctx.state.engine.view(&ns).is_some() {
         return super::views::count(ctx, &ns, &spec);
     }
-    let coll = ctx.state.engine.collection(&ns);
+    let coll = ctx.collection(&ns);
     let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
     // COUNT returns nothing itself; it has counted once the plan is done.
     while exec.get_next()?.is_some() {}
@@ -447,7 +447,7 @@ pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
             distinct_values(&raw, &path, &mut values)?;
         }
     } else {
-        let coll = ctx.state.engine.collection(&ns);
+        let coll = ctx.collection(&ns);
         let mut exec = ctx.state.engine.plan_distinct(coll.as_ref(), &spec, &key)?;
         while let Some(d) = exec.next_doc()? {
             distinct_values(&d, &path, &mut values)?;

@@ -5,6 +5,7 @@ use super::{wrong_type, Ctx};
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::find::FindSpec;
+use nidus_engine::stmt_record::Executed;
 use nidus_engine::write::prepare_insert;
 use nidus_query::projection::Projection;
 use nidus_query::update::Update;
@@ -107,16 +108,40 @@ fn project(fields: &Option<Projection>, doc: Document) -> Result<Bson> {
     }
 }
 
+/// The reply of a retried findAndModify whose first attempt changed a document.
+fn replay(req: &Request, done: Executed) -> Result<Document> {
+    let image = |d: Option<Document>| match d {
+        Some(d) => project(&req.fields, d),
+        None => Ok(Bson::Null),
+    };
+    Ok(match done {
+        Executed::Deleted(pre) => doc! { "lastErrorObject": { "n": 1 }, "value": image(pre)? },
+        Executed::Updated { pre, post, .. } => doc! {
+            "lastErrorObject": { "n": 1, "updatedExisting": true },
+            "value": image(if req.return_new { post } else { pre })?,
+        },
+        Executed::Inserted { id, doc } => doc! {
+            "lastErrorObject": { "n": 1, "updatedExisting": false, "upserted": id.unwrap_or(Bson::Null) },
+            "value": if req.return_new { image(doc)? } else { Bson::Null },
+        },
+    })
+}
+
 pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace(&ctx.command_name())?;
     let req = parse(ctx)?;
     let engine = &ctx.state.engine;
+    let (record, done) = ctx.retryable_statement(0, true)?;
+    if let Some(done) = done {
+        return replay(&req, done);
+    }
     let opts = super::write::opts(ctx)?.with_collation(ctx.opt_document("collation")?);
+    let opts = super::write::with_statement(&opts, record);
     let matcher = opts.filter_matcher(&req.filter)?;
     engine.check_not_view(&ns)?;
-    let coll = match engine.collection(&ns) {
+    let coll = match ctx.collection(&ns) {
         Some(c) => Some(c),
-        None if req.upsert => Some(engine.ensure_collection(&ns)?),
+        None if req.upsert => Some(ctx.ensure_collection(&ns)?),
         None => None,
     };
     if let Some(coll) = &coll {

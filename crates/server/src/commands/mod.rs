@@ -795,6 +795,43 @@ impl Reply {
 impl Ctx<'_> {
     /// Where the command's queries read: its transaction, its snapshot, or (None) the latest
     /// committed data.
+    /// The collection as this command sees it (a transaction also sees the ones it created).
+    pub fn collection(&self, ns: &Namespace) -> Option<nidus_engine::catalog::CollectionRef> {
+        self.state.engine.collection_in(ns, self.txn.as_deref())
+    }
+
+    /// The collection a write goes to, created first if needed (inside a transaction, visible
+    /// to it alone until it commits).
+    pub fn ensure_collection(
+        &self,
+        ns: &Namespace,
+    ) -> Result<nidus_engine::catalog::CollectionRef> {
+        self.state
+            .engine
+            .ensure_collection_in(ns, self.txn.as_deref())
+    }
+
+    /// Statement `index` of a retryable write being run: its record key, and what an earlier
+    /// attempt of it did if one ran it (then it must not run again).
+    pub fn retryable_statement(
+        &self,
+        index: usize,
+        images: bool,
+    ) -> Result<(
+        Option<nidus_engine::stmt_record::StatementId>,
+        Option<nidus_engine::stmt_record::Executed>,
+    )> {
+        let Some(stmt) = self
+            .session
+            .as_ref()
+            .and_then(|s| s.statement(index, images))
+        else {
+            return Ok((None, None));
+        };
+        let done = self.state.engine.executed_statement(&stmt)?;
+        Ok((Some(stmt), done))
+    }
+
     pub fn read_source(&self) -> Option<nidus_engine::txn::ReadSource> {
         use nidus_engine::txn::ReadSource;
         match (&self.txn, &self.snapshot) {

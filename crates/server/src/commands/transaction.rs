@@ -12,7 +12,7 @@ const UNKNOWN_COMMIT: &str = "UnknownTransactionCommitResult";
 const RETRYABLE_WRITE: &str = "RetryableWriteError";
 
 pub fn commit_transaction(ctx: &mut Ctx) -> Result<Document> {
-    transaction_binding(ctx, "commitTransaction")?.commit()?;
+    transaction_binding(ctx, "commitTransaction")?.commit(&ctx.state.engine)?;
     Ok(Document::new())
 }
 

@@ -5,6 +5,7 @@ use super::find::check_fields;
 use super::{wrong_type, Ctx};
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
+use nidus_engine::stmt_record::{Executed, StatementId};
 use nidus_engine::write::{prepare_insert, UpdateSpec, WriteOpts};
 use nidus_expr::LetScope;
 use nidus_query::update::Update;
@@ -74,7 +75,22 @@ pub(super) fn opts(ctx: &Ctx) -> Result<WriteOpts> {
         collation: None,
         bypass_document_validation: ctx.opt_bool("bypassDocumentValidation")?.unwrap_or(false),
         txn: ctx.txn.clone(),
+        statement: None,
     })
+}
+
+/// The options of one retryable-write statement (its execution is recorded).
+pub(super) fn with_statement(
+    opts: &WriteOpts,
+    stmt: Option<StatementId>,
+) -> std::borrow::Cow<'_, WriteOpts> {
+    match stmt {
+        None => std::borrow::Cow::Borrowed(opts),
+        Some(s) => std::borrow::Cow::Owned(WriteOpts {
+            statement: Some(s),
+            ..opts.clone()
+        }),
+    }
 }
 
 /// The command's options with one statement's `collation`.
@@ -96,7 +112,7 @@ pub fn insert(ctx: &mut Ctx) -> Result<Document> {
     check_batch_size(docs.len())?;
     let mut errors = BatchErrors::new(ctx)?;
     // A view fails every statement (a write error each), as in MongoDB.
-    let coll = match ctx.state.engine.ensure_collection(&ns) {
+    let coll = match ctx.ensure_collection(&ns) {
         Err(e) if e.code == ErrorCode::CommandNotSupportedOnView => Err(e),
         other => Ok(other?),
     };
@@ -113,6 +129,12 @@ pub fn insert(ctx: &mut Ctx) -> Result<Document> {
             ));
         }
         ctx.state.opcounters.insert.fetch_add(1, Ordering::Relaxed);
+        let (stmt, done) = ctx.retryable_statement(i, false)?;
+        if done.is_some() {
+            n += 1;
+            continue;
+        }
+        let opts = with_statement(&opts, stmt);
         let result = coll.clone().and_then(|coll| {
             prepare_insert(raw).and_then(|doc| ctx.state.engine.insert_one(&coll, &doc, &opts))
         });
@@ -127,6 +149,18 @@ pub fn insert(ctx: &mut Ctx) -> Result<Document> {
     }
     ctx.op.extra.lock().writes = doc! { "ninserted": n as i64 };
     Ok(errors.finish(doc! { "n": n }))
+}
+
+/// A multi-document statement cannot be retried safely, so MongoDB refuses it in a
+/// retryable write (`multi=true` updates, `limit=0` deletes).
+fn check_retryable_multi(retryable: bool, multi: bool, option: &str) -> Result<()> {
+    if retryable && multi {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            format!("Cannot use (or request) retryable writes with {option}"),
+        ));
+    }
+    Ok(())
 }
 
 fn statement_field<'a>(cmd: &str, stmt: &'a Document, field: &str) -> Result<&'a Bson> {
@@ -258,19 +292,40 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
     check_batch_size(stmts.len())?;
     let mut errors = BatchErrors::new(ctx)?;
     let opts = opts(ctx)?;
-    let (mut n, mut modified) = (0i64, 0i64);
+    let (mut n, mut modified_count) = (0i64, 0i64);
     let mut upserted = Vec::new();
     for (i, raw) in stmts.iter().enumerate() {
         ctx.state.opcounters.update.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
+        let (record, done) = ctx.retryable_statement(i, false)?;
+        if let Some(done) = done {
+            match done {
+                Executed::Inserted { id, .. } => {
+                    n += 1;
+                    let id = id.unwrap_or(Bson::Null);
+                    upserted.push(Bson::Document(doc! { "index": i as i32, "_id": id }));
+                }
+                Executed::Updated { modified, .. } => {
+                    n += 1;
+                    modified_count += i64::from(modified);
+                }
+                Executed::Deleted(_) => n += 1,
+            }
+            continue;
+        }
         let result = to_document(raw).and_then(|stmt| {
             let spec = parse_update_statement(&stmt, &opts)?;
-            let opts = statement_opts(&opts, "update.updates", &stmt)?;
+            check_retryable_multi(record.is_some(), spec.multi, "multi=true")?;
+            let opts = statement_opts(
+                &with_statement(&opts, record.clone()),
+                "update.updates",
+                &stmt,
+            )?;
             let engine = &ctx.state.engine;
             engine.check_not_view(&ns)?;
-            let coll = match engine.collection(&ns) {
+            let coll = match ctx.collection(&ns) {
                 Some(c) => c,
-                None if spec.upsert => engine.ensure_collection(&ns)?,
+                None if spec.upsert => ctx.ensure_collection(&ns)?,
                 None => return Ok(Default::default()),
             };
             engine.update(&coll, &spec, &opts)
@@ -294,7 +349,7 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
         match result {
             Ok(out) => {
                 n += out.n_matched as i64;
-                modified += out.n_modified as i64;
+                modified_count += out.n_modified as i64;
                 if let Some(id) = out.upserted_id {
                     n += 1;
                     upserted.push(Bson::Document(doc! { "index": i as i32, "_id": id }));
@@ -307,7 +362,7 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
             }
         }
     }
-    let mut reply = doc! { "n": n as i32, "nModified": modified as i32 };
+    let mut reply = doc! { "n": n as i32, "nModified": modified_count as i32 };
     if !upserted.is_empty() {
         reply.insert("upserted", upserted);
     }
@@ -394,11 +449,21 @@ pub fn delete(ctx: &mut Ctx) -> Result<Document> {
     for (i, raw) in stmts.iter().enumerate() {
         ctx.state.opcounters.delete.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
+        let (record, done) = ctx.retryable_statement(i, false)?;
+        if done.is_some() {
+            n += 1;
+            continue;
+        }
         let result = to_document(raw).and_then(|stmt| {
             let (filter, multi, hint) = parse_delete_statement(&stmt)?;
-            let opts = statement_opts(&opts, "delete.deletes", &stmt)?;
+            check_retryable_multi(record.is_some(), multi, "limit=0")?;
+            let opts = statement_opts(
+                &with_statement(&opts, record.clone()),
+                "delete.deletes",
+                &stmt,
+            )?;
             ctx.state.engine.check_not_view(&ns)?;
-            match ctx.state.engine.collection(&ns) {
+            match ctx.collection(&ns) {
                 Some(coll) => ctx.state.engine.delete(&coll, &filter, multi, hint, &opts),
                 None => Ok(0),
             }

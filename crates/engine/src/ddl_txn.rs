@@ -1,0 +1,207 @@
+//! Catalog changes inside a multi-document transaction, as MongoDB allows them: creating a
+//! collection (explicitly or by a write) and creating indexes on a collection the same
+//! transaction created (or creates for them).
+//!
+//! A collection created in a transaction lives only in that transaction until commit:
+//! lookups made for the transaction find it first, everyone else does not see it. Its
+//! documents and index keys are written into the transaction's storage like any other write;
+//! its catalog entry is written at commit, in the same storage transaction, and only then is
+//! it published in the engine's map, so an abort (or a crash before commit) leaves nothing.
+
+use crate::catalog::{self, CollectionMeta, CollectionRef, IndexMeta};
+use crate::ddl::{is_new_index, CreateIndexesOutcome};
+use crate::index_spec;
+use crate::namespace::{self, Namespace};
+use crate::txn::Transaction;
+use crate::validation::Validator;
+use crate::{Collection, Engine};
+use bson::Document;
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_storage::{keys, Space};
+use std::sync::Arc;
+
+impl Engine {
+    /// The collection as `txn` sees it: one it created, else the published one.
+    pub fn collection_in(
+        &self,
+        ns: &Namespace,
+        txn: Option<&Transaction>,
+    ) -> Option<CollectionRef> {
+        txn.and_then(|t| t.created_collection(ns))
+            .or_else(|| self.collection(ns))
+    }
+
+    /// `ensure_collection` for a statement of `txn` (or outside one when `None`).
+    pub fn ensure_collection_in(
+        &self,
+        ns: &Namespace,
+        txn: Option<&Transaction>,
+    ) -> Result<CollectionRef> {
+        match txn {
+            None => self.ensure_collection(ns),
+            Some(t) => match self.collection_in(ns, Some(t)) {
+                Some(c) => Ok(c),
+                None => self.create_collection_in_txn(ns, Document::new(), t),
+            },
+        }
+    }
+
+    /// `create` as a transaction's statement: NamespaceExists for any collection or view the
+    /// transaction can see, even with the same options (unlike `create` outside one).
+    pub fn create_collection_in_txn(
+        &self,
+        ns: &Namespace,
+        options: Document,
+        txn: &Transaction,
+    ) -> Result<CollectionRef> {
+        namespace::validate_coll_name(&ns.db, &ns.coll)?;
+        let _ddl = self.ddl.lock();
+        if self.collection_in(ns, Some(txn)).is_some() || self.view(ns).is_some() {
+            return Err(Error::new(
+                ErrorCode::NamespaceExists,
+                format!("Collection {ns} already exists."),
+            ));
+        }
+        let validator = Validator::from_options(&options)?;
+        // The ids are taken now, in their own storage transaction: writing the id counter in
+        // the user's transaction would make it conflict with every concurrent DDL.
+        let mut ids = self.kv.begin();
+        let id = self.allocate_id(ids.as_mut())?;
+        let id_index =
+            IndexMeta::from_spec(self.allocate_id(ids.as_mut())?, catalog::id_index_spec())?;
+        ids.commit()?;
+        let meta = CollectionMeta {
+            uuid: bson::Uuid::new(),
+            options,
+            validator,
+            indexes: vec![id_index],
+            building: Vec::new(),
+            dropped: false,
+        };
+        let coll = Arc::new(Collection::new(id, ns.clone(), meta, 1));
+        txn.add_created(coll.clone());
+        Ok(coll)
+    }
+
+    /// `createIndexes` as a transaction's statement (MongoDB's rules): on a collection the
+    /// transaction created, while it is still empty; on a missing one, which it creates; on a
+    /// published collection only when every index already exists.
+    pub fn create_indexes_in_txn(
+        &self,
+        ns: &Namespace,
+        specs: &[Document],
+        txn: &Transaction,
+    ) -> Result<CreateIndexesOutcome> {
+        let normalized = specs
+            .iter()
+            .map(index_spec::normalize)
+            .collect::<Result<Vec<_>>>()?;
+        let coll = match (txn.created_collection(ns), self.collection(ns)) {
+            (Some(created), _) => created,
+            (None, Some(existing)) => {
+                let meta = existing.meta.read();
+                let before = meta.indexes.len();
+                for spec in &normalized {
+                    if is_new_index(&meta.indexes, &[], spec)? {
+                        return Err(Error::new(
+                            ErrorCode::OperationNotSupportedInTransaction,
+                            format!("Cannot create new indexes on existing collection {ns} in a multi-document transaction."),
+                        ));
+                    }
+                }
+                return Ok(all_exist(before, false));
+            }
+            (None, None) => {
+                if self.view(ns).is_some() {
+                    return Err(Error::new(
+                        ErrorCode::CommandNotSupportedOnView,
+                        "Cannot create indexes on a view",
+                    ));
+                }
+                self.create_collection_in_txn(ns, Document::new(), txn)?
+            }
+        };
+        if !self.is_empty_in_txn(&coll, txn)? {
+            return Err(Error::new(
+                ErrorCode::OperationNotSupportedInTransaction,
+                format!("Cannot create new indexes on non-empty collection {ns} in a multi-document transaction."),
+            ));
+        }
+        let mut meta = coll.meta.write();
+        let before = meta.indexes.len();
+        let mut to_add: Vec<Document> = Vec::new();
+        for spec in normalized {
+            if is_new_index(&meta.indexes, &to_add, &spec)? {
+                to_add.push(spec);
+            }
+        }
+        if to_add.is_empty() {
+            return Ok(all_exist(before, true));
+        }
+        let mut ids = self.kv.begin();
+        for spec in to_add {
+            let ix = IndexMeta::from_spec(self.allocate_id(ids.as_mut())?, spec)?;
+            meta.indexes.push(ix);
+        }
+        ids.commit()?;
+        coll.plan_cache.clear(None);
+        Ok(CreateIndexesOutcome {
+            num_indexes_before: before,
+            num_indexes_after: meta.indexes.len(),
+            created_collection_automatically: true,
+            note: None,
+        })
+    }
+
+    fn is_empty_in_txn(&self, coll: &Collection, txn: &Transaction) -> Result<bool> {
+        let lower = keys::u64_be(coll.id);
+        let upper = keys::prefix_end(coll.id);
+        txn.with_kv(|kv| {
+            let mut c = kv.cursor(Space::Records, &lower, &upper);
+            c.seek_to_first();
+            let empty = !c.valid();
+            c.status()?;
+            Ok(empty)
+        })
+    }
+
+    /// Commits `txn`, publishing the collections it created. A collection of the same name
+    /// created meanwhile by someone else makes the commit fail with WriteConflict (and the
+    /// transaction abort), as MongoDB's catalog conflict does.
+    pub fn commit_transaction(&self, txn: &Transaction) -> Result<()> {
+        let created = txn.created_collections();
+        if created.is_empty() {
+            return txn.commit();
+        }
+        let _ddl = self.ddl.lock();
+        for coll in &created {
+            if self.collection(&coll.ns).is_some() || self.view(&coll.ns).is_some() {
+                txn.abort();
+                return Err(Error::new(
+                    ErrorCode::WriteConflict,
+                    format!(
+                        "Collection {} was created concurrently with this transaction.",
+                        coll.ns
+                    ),
+                ));
+            }
+            let meta = coll.meta.read().clone();
+            txn.with_kv(|kv| self.write_entry(kv, coll, &meta))?;
+        }
+        txn.commit()?;
+        let mut map = self.collections.write();
+        for coll in created {
+            map.insert(coll.ns.clone(), coll);
+        }
+        Ok(())
+    }
+}
+
+fn all_exist(before: usize, created: bool) -> CreateIndexesOutcome {
+    CreateIndexesOutcome {
+        num_indexes_before: before,
+        num_indexes_after: before,
+        created_collection_automatically: created,
+        note: Some("all indexes already exist"),
+    }
+}
