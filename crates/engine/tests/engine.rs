@@ -247,3 +247,61 @@ fn concurrent_increments_lose_no_update_and_count_conflicts() {
         vec![doc! {"_id": 1, "n": threads * per_thread}]
     );
 }
+
+#[test]
+fn statement_records_survive_restart_and_are_forgotten_by_number() {
+    use nidus_engine::stmt_record::{Executed, StatementId};
+    let dir = tempfile::tempdir().unwrap();
+    let ns = Namespace::new("test", "c");
+    let lsid = [7u8; 16];
+    let other = [8u8; 16];
+    {
+        let e = open(dir.path());
+        let coll = e.ensure_collection(&ns).unwrap();
+        for (session, number, id) in [(&lsid, 3, 1), (&lsid, 4, 2), (&other, 3, 3)] {
+            let opts = WriteOpts {
+                statement: Some(StatementId::new(session, number, 0, false)),
+                ..WriteOpts::default()
+            };
+            let d = prepare_insert(&raw(doc! {"_id": id})).unwrap();
+            e.insert_one(&coll, &d, &opts).unwrap();
+        }
+        // A write that failed (duplicate _id) records nothing.
+        let opts = WriteOpts {
+            statement: Some(StatementId::new(&lsid, 4, 1, false)),
+            ..WriteOpts::default()
+        };
+        let d = prepare_insert(&raw(doc! {"_id": 1})).unwrap();
+        assert!(e.insert_one(&coll, &d, &opts).is_err());
+        e.shutdown().unwrap();
+    }
+    let e = open(dir.path());
+    let executed = |s: &[u8], n, i| {
+        e.executed_statement(&StatementId::new(s, n, i, false))
+            .unwrap()
+    };
+    assert_eq!(
+        executed(&lsid, 3, 0),
+        Some(Executed::Inserted {
+            id: Some(Bson::Int32(1)),
+            doc: None
+        })
+    );
+    assert_eq!(executed(&lsid, 4, 1), None);
+    assert_eq!(e.forget_statements(&lsid, 4).unwrap(), 1);
+    assert_eq!(executed(&lsid, 3, 0), None);
+    assert!(executed(&lsid, 4, 0).is_some());
+    assert!(
+        executed(&other, 3, 0).is_some(),
+        "other sessions keep theirs"
+    );
+    // Everything is younger than an hour; nothing is older than zero seconds.
+    assert_eq!(
+        e.sweep_statements(std::time::Duration::from_secs(3600))
+            .unwrap(),
+        0
+    );
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(e.sweep_statements(std::time::Duration::ZERO).unwrap(), 2);
+    assert_eq!(executed(&other, 3, 0), None);
+}
