@@ -151,6 +151,8 @@ def run_file(src: Path, test_file: str, timeout: int, binary: Path) -> dict:
             env.pop(var, None)
         cmd = [sys.executable, "-m", "pytest", test_file, "-v", "-p", "no:cacheprovider",
                f"--junitxml={junit}", "-o", "faulthandler_timeout=0", "--timeout=120"]
+        for node in SUITE.get("deselect", {}).get(test_file, []):
+            cmd += ["--deselect", node]
         t0 = time.monotonic()
         with open(out_path, "w") as out:
             proc = subprocess.Popen(cmd, cwd=src, env=env, stdout=out, stderr=subprocess.STDOUT,

@@ -205,7 +205,12 @@ pub fn label(e: Error, name: &str, kind: StatementKind) -> Error {
             }
             e
         }
-        ErrorCode::NoSuchTransaction | ErrorCode::LockTimeout => e.with_label(TRANSIENT),
+        // MongoDB's isTransientTransactionError: lock and prepare conflicts, snapshot errors.
+        ErrorCode::NoSuchTransaction
+        | ErrorCode::LockTimeout
+        | ErrorCode::PreparedTransactionInProgress
+        | ErrorCode::SnapshotTooOld
+        | ErrorCode::SnapshotUnavailable => e.with_label(TRANSIENT),
         _ if !ends_transaction && is_not_primary_or_shutdown(code) => e.with_label(TRANSIENT),
         _ => e,
     }
