@@ -81,12 +81,17 @@ impl Engine {
         self.create_locked(ns, Document::new())
     }
 
-    fn create_locked(&self, ns: &Namespace, options: Document) -> Result<CollectionRef> {
+    /// A new collection with its `_id` index, its ids taken (and the id counter written) in
+    /// `txn`. Nothing else is written.
+    pub(crate) fn new_collection(
+        &self,
+        txn: &mut dyn KvTxn,
+        ns: &Namespace,
+        options: Document,
+    ) -> Result<Collection> {
         let validator = Validator::from_options(&options)?;
-        let mut txn = self.kv.begin();
-        let id = self.allocate_id(txn.as_mut())?;
-        let id_index =
-            IndexMeta::from_spec(self.allocate_id(txn.as_mut())?, catalog::id_index_spec())?;
+        let id = self.allocate_id(txn)?;
+        let id_index = IndexMeta::from_spec(self.allocate_id(txn)?, catalog::id_index_spec())?;
         let meta = CollectionMeta {
             uuid: bson::Uuid::new(),
             options,
@@ -95,7 +100,13 @@ impl Engine {
             building: Vec::new(),
             dropped: false,
         };
-        let coll = Collection::new(id, ns.clone(), meta.clone(), 1);
+        Ok(Collection::new(id, ns.clone(), meta, 1))
+    }
+
+    fn create_locked(&self, ns: &Namespace, options: Document) -> Result<CollectionRef> {
+        let mut txn = self.kv.begin();
+        let coll = self.new_collection(txn.as_mut(), ns, options)?;
+        let meta = coll.meta.read().clone();
         self.write_entry(txn.as_mut(), &coll, &meta)?;
         txn.commit()?;
         let coll = Arc::new(coll);

@@ -8,12 +8,11 @@
 //! its catalog entry is written at commit, in the same storage transaction, and only then is
 //! it published in the engine's map, so an abort (or a crash before commit) leaves nothing.
 
-use crate::catalog::{self, CollectionMeta, CollectionRef, IndexMeta};
+use crate::catalog::{CollectionRef, IndexMeta};
 use crate::ddl::{is_new_index, CreateIndexesOutcome};
 use crate::index_spec;
 use crate::namespace::{self, Namespace};
 use crate::txn::Transaction;
-use crate::validation::Validator;
 use crate::{Collection, Engine};
 use bson::Document;
 use nidus_common::{Error, ErrorCode, Result};
@@ -62,23 +61,11 @@ impl Engine {
                 format!("Collection {ns} already exists."),
             ));
         }
-        let validator = Validator::from_options(&options)?;
         // The ids are taken now, in their own storage transaction: writing the id counter in
         // the user's transaction would make it conflict with every concurrent DDL.
         let mut ids = self.kv.begin();
-        let id = self.allocate_id(ids.as_mut())?;
-        let id_index =
-            IndexMeta::from_spec(self.allocate_id(ids.as_mut())?, catalog::id_index_spec())?;
+        let coll = Arc::new(self.new_collection(ids.as_mut(), ns, options)?);
         ids.commit()?;
-        let meta = CollectionMeta {
-            uuid: bson::Uuid::new(),
-            options,
-            validator,
-            indexes: vec![id_index],
-            building: Vec::new(),
-            dropped: false,
-        };
-        let coll = Arc::new(Collection::new(id, ns.clone(), meta, 1));
         txn.add_created(coll.clone());
         Ok(coll)
     }
