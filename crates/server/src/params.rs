@@ -16,6 +16,8 @@ fn defaults() -> Document {
         "transactionLifetimeLimitSeconds": 60,
         "maxTransactionLockRequestTimeoutMillis": 5,
         "cursorTimeoutMillis": 600_000i64,
+        "clientCursorMonitorFrequencySecs": 4,
+        "enableTimeoutOfInactiveSessionCursors": false,
         "logicalSessionRefreshMillis": 300_000,
         "localLogicalSessionTimeoutMinutes": 30,
         "internalQueryMaxBlockingSortMemoryUsageBytes": 104_857_600i64,
