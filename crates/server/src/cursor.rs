@@ -185,10 +185,6 @@ impl CursorManager {
         self.cursors.lock().remove(&id).is_some()
     }
 
-    pub fn open_count(&self) -> usize {
-        self.cursors.lock().len()
-    }
-
     /// Whether some open cursor was opened in a session (the monitor then needs the live
     /// session ids).
     pub fn any_in_session(&self) -> bool {

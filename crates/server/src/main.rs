@@ -187,13 +187,22 @@ async fn start_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let Some(acceptor) = acceptor else {
-        return connection::serve(state, stream, peer, slot).await;
+        return connection::serve(state, stream, peer, slot, None).await;
     };
     if !tls::wants_tls(state.config.tls.mode, &stream).await {
-        return connection::serve(state, stream, peer, slot).await;
+        return connection::serve(state, stream, peer, slot, None).await;
     }
     match tokio::time::timeout(Duration::from_secs(30), acceptor.accept(stream)).await {
-        Ok(Ok(tls_stream)) => connection::serve(state, tls_stream, peer, slot).await,
+        Ok(Ok(tls_stream)) => {
+            let subject = tls_stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|cert| auth::x509::subject_name(cert));
+            let peer_info = connection::TlsPeer { subject };
+            connection::serve(state, tls_stream, peer, slot, Some(peer_info)).await
+        }
         Ok(Err(e)) => log::info(
             "NETWORK",
             22988,

@@ -28,7 +28,7 @@ fn defaults() -> Document {
         "notablescan": false,
         "quiet": false,
         "requireApiVersion": false,
-        "authenticationMechanisms": ["SCRAM-SHA-1", "SCRAM-SHA-256"],
+        "authenticationMechanisms": ["MONGODB-X509", "SCRAM-SHA-1", "SCRAM-SHA-256"],
         "maxBSONDepth": 200,
         "ttlMonitorEnabled": true,
         "ttlMonitorSleepSecs": 60,

@@ -61,6 +61,7 @@ pub fn server_status(ctx: &mut Ctx) -> Result<Document> {
         "transactions": st.sessions.server_status(),
         "logicalSessionRecordCache": { "activeSessionsCount": st.sessions.active_sessions() as i64 },
         "storageEngine": { "name": "rocksdb", "supportsCommittedReads": true, "persistent": true },
+        "security": { "authentication": st.auth.counters.to_document() },
         "nidus": { "walSyncs": st.engine.wal_syncs() as i64 },
     })
 }
