@@ -187,6 +187,7 @@ def test_x509_authentication(start_nidus, x509_certs):
         ext.command("createUser", X509_USER, roles=[{"role": "readWrite", "db": "test"}])
         info = ext.command("usersInfo", X509_USER)["users"][0]
         assert info["user"] == X509_USER and info["db"] == "$external"
+        assert info["mechanisms"] == ["external"]
         before = admin.admin.command("serverStatus")["security"]["authentication"]["mechanisms"][
             "MONGODB-X509"]
 

@@ -115,9 +115,11 @@ pub struct ReapRules<'a> {
     pub timeout: Duration,
     /// `enableTimeoutOfInactiveSessionCursors`: cursors opened in a session time out too.
     pub session_cursors_time_out: bool,
-    /// The sessions the server knows: a cursor whose session ended or expired is closed
-    /// (MongoDB kills a session's cursors with the session).
+    /// The sessions the server knew at `sessions_at`: a cursor last used before then whose
+    /// session is not among them is closed (MongoDB kills a session's cursors with the
+    /// session). Cursors used since may belong to sessions begun after the snapshot.
     pub live_sessions: &'a HashSet<Vec<u8>>,
+    pub sessions_at: Instant,
 }
 
 /// How many cursors one monitor pass closed.
@@ -202,7 +204,7 @@ impl CursorManager {
                 return true;
             };
             if let Some(lsid) = &e.session {
-                if !rules.live_sessions.contains(lsid) {
+                if c.last_used < rules.sessions_at && !rules.live_sessions.contains(lsid) {
                     reaped.session_ended += 1;
                     return false;
                 }

@@ -293,6 +293,7 @@ async fn cursor_reaper(state: Arc<ServerState>) {
             .i64("cursorTimeoutMillis")
             .unwrap_or(600_000)
             .max(0) as u64;
+        let sessions_at = std::time::Instant::now();
         let live_sessions: std::collections::HashSet<Vec<u8>> = if state.cursors.any_in_session() {
             state
                 .sessions
@@ -313,6 +314,7 @@ async fn cursor_reaper(state: Arc<ServerState>) {
                 Some(bson::Bson::Boolean(true))
             ),
             live_sessions: &live_sessions,
+            sessions_at,
         });
         if reaped.timed_out > 0 {
             log::info(

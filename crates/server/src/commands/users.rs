@@ -418,11 +418,15 @@ pub fn users_info(ctx: &mut Ctx) -> Result<Document> {
                 out.insert("customData", cd.clone());
             }
         }
-        let mechanisms: Vec<&str> = Mechanism::ALL
+        let mut mechanisms: Vec<&str> = Mechanism::ALL
             .iter()
             .filter(|m| creds.is_some_and(|c| c.contains_key(m.name())))
             .map(|m| m.name())
             .collect();
+        if creds.is_some_and(|c| c.get_bool("external") == Ok(true)) {
+            // `$external` users: MongoDB lists the pseudo-mechanism "external".
+            mechanisms.push("external");
+        }
         out.insert("mechanisms", mechanisms);
         if show_privileges {
             let (all, privileges) = inherited(ctx, &roles)?;
