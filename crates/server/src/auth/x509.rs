@@ -227,6 +227,34 @@ mod tests {
     }
 
     #[test]
+    fn mutated_certificates_never_panic() {
+        let mut name = Vec::new();
+        name.extend(der(SET, &atv(&[0x55, 4, 3], 0x1e, "\0a\0b")));
+        name.extend(der(SET, &atv(&[0x55, 4, 10], 0x1c, "\0\0\0x")));
+        let mut tbs = der(0x02, &[1]);
+        tbs.extend(der(SEQUENCE, &[]));
+        tbs.extend(der(SEQUENCE, &[]));
+        tbs.extend(der(SEQUENCE, &[]));
+        tbs.extend(der(SEQUENCE, &name));
+        let cert = der(SEQUENCE, &der(SEQUENCE, &tbs));
+        assert_eq!(subject_name(&cert).as_deref(), Some("O=x,CN=ab"));
+        // Every truncation and many byte flips: None or a name, never a panic.
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        for len in 0..cert.len() {
+            let _ = subject_name(&cert[..len]);
+        }
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let mut m = cert.clone();
+            let i = (seed as usize) % m.len();
+            m[i] = (seed >> 32) as u8;
+            let _ = subject_name(&m);
+        }
+    }
+
+    #[test]
     fn unknown_types_and_garbage() {
         assert_eq!(
             oid_string(&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d]).unwrap(),
