@@ -268,3 +268,39 @@ def test_x509_authentication(start_nidus, x509_certs):
     finally:
         anon.close()
         admin.close()
+
+
+def test_mongosh_x509_login(start_nidus, x509_certs, tmp_path):
+    """The Node.js driver (mongosh) logs in with MONGODB-X509 too."""
+    import os
+
+    from test_mongosh import find_mongosh
+    certs = x509_certs
+    ca = str(certs / "ca.pem")
+    server = start_nidus(extra_args=tls_args(certs, ca=True) + ["--auth"],
+                         client_options={"tls": True, "tlsCAFile": ca,
+                                         "tlsCertificateKeyFile": str(certs / "x509.pem")})
+    setup = server.client()  # the localhost exception creates the first user
+    try:
+        setup.admin.command("createUser", "admin", pwd="pw", roles=["root"])
+    finally:
+        setup.close()
+    admin = MongoClient(f"mongodb://admin:pw@{HOST}:{server.port}/?tls=true&tlsCAFile={ca}"
+                        f"&tlsCertificateKeyFile={certs / 'x509.pem'}&directConnection=true",
+                        serverSelectionTimeoutMS=10000)
+    admin["$external"].command("createUser", X509_USER, roles=[{"role": "readWrite", "db": "app"}])
+    admin.close()
+    exe = find_mongosh()
+    cfg = tmp_path / ".mongodb" / "mongosh"
+    cfg.mkdir(parents=True)
+    (cfg / "config").write_text('{"enableTelemetry": false, "disableGreetingMessage": true}')
+    uri = (f"mongodb://{HOST}:{server.port}/app?authMechanism=MONGODB-X509&tls=true"
+           f"&tlsCAFile={ca}&tlsCertificateKeyFile={certs / 'x509.pem'}"
+           "&directConnection=true&serverSelectionTimeoutMS=10000")
+    env = {**os.environ, "HOME": str(tmp_path), "MONGOSH_NO_TELEMETRY": "1", "DO_NOT_TRACK": "1"}
+    r = subprocess.run([exe, uri, "--quiet", "--eval",
+                        "db.x.insertOne({a: 1}); print('N', db.x.countDocuments({})); "
+                        "print('ME', db.runCommand({connectionStatus: 1}).authInfo.authenticatedUsers[0].user)"],
+                       capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "N 1" in r.stdout and f"ME {X509_USER}" in r.stdout, r.stdout
