@@ -95,6 +95,27 @@ def test_sub_pipeline_depth_counts_view_pipelines(db):
     assert_too_deep(db, "view_empty", nested_lookups("view2", 1))
 
 
+def test_sub_pipeline_depth_parameter(start_nidus):
+    """internalMaxSubPipelineViewDepth is a parameter (start-up and setParameter), as in
+    MongoDB (jstests raise it to 100 with setParameter)."""
+    server = start_nidus(extra_args=["--setParameter", "internalMaxSubPipelineViewDepth=22"])
+    client = server.client()
+    try:
+        db = client.t
+        db.c.insert_one({"_id": 1})
+        assert client.admin.command("getParameter", 1, internalMaxSubPipelineViewDepth=1)[
+            "internalMaxSubPipelineViewDepth"] == 22
+        assert db.command("aggregate", "c", pipeline=[lookup_n_deep("c", 21)], cursor={})["ok"] == 1
+        client.admin.command("setParameter", 1, internalMaxSubPipelineViewDepth=3)
+        assert db.command("aggregate", "c", pipeline=[union_n_deep("c", 2)], cursor={})["ok"] == 1
+        with pytest.raises(OperationFailure) as e:
+            db.command("aggregate", "c", pipeline=[union_n_deep("c", 3)], cursor={})
+        assert e.value.code == 232
+        assert e.value.details["errmsg"] == "Maximum number of nested sub-pipelines exceeded. Limit is 3"
+    finally:
+        client.close()
+
+
 # ------------------------------------------------------------------------ idle cursors
 def _params(*pairs: str) -> list:
     args = []

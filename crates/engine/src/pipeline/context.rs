@@ -8,7 +8,7 @@ use nidus_common::{Error, ErrorCode, Result};
 use nidus_expr::{Bind, ParseContext, Value, VarId, Variables};
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,9 +19,15 @@ pub const MAX_BLOCKING_STAGE_BYTES: usize = 100 * 1024 * 1024;
 /// The largest document a stage may produce (`BSONObjMaxUserSize`).
 pub const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
 
-/// How deeply `$lookup` and `$unionWith` sub-pipelines may nest, views' pipelines included
-/// (MongoDB's `internalMaxSubPipelineViewDepth`, default 20).
-pub const MAX_SUB_PIPELINE_DEPTH: usize = 20;
+/// How deeply `$lookup` and `$unionWith` sub-pipelines may nest, views' pipelines included:
+/// MongoDB's `internalMaxSubPipelineViewDepth` (default 20, a server-wide parameter the
+/// server sets with [`set_max_sub_pipeline_depth`]).
+static MAX_SUB_PIPELINE_DEPTH: AtomicUsize = AtomicUsize::new(20);
+
+/// Sets `internalMaxSubPipelineViewDepth` (at start-up and by `setParameter`).
+pub fn set_max_sub_pipeline_depth(n: usize) {
+    MAX_SUB_PIPELINE_DEPTH.store(n, Ordering::Relaxed);
+}
 
 /// A user variable: its name, its slot, and (at run time) its value.
 #[derive(Debug, Clone)]
@@ -80,12 +86,11 @@ impl ParseCtx {
         items: &[Bson],
     ) -> Result<Vec<super::StageRef>> {
         let depth = self.depth.get();
-        if depth >= MAX_SUB_PIPELINE_DEPTH {
+        let max = MAX_SUB_PIPELINE_DEPTH.load(Ordering::Relaxed);
+        if depth >= max {
             return Err(Error::new(
                 ErrorCode::MaxSubPipelineDepthExceeded,
-                format!(
-                    "Maximum number of nested sub-pipelines exceeded. Limit is {MAX_SUB_PIPELINE_DEPTH}"
-                ),
+                format!("Maximum number of nested sub-pipelines exceeded. Limit is {max}"),
             ));
         }
         self.depth.set(depth + 1);
