@@ -304,3 +304,22 @@ def test_mongosh_x509_login(start_nidus, x509_certs, tmp_path):
                        capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr + r.stdout
     assert "N 1" in r.stdout and f"ME {X509_USER}" in r.stdout, r.stdout
+
+
+def test_x509_disabled_by_authentication_mechanisms(start_nidus, x509_certs):
+    certs = x509_certs
+    ca = str(certs / "ca.pem")
+    server = start_nidus(
+        extra_args=tls_args(certs, ca=True) + ["--auth", "--setParameter",
+                                               "authenticationMechanisms=SCRAM-SHA-1,SCRAM-SHA-256"],
+        client_options={"tls": True, "tlsCAFile": ca,
+                        "tlsCertificateKeyFile": str(certs / "x509.pem")})
+    c = server.client(maxPoolSize=1)
+    try:
+        c.admin.command("createUser", "admin", pwd="pw", roles=["root"])
+        with pytest.raises(OperationFailure) as e:
+            c["$external"].command("authenticate", 1, mechanism="MONGODB-X509")
+        assert (e.value.code, e.value.details["errmsg"]) == (18, "Authentication failed.")
+        assert "x.509 authentication is disabled." in server.log_text()
+    finally:
+        c.close()

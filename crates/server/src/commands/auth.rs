@@ -347,8 +347,10 @@ fn authenticate_x509(
             "X.509 authentication must always use the $external database.",
         ));
     }
+    // An array, or the comma-separated list `--setParameter authenticationMechanisms=...`.
     let enabled = match ctx.state.params.get("authenticationMechanisms") {
         Some(Bson::Array(list)) => list.iter().any(|m| m.as_str() == Some(X509)),
+        Some(Bson::String(list)) => list.split(',').any(|m| m.trim() == X509),
         _ => false,
     };
     if !enabled {
