@@ -423,3 +423,113 @@ def test_mongosh_logs_in(auth_server, root, tmp_path):
                        capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr
     assert "ME shell" in r.stdout and "N " in r.stdout, r.stdout
+
+
+# --- changeOwnPassword / changeOwnCustomData, counters, getMore by ownership ----------------
+
+def test_change_own_password_and_custom_data(auth_server, root):
+    """MongoDB's checkAuthForTypedCommand(UpdateUserCommand): pwd needs changePassword on the
+    user's database or changeOwnPassword when the user updates itself; customData likewise."""
+    try:
+        root.admin.command("dropRole", "selfService")
+    except OperationFailure:
+        pass
+    root.admin.command("createRole", "selfService", roles=[], privileges=[
+        {"resource": {"db": "admin", "collection": ""},
+         "actions": ["changeOwnPassword", "changeOwnCustomData"]}])
+    make_user(root, "sam", ["selfService"], pwd="old")
+    make_user(root, "tom", [{"role": "read", "db": "app"}], pwd="pw")
+    sam, tom = login(auth_server, "sam", "old"), login(auth_server, "tom", "pw")
+    try:
+        sam.admin.command("updateUser", "sam", pwd="new", customData={"team": "x"})
+        info = root.admin.command("usersInfo", "sam")["users"][0]
+        assert info["customData"] == {"team": "x"}
+        fresh = login(auth_server, "sam", "new")
+        assert fresh.admin.command("connectionStatus")["authInfo"]["authenticatedUsers"] == [
+            {"user": "sam", "db": "admin"}]
+        fresh.close()
+        # Not for somebody else, and not its own roles.
+        assert code_of(lambda: sam.admin.command("updateUser", "tom", pwd="x")) == (
+            13, "Not authorized to change password of user: tom@admin")
+        assert code_of(lambda: sam.admin.command("updateUser", "tom", customData={})) == (
+            13, "Not authorized to change customData of user: tom@admin")
+        assert code_of(lambda: sam.admin.command("updateUser", "sam", roles=["root"]))[0] == 13
+        # Without the actions a user cannot change itself either.
+        assert code_of(lambda: tom.admin.command("updateUser", "tom", pwd="x")) == (
+            13, "Not authorized to change password of user: tom@admin")
+        assert code_of(lambda: tom.admin.command("updateUser", "tom", customData={"a": 1})) == (
+            13, "Not authorized to change customData of user: tom@admin")
+        # The role's actions are validated and reported like any other.
+        role = root.admin.command("rolesInfo", "selfService", showPrivileges=True)["roles"][0]
+        assert sorted(role["privileges"][0]["actions"]) == ["changeOwnCustomData", "changeOwnPassword"]
+    finally:
+        sam.close()
+        tom.close()
+
+
+def _mech_counters(root, mech):
+    auth = root.admin.command("serverStatus")["security"]["authentication"]
+    return auth["saslSupportedMechsReceived"], auth["mechanisms"][mech]
+
+
+def test_authentication_counters(auth_server, root, anon):
+    """serverStatus().security.authentication (MongoDB's AuthCounter: saslStart counts
+    `authenticate.received`, plus `speculativeAuthenticate.received` inside hello; a completed
+    conversation counts `successful`)."""
+    make_user(root, "cnt", [{"role": "read", "db": "app"}], pwd="pw", mechanisms=["SCRAM-SHA-1"])
+    mechs = root.admin.command("serverStatus")["security"]["authentication"]["mechanisms"]
+    assert sorted(mechs) == ["MONGODB-X509", "SCRAM-SHA-1", "SCRAM-SHA-256"]
+    assert set(mechs["SCRAM-SHA-1"]) == {"speculativeAuthenticate", "clusterAuthenticate", "authenticate"}
+    ssm0, c0 = _mech_counters(root, "SCRAM-SHA-1")
+
+    # A full conversation by saslStart/saslContinue.
+    conv = scram_client("cnt", "pw", "SCRAM-SHA-1")
+    r = anon.admin.command("saslStart", 1, mechanism="SCRAM-SHA-1", payload=Binary(next(conv)),
+                           options={"skipEmptyExchange": True})
+    r = anon.admin.command("saslContinue", 1, conversationId=r["conversationId"],
+                           payload=Binary(conv.send(r["payload"])))
+    assert r["done"] is True
+    anon.admin.command("logout")
+    # A wrong password: received, not successful.
+    bad = scram_client("cnt", "nope", "SCRAM-SHA-1")
+    r = anon.admin.command("saslStart", 1, mechanism="SCRAM-SHA-1", payload=Binary(next(bad)))
+    with pytest.raises(OperationFailure):
+        anon.admin.command("saslContinue", 1, conversationId=r["conversationId"],
+                           payload=Binary(bad.send(r["payload"])))
+    # A speculative one in hello, finished by saslContinue; and a saslSupportedMechs ask.
+    conv = scram_client("cnt", "pw", "SCRAM-SHA-1")
+    hello = anon.admin.command("hello", saslSupportedMechs="admin.cnt", speculativeAuthenticate={
+        "saslStart": 1, "mechanism": "SCRAM-SHA-1", "payload": Binary(next(conv)),
+        "db": "admin", "options": {"skipEmptyExchange": True}})
+    spec = hello["speculativeAuthenticate"]
+    r = anon.admin.command("saslContinue", 1, conversationId=spec["conversationId"],
+                           payload=Binary(conv.send(spec["payload"])))
+    assert r["done"] is True
+    anon.admin.command("logout")
+
+    ssm1, c1 = _mech_counters(root, "SCRAM-SHA-1")
+    assert ssm1 - ssm0 == 1
+    assert c1["authenticate"]["received"] - c0["authenticate"]["received"] == 3
+    assert c1["authenticate"]["successful"] - c0["authenticate"]["successful"] == 2
+    assert c1["speculativeAuthenticate"]["received"] - c0["speculativeAuthenticate"]["received"] == 1
+    assert c1["speculativeAuthenticate"]["successful"] - c0["speculativeAuthenticate"]["successful"] == 1
+    assert c1["clusterAuthenticate"] == {"received": 0, "successful": 0}
+
+
+def test_get_more_is_checked_by_ownership_only(auth_server, root):
+    """checkAuthForGetMore: an authenticated user may getMore the cursors it opened, even after
+    losing the privilege that opened them; others may not."""
+    root.app.own.drop()
+    root.app.own.insert_many([{"_id": i} for i in range(6)])
+    make_user(root, "olga", [{"role": "read", "db": "app"}])
+    c = login(auth_server, "olga", "pw")
+    try:
+        cid = c.app.command("find", "own", batchSize=2)["cursor"]["id"]
+        root.admin.command("revokeRolesFromUser", "olga", roles=[{"role": "read", "db": "app"}])
+        assert code_of(lambda: c.app.own.find_one())[0] == 13
+        more = c.app.command("getMore", cid, collection="own", batchSize=2)
+        assert [d["_id"] for d in more["cursor"]["nextBatch"]] == [2, 3]
+        code, msg = code_of(lambda: root.app.command("getMore", cid, collection="own"))
+        assert (code, msg) == (13, f"cursor id {cid} was not created by the authenticated user")
+    finally:
+        c.close()

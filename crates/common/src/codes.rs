@@ -135,6 +135,7 @@ error_codes! {
     InvalidUUID = 207,
     IllegalOpMsgFlag = 223,
     TransactionTooOld = 225,
+    MaxSubPipelineDepthExceeded = 232,
     TooManyDocumentSequences = 233,
     CursorKilled = 237,
     SnapshotTooOld = 239,

@@ -26,6 +26,16 @@ pub struct ConnState {
     pub compressors: Vec<Compressor>,
     /// The authenticated user and any SASL conversation in progress.
     pub auth: crate::auth::AuthState,
+    /// The TLS session, when the connection uses TLS.
+    pub tls: Option<TlsPeer>,
+}
+
+/// What the TLS handshake established about the client.
+#[derive(Debug, Clone, Default)]
+pub struct TlsPeer {
+    /// The subject of the client's certificate (verified against `--tlsCAFile`), in the
+    /// RFC 2253 form MONGODB-X509 user names use.
+    pub subject: Option<String>,
 }
 
 /// Holds one of the `--maxConns` connection slots: taken when a connection is accepted,
@@ -62,6 +72,7 @@ pub async fn serve<S: ClientStream>(
     mut stream: S,
     peer: SocketAddr,
     slot: ConnectionSlot,
+    tls: Option<TlsPeer>,
 ) {
     let id = state.next_connection_id();
     state
@@ -75,6 +86,7 @@ pub async fn serve<S: ClientStream>(
         app_name: None,
         compressors: Vec::new(),
         auth: Default::default(),
+        tls,
     };
     log::info(
         "NETWORK",

@@ -6,7 +6,8 @@ use nidus_engine::catalog::CollectionRef;
 use nidus_engine::exec::Executor;
 use nidus_engine::namespace::Namespace;
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -91,15 +92,41 @@ impl Cursor {
     }
 }
 
-/// An open cursor and the user who opened it (`user@db`; empty without authentication).
+/// An open cursor, the user who opened it (`user@db`; empty without authentication) and
+/// the logical session it was opened in (the `lsid.id` bytes), if any.
 struct Entry {
     owner: Vec<String>,
+    session: Option<Vec<u8>>,
     cursor: Arc<Mutex<Cursor>>,
 }
 
 #[derive(Default)]
 pub struct CursorManager {
     cursors: Mutex<HashMap<i64, Entry>>,
+    /// `serverStatus().metrics.cursor.timedOut`: cursors closed by the idle timeout.
+    timed_out: AtomicU64,
+    /// `serverStatus().metrics.cursor.totalOpened`.
+    total_opened: AtomicU64,
+}
+
+/// What the idle-cursor monitor closes (MongoDB's `cursorShouldTimeout`).
+pub struct ReapRules<'a> {
+    /// `cursorTimeoutMillis`.
+    pub timeout: Duration,
+    /// `enableTimeoutOfInactiveSessionCursors`: cursors opened in a session time out too.
+    pub session_cursors_time_out: bool,
+    /// The sessions the server knew at `sessions_at`: a cursor last used before then whose
+    /// session is not among them is closed (MongoDB kills a session's cursors with the
+    /// session). Cursors used since may belong to sessions begun after the snapshot.
+    pub live_sessions: &'a HashSet<Vec<u8>>,
+    pub sessions_at: Instant,
+}
+
+/// How many cursors one monitor pass closed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Reaped {
+    pub timed_out: usize,
+    pub session_ended: usize,
 }
 
 fn new_cursor_id() -> i64 {
@@ -120,13 +147,15 @@ fn new_cursor_id() -> i64 {
 }
 
 impl CursorManager {
-    pub fn register(&self, cursor: Cursor, owner: Vec<String>) -> i64 {
+    pub fn register(&self, cursor: Cursor, owner: Vec<String>, session: Option<Vec<u8>>) -> i64 {
+        self.total_opened.fetch_add(1, Ordering::Relaxed);
         let mut map = self.cursors.lock();
         loop {
             let id = new_cursor_id();
             if let std::collections::hash_map::Entry::Vacant(e) = map.entry(id) {
                 e.insert(Entry {
                     owner,
+                    session,
                     cursor: Arc::new(Mutex::new(cursor)),
                 });
                 return id;
@@ -139,6 +168,8 @@ impl CursorManager {
         self.cursors.lock().get(&id).map(|e| e.owner.clone())
     }
 
+    /// The cursor `id`; CursorNotFound (43) "cursor id <id> not found" when it is not open
+    /// (never opened, exhausted, killed or timed out: MongoDB's `pinCursor` message).
     pub fn get(&self, id: i64) -> Result<Arc<Mutex<Cursor>>> {
         self.cursors
             .lock()
@@ -156,19 +187,54 @@ impl CursorManager {
         self.cursors.lock().remove(&id).is_some()
     }
 
-    pub fn open_count(&self) -> usize {
-        self.cursors.lock().len()
+    /// Whether some open cursor was opened in a session (the monitor then needs the live
+    /// session ids).
+    pub fn any_in_session(&self) -> bool {
+        self.cursors.lock().values().any(|e| e.session.is_some())
     }
 
-    /// Closes cursors idle for longer than `timeout` (not `noCursorTimeout` ones, not in use).
-    pub fn reap(&self, timeout: Duration) -> usize {
+    /// Closes idle cursors (MongoDB's `cursorShouldTimeout`): never a `noCursorTimeout`
+    /// cursor or one a command is using (pinned); a cursor opened in a session only with
+    /// `enableTimeoutOfInactiveSessionCursors`, but it closes once its session is gone.
+    pub fn reap(&self, rules: &ReapRules) -> Reaped {
         let now = Instant::now();
-        let mut map = self.cursors.lock();
-        let before = map.len();
-        map.retain(|_, e| match e.cursor.try_lock() {
-            Some(c) => c.no_timeout || now.duration_since(c.last_used) < timeout,
-            None => true,
+        let mut reaped = Reaped::default();
+        self.cursors.lock().retain(|_, e| {
+            let Some(c) = e.cursor.try_lock() else {
+                return true;
+            };
+            if let Some(lsid) = &e.session {
+                if c.last_used < rules.sessions_at && !rules.live_sessions.contains(lsid) {
+                    reaped.session_ended += 1;
+                    return false;
+                }
+                if !rules.session_cursors_time_out {
+                    return true;
+                }
+            }
+            let idle = !c.no_timeout && now.duration_since(c.last_used) >= rules.timeout;
+            reaped.timed_out += usize::from(idle);
+            !idle
         });
-        before - map.len()
+        self.timed_out
+            .fetch_add(reaped.timed_out as u64, Ordering::Relaxed);
+        reaped
+    }
+
+    /// `serverStatus().metrics.cursor`.
+    pub fn metrics(&self) -> bson::Document {
+        let (mut total, mut no_timeout, mut pinned) = (0i64, 0i64, 0i64);
+        for e in self.cursors.lock().values() {
+            total += 1;
+            match e.cursor.try_lock() {
+                Some(c) => no_timeout += i64::from(c.no_timeout),
+                None => pinned += 1,
+            }
+        }
+        bson::doc! {
+            "timedOut": self.timed_out.load(Ordering::Relaxed) as i64,
+            "totalOpened": self.total_opened.load(Ordering::Relaxed) as i64,
+            "open": { "noTimeout": no_timeout, "pinned": pinned, "total": total },
+        }
     }
 }

@@ -187,13 +187,22 @@ async fn start_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let Some(acceptor) = acceptor else {
-        return connection::serve(state, stream, peer, slot).await;
+        return connection::serve(state, stream, peer, slot, None).await;
     };
     if !tls::wants_tls(state.config.tls.mode, &stream).await {
-        return connection::serve(state, stream, peer, slot).await;
+        return connection::serve(state, stream, peer, slot, None).await;
     }
     match tokio::time::timeout(Duration::from_secs(30), acceptor.accept(stream)).await {
-        Ok(Ok(tls_stream)) => connection::serve(state, tls_stream, peer, slot).await,
+        Ok(Ok(tls_stream)) => {
+            let subject = tls_stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|cert| auth::x509::subject_name(cert));
+            let peer_info = connection::TlsPeer { subject };
+            connection::serve(state, tls_stream, peer, slot, Some(peer_info)).await
+        }
         Ok(Err(e)) => log::info(
             "NETWORK",
             22988,
@@ -294,22 +303,51 @@ async fn transaction_reaper(state: Arc<ServerState>) {
     }
 }
 
+/// MongoDB's ClientCursorMonitor: every `clientCursorMonitorFrequencySecs` (4) closes the
+/// cursors idle for `cursorTimeoutMillis` and those whose session is gone.
 async fn cursor_reaper(state: Arc<ServerState>) {
     loop {
-        tokio::time::sleep(Duration::from_secs(60)).await;
+        let every = state
+            .params
+            .i64("clientCursorMonitorFrequencySecs")
+            .unwrap_or(4)
+            .max(1) as u64;
+        tokio::time::sleep(Duration::from_secs(every)).await;
         let timeout = state
             .params
             .i64("cursorTimeoutMillis")
             .unwrap_or(600_000)
             .max(0) as u64;
-        let reaped = state.cursors.reap(Duration::from_millis(timeout));
-        if reaped > 0 {
+        let sessions_at = std::time::Instant::now();
+        let live_sessions: std::collections::HashSet<Vec<u8>> = if state.cursors.any_in_session() {
+            state
+                .sessions
+                .list()
+                .iter()
+                .filter_map(|d| match d.get_document("_id").ok()?.get("id")? {
+                    bson::Bson::Binary(b) => Some(b.bytes.clone()),
+                    _ => None,
+                })
+                .collect()
+        } else {
+            Default::default()
+        };
+        let reaped = state.cursors.reap(&cursor::ReapRules {
+            timeout: Duration::from_millis(timeout),
+            session_cursors_time_out: matches!(
+                state.params.get("enableTimeoutOfInactiveSessionCursors"),
+                Some(bson::Bson::Boolean(true))
+            ),
+            live_sessions: &live_sessions,
+            sessions_at,
+        });
+        if reaped.timed_out > 0 {
             log::info(
                 "QUERY",
                 20529,
                 "clientcursormon",
                 "Cursors timed out",
-                json!({ "numTimedOut": reaped }),
+                json!({ "numTimedOut": reaped.timed_out }),
             );
         }
     }

@@ -16,17 +16,20 @@ fn defaults() -> Document {
         "transactionLifetimeLimitSeconds": 60,
         "maxTransactionLockRequestTimeoutMillis": 5,
         "cursorTimeoutMillis": 600_000i64,
+        "clientCursorMonitorFrequencySecs": 4,
+        "enableTimeoutOfInactiveSessionCursors": false,
         "logicalSessionRefreshMillis": 300_000,
         "localLogicalSessionTimeoutMinutes": 30,
         "internalQueryMaxBlockingSortMemoryUsageBytes": 104_857_600i64,
         "internalQueryPlanEvaluationWorks": 10_000,
         "internalQueryPlannerMaxIndexedSolutions": 64,
         "internalDocumentSourceGroupMaxMemoryBytes": 104_857_600i64,
+        "internalMaxSubPipelineViewDepth": 20,
         "allowDiskUseByDefault": true,
         "notablescan": false,
         "quiet": false,
         "requireApiVersion": false,
-        "authenticationMechanisms": ["SCRAM-SHA-1", "SCRAM-SHA-256"],
+        "authenticationMechanisms": ["MONGODB-X509", "SCRAM-SHA-1", "SCRAM-SHA-256"],
         "maxBSONDepth": 200,
         "ttlMonitorEnabled": true,
         "ttlMonitorSleepSecs": 60,
@@ -55,9 +58,19 @@ impl Parameters {
                 .ok_or_else(|| format!("Bad value for parameter \"{k}\": {raw}"))?;
             values.insert(k.clone(), v);
         }
-        Ok(Parameters {
+        let params = Parameters {
             values: RwLock::new(values),
-        })
+        };
+        params.apply_to_engine();
+        Ok(params)
+    }
+
+    /// Hands the parameters the engine reads on its own to it (at start-up and after each
+    /// `setParameter`): `internalMaxSubPipelineViewDepth`.
+    pub fn apply_to_engine(&self) {
+        if let Some(n) = self.i64("internalMaxSubPipelineViewDepth") {
+            nidus_engine::pipeline::set_max_sub_pipeline_depth(n.max(0) as usize);
+        }
     }
 
     pub fn get(&self, name: &str) -> Option<Bson> {

@@ -7,8 +7,8 @@ use bson::{Bson, DateTime, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_expr::{Bind, ParseContext, Value, VarId, Variables};
 use parking_lot::Mutex;
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,6 +18,16 @@ pub const MAX_BLOCKING_STAGE_BYTES: usize = 100 * 1024 * 1024;
 
 /// The largest document a stage may produce (`BSONObjMaxUserSize`).
 pub const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// How deeply `$lookup` and `$unionWith` sub-pipelines may nest, views' pipelines included:
+/// MongoDB's `internalMaxSubPipelineViewDepth` (default 20, a server-wide parameter the
+/// server sets with [`set_max_sub_pipeline_depth`]).
+static MAX_SUB_PIPELINE_DEPTH: AtomicUsize = AtomicUsize::new(20);
+
+/// Sets `internalMaxSubPipelineViewDepth` (at start-up and by `setParameter`).
+pub fn set_max_sub_pipeline_depth(n: usize) {
+    MAX_SUB_PIPELINE_DEPTH.store(n, Ordering::Relaxed);
+}
 
 /// A user variable: its name, its slot, and (at run time) its value.
 #[derive(Debug, Clone)]
@@ -35,6 +45,11 @@ pub struct ParseCtx {
     scope: RefCell<Vec<Binding>>,
     /// The database the command runs in (`$lookup`'s `from` is relative to it).
     pub db: String,
+    /// How many `$lookup`/`$unionWith` sub-pipelines enclose the one being parsed.
+    depth: Cell<usize>,
+    /// Resolves views named by sub-pipelines, so their pipelines count towards the depth
+    /// (None where no engine is at hand, e.g. when a view definition is validated).
+    views: Option<Arc<Engine>>,
 }
 
 impl ParseCtx {
@@ -43,7 +58,62 @@ impl ParseCtx {
             exprs: ParseContext::new(),
             scope: RefCell::new(Vec::new()),
             db: db.to_string(),
+            depth: Cell::new(0),
+            views: None,
         }
+    }
+
+    /// This context, resolving the views that `$lookup`/`$unionWith` read from at parse
+    /// time (their pipelines count towards the sub-pipeline depth).
+    pub fn with_views(mut self, engine: Arc<Engine>) -> ParseCtx {
+        self.views = Some(engine);
+        self
+    }
+
+    /// Parses the sub-pipeline of a `$lookup` or `$unionWith` reading `from`, one level
+    /// deeper than this one. MongoDB gives each such stage an expression context one level
+    /// deeper than its parent's and refuses a 21st level with MaxSubPipelineDepthExceeded
+    /// (232) "Maximum number of nested sub-pipelines exceeded. Limit is 20" (source:
+    /// `makeCopyForSubPipelineFromExpressionContext` in mongo's expression_context.cpp and
+    /// jstests/aggregation/sources/lookup/max_subpipeline_depth.js: 20 nested levels run,
+    /// 21 fail). The stage counts whether or not it has a `pipeline`; `$facet` shares its
+    /// parent's context and does not count. When `from` is a view, the view's own pipeline
+    /// is parsed at the new level too (its `$lookup`s nest further), as MongoDB resolves
+    /// views into the sub-pipeline.
+    pub fn parse_sub_pipeline(
+        &self,
+        from: Option<&crate::namespace::Namespace>,
+        items: &[Bson],
+    ) -> Result<Vec<super::StageRef>> {
+        let depth = self.depth.get();
+        let max = MAX_SUB_PIPELINE_DEPTH.load(Ordering::Relaxed);
+        if depth >= max {
+            return Err(Error::new(
+                ErrorCode::MaxSubPipelineDepthExceeded,
+                format!("Maximum number of nested sub-pipelines exceeded. Limit is {max}"),
+            ));
+        }
+        self.depth.set(depth + 1);
+        let parsed = self
+            .check_view_depth(from)
+            .and_then(|()| super::parse_pipeline(items, self));
+        self.depth.set(depth);
+        parsed
+    }
+
+    /// Parses the pipeline of the view `from` (if it is one) at this context's depth, for
+    /// the depth check only: the stage resolves the view again when it runs.
+    fn check_view_depth(&self, from: Option<&crate::namespace::Namespace>) -> Result<()> {
+        let (Some(engine), Some(from)) = (&self.views, from) else {
+            return Ok(());
+        };
+        let Some(view) = engine.resolve_view(from)? else {
+            return Ok(());
+        };
+        let inner = ParseCtx::new(&view.ns.db).with_views(engine.clone());
+        inner.depth.set(self.depth.get());
+        let docs: Vec<Bson> = view.pipeline.into_iter().map(Bson::Document).collect();
+        super::parse_pipeline(&docs, &inner).map(|_| ())
     }
 
     /// Defines a variable (`let`); `value` when it is known now.

@@ -109,10 +109,9 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         let id = pcx.define(&name, None)?;
         bound.push((name, id, e));
     }
-    let pipeline = match &pipeline_spec {
-        Some(items) => super::parse_pipeline(items, pcx),
-        None => Ok(Vec::new()),
-    };
+    let from_ns = from.as_ref().map(|c| Namespace::new(&pcx.db, c));
+    let items = pipeline_spec.as_deref().unwrap_or_default();
+    let pipeline = pcx.parse_sub_pipeline(from_ns.as_ref(), items);
     pcx.restore(mark);
     let pipeline = pipeline?;
     super::reject_writing_stage(&pipeline, "$lookup", 51047)?;
@@ -121,7 +120,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         return Err(parse_err("must specify 'from' field for a $lookup"));
     }
     Ok(vec![Arc::new(Lookup {
-        from: from.map(|c| Namespace::new(&pcx.db, &c)),
+        from: from_ns,
         as_field,
         local_field: local,
         foreign_field: foreign,

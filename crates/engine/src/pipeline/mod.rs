@@ -51,7 +51,10 @@ mod window;
 #[cfg(test)]
 mod tests;
 
-pub use context::{Binding, ExpCtx, ParseCtx, MAX_BLOCKING_STAGE_BYTES, MAX_DOCUMENT_BYTES};
+pub use context::{
+    set_max_sub_pipeline_depth, Binding, ExpCtx, ParseCtx, MAX_BLOCKING_STAGE_BYTES,
+    MAX_DOCUMENT_BYTES,
+};
 pub use stream::{DocStream, Stream, VecStream};
 
 pub use group::Group;

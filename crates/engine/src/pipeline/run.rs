@@ -51,7 +51,10 @@ pub fn open(
             Some(r) => {
                 let docs: Vec<bson::Bson> =
                     r.pipeline.into_iter().map(bson::Bson::Document).collect();
-                let mut all = super::parse_pipeline(&docs, &super::ParseCtx::new(&r.ns.db))?;
+                // The views a sub-pipeline reads count towards its depth (a `$lookup` over a
+                // view of `$lookup`s over views): resolve them while parsing.
+                let pcx = super::ParseCtx::new(&r.ns.db).with_views(ctx.engine.clone());
+                let mut all = super::parse_pipeline(&docs, &pcx)?;
                 all.extend(stages.iter().cloned());
                 resolved = (r.ns, all);
                 (Some(&resolved.0), resolved.1.as_slice())

@@ -16,7 +16,7 @@ pub struct UnionWith {
 
 pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     let (coll, pipeline) = match arg {
-        Bson::String(c) => (Some(c.clone()), Vec::new()),
+        Bson::String(c) => (Some(c.clone()), Vec::<Bson>::new()),
         Bson::Document(d) => {
             let mut coll = None;
             let mut pipeline = None;
@@ -42,11 +42,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
                     }
                 }
             }
-            let stages = match pipeline {
-                Some(items) => super::parse_pipeline(&items, pcx)?,
-                None => Vec::new(),
-            };
-            (coll, stages)
+            (coll, pipeline.unwrap_or_default())
         }
         other => {
             return Err(Error::new(
@@ -58,6 +54,8 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             ))
         }
     };
+    let coll = coll.map(|c| Namespace::new(&pcx.db, &c));
+    let pipeline = pcx.parse_sub_pipeline(coll.as_ref(), &pipeline)?;
     super::reject_writing_stage(&pipeline, "$unionWith", 31441)?;
     let source_first = pipeline.first().is_some_and(|s| s.is_source());
     if coll.is_none() && !source_first {
@@ -66,10 +64,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             "BSON field '$unionWith.coll' is missing but a required field",
         ));
     }
-    Ok(vec![Arc::new(UnionWith {
-        coll: coll.map(|c| Namespace::new(&pcx.db, &c)),
-        pipeline,
-    })])
+    Ok(vec![Arc::new(UnionWith { coll, pipeline })])
 }
 
 impl DocumentSource for UnionWith {

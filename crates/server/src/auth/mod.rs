@@ -9,6 +9,7 @@ pub mod needs;
 pub mod roles;
 pub mod scram;
 pub mod store;
+pub mod x509;
 
 use crate::connection::ConnState;
 use crate::state::ServerState;
@@ -24,6 +25,85 @@ pub struct AuthManager {
     pub enabled: bool,
     /// Bumped by every change to users or roles; connections re-read their user when it moves.
     generation: AtomicU64,
+    /// `serverStatus().security.authentication`.
+    pub counters: AuthCounters,
+}
+
+/// The mechanisms `serverStatus` reports counters for (MongoDB lists MONGODB-X509 always).
+pub const MECHANISMS: [&str; 3] = ["MONGODB-X509", "SCRAM-SHA-1", "SCRAM-SHA-256"];
+
+#[derive(Default)]
+struct MechanismCounter {
+    received: AtomicU64,
+    successful: AtomicU64,
+    speculative_received: AtomicU64,
+    speculative_successful: AtomicU64,
+}
+
+/// MongoDB's AuthCounter: per mechanism, conversations started (`received`, counted when
+/// the mechanism is known) and completed (`successful`), with the speculative ones (begun in
+/// `hello`) counted again under `speculativeAuthenticate`; and `saslSupportedMechs` asks.
+#[derive(Default)]
+pub struct AuthCounters {
+    mechanisms: [MechanismCounter; 3],
+    sasl_supported_mechs: AtomicU64,
+}
+
+impl AuthCounters {
+    fn of(&self, mechanism: &str) -> Option<&MechanismCounter> {
+        let i = MECHANISMS.iter().position(|m| *m == mechanism)?;
+        self.mechanisms.get(i)
+    }
+
+    pub fn received(&self, mechanism: &str, speculative: bool) {
+        if let Some(c) = self.of(mechanism) {
+            c.received.fetch_add(1, Ordering::Relaxed);
+            if speculative {
+                c.speculative_received.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub fn successful(&self, mechanism: &str, speculative: bool) {
+        if let Some(c) = self.of(mechanism) {
+            c.successful.fetch_add(1, Ordering::Relaxed);
+            if speculative {
+                c.speculative_successful.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub fn sasl_supported_mechs_received(&self) {
+        self.sasl_supported_mechs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `{saslSupportedMechsReceived, mechanisms: {<MECH>: {speculativeAuthenticate,
+    /// clusterAuthenticate, authenticate}}}`, each `{received, successful}`.
+    pub fn to_document(&self) -> Document {
+        let pair = |r: &AtomicU64, s: &AtomicU64| {
+            bson::doc! {
+                "received": r.load(Ordering::Relaxed) as i64,
+                "successful": s.load(Ordering::Relaxed) as i64,
+            }
+        };
+        let mut mechanisms = Document::new();
+        for (name, c) in MECHANISMS.iter().zip(&self.mechanisms) {
+            mechanisms.insert(
+                *name,
+                bson::doc! {
+                    "speculativeAuthenticate":
+                        pair(&c.speculative_received, &c.speculative_successful),
+                    // No cluster members: intra-cluster authentication never happens.
+                    "clusterAuthenticate": { "received": 0i64, "successful": 0i64 },
+                    "authenticate": pair(&c.received, &c.successful),
+                },
+            );
+        }
+        bson::doc! {
+            "saslSupportedMechsReceived": self.sasl_supported_mechs.load(Ordering::Relaxed) as i64,
+            "mechanisms": mechanisms,
+        }
+    }
 }
 
 impl AuthManager {
@@ -31,6 +111,7 @@ impl AuthManager {
         AuthManager {
             enabled,
             generation: AtomicU64::new(1),
+            counters: AuthCounters::default(),
         }
     }
 
@@ -68,14 +149,16 @@ pub struct Sasl {
     pub user: String,
     pub step: SaslStep,
     pub skip_empty_exchange: bool,
+    /// Begun in `hello`'s `speculativeAuthenticate` (counted apart in `serverStatus`).
+    pub speculative: bool,
 }
 
 #[derive(Debug, Clone)]
 pub enum SaslStep {
     /// Waiting for the client-final message.
     Proof(Box<scram::Conversation>),
-    /// The proof checked out; waiting for the client's empty message.
-    Done,
+    /// The proof checked out; waiting for the client's empty message (the mechanism).
+    Done(&'static str),
 }
 
 /// Per-connection authentication state.
@@ -208,6 +291,9 @@ pub fn authorize(
     if let Need::CursorOwner = need {
         return check_cursor_owner(state, user, name, db, body);
     }
+    if name == "updateUser" {
+        return check_update_user(user, db, body, seqs);
+    }
     let Some(required) = required(need, db, body, seqs) else {
         return Ok(());
     };
@@ -219,6 +305,48 @@ pub fn authorize(
         return Ok(());
     }
     Err(not_authorized(db, body))
+}
+
+/// `updateUser`, checked as MongoDB's `checkAuthForTypedCommand(UpdateUserCommand)`
+/// (user_management_commands auth checks): `pwd` needs `changePassword` on the database, or
+/// `changeOwnPassword` when the user updates itself; `customData` likewise with
+/// `changeCustomData` / `changeOwnCustomData`; `roles` needs grant and revoke rights as any
+/// role change. Each failure is Unauthorized with MongoDB's message for it.
+fn check_update_user(
+    user: &AuthedUser,
+    db: &str,
+    body: &Document,
+    seqs: &needs::Sequences,
+) -> Result<()> {
+    let target = Target::Database(db.to_string());
+    let name = match body.get("updateUser") {
+        Some(Bson::String(u)) => u.clone(),
+        // A malformed command: the handler reports it.
+        _ => return Ok(()),
+    };
+    let is_self = user.user == name && user.db == db;
+    let may = |own: &str, any: &str| {
+        (is_self && user.privileges.allows(&target, own)) || user.privileges.allows(&target, any)
+    };
+    if body.contains_key("pwd") && !may("changeOwnPassword", "changePassword") {
+        return Err(Error::new(
+            ErrorCode::Unauthorized,
+            format!("Not authorized to change password of user: {name}@{db}"),
+        ));
+    }
+    if body.contains_key("customData") && !may("changeOwnCustomData", "changeCustomData") {
+        return Err(Error::new(
+            ErrorCode::Unauthorized,
+            format!("Not authorized to change customData of user: {name}@{db}"),
+        ));
+    }
+    if body.contains_key("roles") {
+        let roles = needs::update_user_roles(db, body, seqs);
+        if !roles.iter().all(|(t, a)| user.privileges.allows(t, a)) {
+            return Err(not_authorized(db, body));
+        }
+    }
+    Ok(())
 }
 
 /// `usersInfo` naming only the connection's own user.

@@ -341,7 +341,10 @@ pub fn revoke_roles(db: &str, body: &Document, _: &Sequences) -> Required {
     out
 }
 
-pub fn update_user(db: &str, body: &Document, _: &Sequences) -> Required {
+/// What `updateUser` needs when another user's password or custom data changes (the
+/// authorizer lets a user change its own with `changeOwnPassword`/`changeOwnCustomData`,
+/// `auth::check_update_user`).
+pub fn update_user(db: &str, body: &Document, seqs: &Sequences) -> Required {
     let t = Target::Database(db.to_string());
     let mut out = Vec::new();
     if body.contains_key("pwd") {
@@ -350,16 +353,24 @@ pub fn update_user(db: &str, body: &Document, _: &Sequences) -> Required {
     if body.contains_key("customData") {
         out.push((t.clone(), "changeCustomData"));
     }
+    out.extend(update_user_roles(db, body, seqs));
+    if out.is_empty() {
+        out.push((t, "changePassword"));
+    }
+    out
+}
+
+/// `updateUser` with `roles`: grant and revoke on the databases of the roles and its own.
+pub fn update_user_roles(db: &str, body: &Document, _: &Sequences) -> Required {
+    let t = Target::Database(db.to_string());
+    let mut out = Vec::new();
     if body.contains_key("roles") {
         for rdb in role_dbs(body, "roles", db) {
             out.push((Target::Database(rdb.clone()), "grantRole"));
             out.push((Target::Database(rdb), "revokeRole"));
         }
         out.push((t.clone(), "grantRole"));
-        out.push((t.clone(), "revokeRole"));
-    }
-    if out.is_empty() {
-        out.push((t, "changePassword"));
+        out.push((t, "revokeRole"));
     }
     out
 }

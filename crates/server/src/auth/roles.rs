@@ -335,7 +335,9 @@ fn is_action(a: &str) -> bool {
     ]
     .iter()
     .any(|set| set.contains(&a))
-        || a == "indexStats"
+        // No built-in role grants these; user-defined roles may (`changeOwn*`: a user may
+        // `updateUser` itself).
+        || matches!(a, "indexStats" | "changeOwnPassword" | "changeOwnCustomData")
 }
 
 /// The built-in roles' names, in MongoDB's spelling (the `AnyDatabase` ones, `clusterMonitor`

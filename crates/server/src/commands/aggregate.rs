@@ -63,7 +63,9 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
         0
     } else {
         cursor.exec.set_deadline(None);
-        ctx.state.cursors.register(cursor, ctx.conn.auth.owner())
+        ctx.state
+            .cursors
+            .register(cursor, ctx.conn.auth.owner(), super::find::session_id(ctx))
     };
     Ok(batch_reply(&req.cursor_ns, id, "firstBatch", batch))
 }
@@ -156,7 +158,7 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
     exp.sort_max_memory = limit("internalQueryMaxBlockingSortMemoryUsageBytes");
     exp.group_max_memory = limit("internalDocumentSourceGroupMaxMemoryBytes");
     exp.set_deadline(ctx.deadline);
-    let pcx = ParseCtx::new(&ctx.db);
+    let pcx = ParseCtx::new(&ctx.db).with_views(ctx.state.engine.clone());
     if let Some(lets) = ctx.opt_document("let")? {
         pcx.define_command_let(&lets, &exp)?;
     }

@@ -55,6 +55,7 @@ fn start(
     conn_id: i64,
     db: &str,
     body: &Document,
+    speculative: bool,
 ) -> Result<Document> {
     let mech_name = match body.get("mechanism") {
         Some(Bson::String(m)) => m.clone(),
@@ -74,6 +75,7 @@ fn start(
             ),
         ));
     };
+    state.auth.counters.received(mechanism.name(), speculative);
     let skip_empty_exchange = body
         .get_document("options")
         .ok()
@@ -123,6 +125,7 @@ fn start(
         user,
         step: SaslStep::Proof(Box::new(conv)),
         skip_empty_exchange,
+        speculative,
     });
     Ok(doc! {
         "conversationId": id,
@@ -134,7 +137,14 @@ fn start(
 pub fn sasl_start(ctx: &mut Ctx) -> Result<Document> {
     let body = ctx.body.clone();
     let db = ctx.db.clone();
-    start(ctx.state, &mut ctx.conn.auth, ctx.conn.id, &db, &body)
+    start(
+        ctx.state,
+        &mut ctx.conn.auth,
+        ctx.conn.id,
+        &db,
+        &body,
+        false,
+    )
 }
 
 pub fn sasl_continue(ctx: &mut Ctx) -> Result<Document> {
@@ -194,7 +204,7 @@ pub fn sasl_continue(ctx: &mut Ctx) -> Result<Document> {
                 complete(ctx, &sasl, mech)?;
             } else {
                 ctx.conn.auth.sasl = Some(Sasl {
-                    step: SaslStep::Done,
+                    step: SaslStep::Done(mech),
                     ..sasl.clone()
                 });
             }
@@ -204,11 +214,11 @@ pub fn sasl_continue(ctx: &mut Ctx) -> Result<Document> {
                 "payload": binary(server_final.into_bytes()),
             })
         }
-        SaslStep::Done => {
+        SaslStep::Done(mech) => {
             if !bytes.is_empty() {
                 return Err(auth_failed());
             }
-            complete(ctx, &sasl, "SCRAM")?;
+            complete(ctx, &sasl, mech)?;
             Ok(doc! { "conversationId": id, "done": true, "payload": binary(Vec::new()) })
         }
     }
@@ -227,6 +237,10 @@ fn complete(ctx: &mut Ctx, sasl: &Sasl, mechanism: &str) -> Result<()> {
         serde_json::json!({ "mechanism": mechanism, "user": &sasl.user, "db": &sasl.db }),
     );
     ctx.conn.auth.user = Some(user);
+    ctx.state
+        .auth
+        .counters
+        .successful(mechanism, sasl.speculative);
     Ok(())
 }
 
@@ -257,18 +271,139 @@ pub fn connection_status(ctx: &mut Ctx) -> Result<Document> {
     Ok(doc! { "authInfo": info })
 }
 
-/// `hello`'s `speculativeAuthenticate`: the first SCRAM step inside the handshake. A failure
+/// The MONGODB-X509 mechanism's name.
+const X509: &str = "MONGODB-X509";
+
+/// `authenticate {mechanism: "MONGODB-X509"[, user]}` on `$external`: the connection becomes
+/// the user named by its TLS client certificate's subject.
+pub fn authenticate(ctx: &mut Ctx) -> Result<Document> {
+    let body = ctx.body.clone();
+    let db = ctx.db.clone();
+    authenticate_x509(ctx, &db, &body, false)
+}
+
+/// MongoDB's `authCommand` with `_authenticateX509` (authentication_commands.cpp, 8.0):
+/// whatever fails is AuthenticationFailed (18) "Authentication failed." (the reason goes to
+/// the log), except ProtocolError (17, a database other than `$external`) and UserNotFound
+/// (11, no user has the certificate's subject), which reach the client as they are.
+fn authenticate_x509(
+    ctx: &mut Ctx,
+    db: &str,
+    body: &Document,
+    speculative: bool,
+) -> Result<Document> {
+    let mechanism = match body.get("mechanism") {
+        Some(Bson::String(m)) => m.clone(),
+        Some(other) => {
+            return Err(super::wrong_type(
+                "authenticate",
+                "mechanism",
+                other,
+                "string",
+            ))
+        }
+        None => {
+            return Err(Error::new(
+                ErrorCode::Location(40414),
+                "BSON field 'authenticate.mechanism' is missing but a required field",
+            ))
+        }
+    };
+    let claimed = match body.get("user") {
+        None | Some(Bson::Null) => None,
+        Some(Bson::String(u)) => Some(u.clone()),
+        Some(other) => return Err(super::wrong_type("authenticate", "user", other, "string")),
+    };
+    ctx.state.auth.counters.received(&mechanism, speculative);
+    let fail = |why: &str| {
+        log_failure(
+            ctx.conn.id,
+            &mechanism,
+            claimed.as_deref().unwrap_or(""),
+            db,
+            why,
+        );
+        auth_failed()
+    };
+    if mechanism.is_empty() {
+        return Err(fail("BadValue: Auth mechanism not specified"));
+    }
+    if mechanism != X509 {
+        return Err(fail(&format!(
+            "BadValue: Unsupported mechanism: {mechanism}"
+        )));
+    }
+    let Some(subject) = ctx.conn.tls.as_ref().and_then(|t| t.subject.clone()) else {
+        return Err(fail("No verified subject name available from client"));
+    };
+    if claimed.as_ref().is_some_and(|u| *u != subject) {
+        return Err(fail(
+            "There is no x.509 client certificate matching the user.",
+        ));
+    }
+    if db != super::users::EXTERNAL_DB {
+        return Err(Error::new(
+            ErrorCode::ProtocolError,
+            "X.509 authentication must always use the $external database.",
+        ));
+    }
+    // An array, or the comma-separated list `--setParameter authenticationMechanisms=...`.
+    let enabled = match ctx.state.params.get("authenticationMechanisms") {
+        Some(Bson::Array(list)) => list.iter().any(|m| m.as_str() == Some(X509)),
+        Some(Bson::String(list)) => list.split(',').any(|m| m.trim() == X509),
+        _ => false,
+    };
+    if !enabled {
+        return Err(fail("BadValue: x.509 authentication is disabled."));
+    }
+    if let Some(u) = &ctx.conn.auth.user {
+        if u.user != subject || u.db != db {
+            return Err(fail(&format!(
+                "Each client connection may only be authenticated once. Previously authenticated as: {}",
+                u.name()
+            )));
+        }
+    }
+    let Some(user) = auth::load_user(ctx.state, db, &subject)? else {
+        return Err(Error::new(
+            ErrorCode::UserNotFound,
+            format!("Could not find user \"{subject}\" for db \"{db}\""),
+        ));
+    };
+    log::info(
+        "ACCESS",
+        5286306,
+        &format!("conn{}", ctx.conn.id),
+        "Successfully authenticated",
+        serde_json::json!({ "mechanism": X509, "user": &subject, "db": db }),
+    );
+    ctx.conn.auth.user = Some(user);
+    ctx.conn.auth.sasl = None;
+    ctx.state.auth.counters.successful(X509, speculative);
+    Ok(doc! { "user": subject, "dbname": db })
+}
+
+/// `hello`'s `speculativeAuthenticate`: the first SCRAM step, or a whole MONGODB-X509
+/// `authenticate` (its `db` defaults to `$external`), inside the handshake. A failure
 /// leaves the field out of the reply (the driver then authenticates normally and sees the error).
 pub fn speculative(ctx: &mut Ctx) -> Option<Document> {
     let Some(Bson::Document(spec)) = ctx.body.get("speculativeAuthenticate") else {
         return None;
     };
+    if spec.contains_key("authenticate") {
+        let db = spec
+            .get_str("db")
+            .unwrap_or(super::users::EXTERNAL_DB)
+            .to_string();
+        let spec = spec.clone();
+        return authenticate_x509(ctx, &db, &spec, true).ok();
+    }
     if !spec.contains_key("saslStart") {
         return None;
     }
     let db = spec.get_str("db").unwrap_or(&ctx.db).to_string();
     let spec = spec.clone();
-    start(ctx.state, &mut ctx.conn.auth, ctx.conn.id, &db, &spec).ok()
+    start(ctx.state, &mut ctx.conn.auth, ctx.conn.id, &db, &spec, true).ok()
 }
 
 /// `hello`'s `saslSupportedMechs: "<db>.<user>"`: the mechanisms the user has credentials for.
@@ -284,6 +419,7 @@ pub fn supported_mechs(ctx: &Ctx) -> Result<Option<Vec<String>>> {
             "string",
         ));
     };
+    ctx.state.auth.counters.sasl_supported_mechs_received();
     let Some((db, user)) = name.split_once('.') else {
         return Err(Error::bad_value(format!(
             "UserName must contain a '.' separated database.user pair: {name}"

@@ -183,7 +183,21 @@ pub(super) fn register(ctx: &Ctx, mut cursor: Cursor) -> i64 {
         .deadline
         .map(|d| d.saturating_duration_since(Instant::now()));
     cursor.exec.set_deadline(None);
-    ctx.state.cursors.register(cursor, ctx.conn.auth.owner())
+    ctx.state
+        .cursors
+        .register(cursor, ctx.conn.auth.owner(), session_id(ctx))
+}
+
+/// The `lsid.id` bytes of the command's logical session (explicit or a driver's implicit
+/// one): its cursors live as long as the session, not `cursorTimeoutMillis`.
+pub(super) fn session_id(ctx: &Ctx) -> Option<Vec<u8>> {
+    match ctx.body.get("lsid") {
+        Some(Bson::Document(lsid)) => match lsid.get("id") {
+            Some(Bson::Binary(b)) => Some(b.bytes.clone()),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 pub fn batch_reply(ns: &Namespace, id: i64, field: &str, batch: Vec<RawDocumentBuf>) -> Document {

@@ -92,6 +92,7 @@ pub fn set_parameter(ctx: &mut Ctx) -> Result<Document> {
             "no option found to set, use help:true to see options ",
         ));
     }
+    ctx.state.params.apply_to_engine();
     Ok(out)
 }
 

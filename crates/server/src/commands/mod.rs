@@ -116,6 +116,7 @@ static COMMANDS: &[Command] = &[
     cmd("buildInfo", info::build_info, NONE),
     cmd("buildinfo", info::build_info, NONE),
     cmd("saslStart", auth::sasl_start, NONE),
+    cmd("authenticate", auth::authenticate, NONE),
     cmd("saslContinue", auth::sasl_continue, NONE),
     cmd("logout", auth::logout, NONE),
     cmd("connectionStatus", auth::connection_status, NONE),

@@ -56,11 +56,12 @@ pub fn server_status(ctx: &mut Ctx) -> Result<Document> {
                 "deletedDocuments": st.engine.metrics.ttl_deleted_documents.load(Ordering::Relaxed) as i64,
                 "passes": st.engine.metrics.ttl_passes.load(Ordering::Relaxed) as i64,
             },
-            "cursor": { "open": { "total": st.cursors.open_count() as i64 } },
+            "cursor": st.cursors.metrics(),
         },
         "transactions": st.sessions.server_status(),
         "logicalSessionRecordCache": { "activeSessionsCount": st.sessions.active_sessions() as i64 },
         "storageEngine": { "name": "rocksdb", "supportsCommittedReads": true, "persistent": true },
+        "security": { "authentication": st.auth.counters.to_document() },
         "nidus": { "walSyncs": st.engine.wal_syncs() as i64 },
     })
 }

@@ -128,6 +128,9 @@ fn custom_data_arg(ctx: &Ctx) -> Result<Option<Document>> {
     ctx.opt_document("customData")
 }
 
+/// The database of users authenticated outside Nidus (x.509 certificate subjects).
+pub const EXTERNAL_DB: &str = "$external";
+
 const USER_FIELDS: &[&str] = &[
     "pwd",
     "customData",
@@ -144,14 +147,28 @@ pub fn create_user(ctx: &mut Ctx) -> Result<Document> {
     allowed.push("createUser");
     check_fields(ctx, &allowed)?;
     let user = name_arg(ctx)?;
-    let Some(pwd) = pwd_arg(ctx)? else {
-        return Err(Error::bad_value(
-            "Must provide a 'pwd' field for all user documents, except those with '$external' as the user's source db",
-        ));
+    // Users of `$external` (x.509 subjects) have no password: MongoDB stores
+    // `credentials: {external: true}` and refuses a `pwd` (createUser's checks in
+    // user_management_commands.cpp).
+    let external = ctx.db == EXTERNAL_DB;
+    let creds = match pwd_arg(ctx)? {
+        Some(_) if external => {
+            return Err(Error::bad_value(
+                "Cannot set the password for users defined on the '$external' database",
+            ))
+        }
+        None if external => doc! { "external": true },
+        None => {
+            return Err(Error::bad_value(
+                "Must provide a 'pwd' field for all user documents, except those with '$external' as the user's source db",
+            ))
+        }
+        Some(pwd) => {
+            let mechs = mechanisms_arg(ctx)?.unwrap_or_else(|| Mechanism::ALL.to_vec());
+            credentials(ctx, &user, &pwd, &mechs)?
+        }
     };
     let roles = roles_arg(ctx, true)?.unwrap_or_default();
-    let mechs = mechanisms_arg(ctx)?.unwrap_or_else(|| Mechanism::ALL.to_vec());
-    let creds = credentials(ctx, &user, &pwd, &mechs)?;
     let id = store::user_id(&ctx.db, &user);
     if store::get_user(&ctx.state.engine, &ctx.db, &user)?.is_some() {
         return Err(user_exists(&user, &ctx.db));
@@ -206,6 +223,11 @@ pub fn update_user(ctx: &mut Ctx) -> Result<Document> {
     check_fields(ctx, &allowed)?;
     let user = name_arg(ctx)?;
     let pwd = pwd_arg(ctx)?;
+    if pwd.is_some() && ctx.db == EXTERNAL_DB {
+        return Err(Error::bad_value(
+            "Cannot set the password for users defined on the '$external' database",
+        ));
+    }
     let roles = roles_arg(ctx, false)?;
     let custom = custom_data_arg(ctx)?;
     let mechs = mechanisms_arg(ctx)?;
@@ -396,11 +418,15 @@ pub fn users_info(ctx: &mut Ctx) -> Result<Document> {
                 out.insert("customData", cd.clone());
             }
         }
-        let mechanisms: Vec<&str> = Mechanism::ALL
+        let mut mechanisms: Vec<&str> = Mechanism::ALL
             .iter()
             .filter(|m| creds.is_some_and(|c| c.contains_key(m.name())))
             .map(|m| m.name())
             .collect();
+        if creds.is_some_and(|c| c.get_bool("external") == Ok(true)) {
+            // `$external` users: MongoDB lists the pseudo-mechanism "external".
+            mechanisms.push("external");
+        }
         out.insert("mechanisms", mechanisms);
         if show_privileges {
             let (all, privileges) = inherited(ctx, &roles)?;
