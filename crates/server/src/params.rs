@@ -22,6 +22,8 @@ fn defaults() -> Document {
         "internalQueryPlanEvaluationWorks": 10_000,
         "internalQueryPlannerMaxIndexedSolutions": 64,
         "internalDocumentSourceGroupMaxMemoryBytes": 104_857_600i64,
+        "internalDocumentSourceBucketAutoMaxMemoryBytes": 104_857_600i64,
+        "internalDocumentSourceSetWindowFieldsMaxMemoryBytes": 104_857_600i64,
         "allowDiskUseByDefault": true,
         "notablescan": false,
         "quiet": false,

@@ -76,6 +76,9 @@ pub fn open(
         (None, Some(ns)) if !starts_with_source => {
             let (mut spec, taken) = optimize::cursor_pushdown::take(&mut stages, ctx.deadline());
             spec.source = ctx.source.clone();
+            // A `$sort` handed to the find plan keeps the aggregate's memory rules.
+            spec.allow_disk_use = ctx.allow_disk_use;
+            spec.sort_memory_limit = Some(ctx.sort_max_memory);
             if taken {
                 rewrites.push(optimize::cursor_pushdown::NAME);
             }
