@@ -396,7 +396,7 @@ class Nidus:
         c = self.db["sales"]
         frm = "cust_ix" if indexed else "cust_noix"
         n = 0
-        for s in within_budget(starts, 3.0):
+        for s in within_budget(starts, 2.0):
             out = c.aggregate([
                 {"$match": {"_id": {"$gte": s, "$lt": s + LOOKUP_WINDOW}}},
                 {"$lookup": {"from": frm, "localField": "cust", "foreignField": "cid",
@@ -681,7 +681,7 @@ class Postgres:
         cur = self.conn.cursor()
         sql = self.LOOKUP_SQL.format("cust_ix" if indexed else "cust_noix")
         n = 0
-        for s in within_budget(starts, 3.0):
+        for s in within_budget(starts, 2.0):
             cur.execute(sql, (s, s + LOOKUP_WINDOW))
             check([(o["cust"], [c["cid"]] if c else []) for o, c in cur.fetchall()])
             n += 1
@@ -964,7 +964,7 @@ class Sqlite:
     def lookup(self, starts, indexed, check):
         sql = self.LOOKUP_SQL.format("cust_ix" if indexed else "cust_noix")
         n = 0
-        for s in within_budget(starts, 3.0):
+        for s in within_budget(starts, 2.0):
             rows = self.conn.execute(sql, (s, s + LOOKUP_WINDOW)).fetchall()
             pairs = []
             for o, c in rows:

@@ -253,7 +253,9 @@ impl Sorted {
         let key = d.remove("k").unwrap_or(Bson::Null);
         match d.remove("d") {
             Some(Bson::Document(doc)) => Ok(Some((key, doc))),
-            _ => Err(Error::internal("$bucketAuto spill record without a document")),
+            _ => Err(Error::internal(
+                "$bucketAuto spill record without a document",
+            )),
         }
     }
 
@@ -270,7 +272,10 @@ impl Sorted {
                 best = Some(i);
             }
         }
-        let memory_first = match (best.and_then(|b| self.heads[b].as_ref()), self.memory.as_slice().first()) {
+        let memory_first = match (
+            best.and_then(|b| self.heads[b].as_ref()),
+            self.memory.as_slice().first(),
+        ) {
             (None, _) => true,
             (Some(_), None) => false,
             (Some((bk, _)), Some((mk, _))) => cmp_bson(mk, bk).is_lt(),
