@@ -9,10 +9,11 @@
 pub mod bounds;
 
 use bounds::{Bound, Bounds, UNBOUNDED};
-use bson::{Bson, Document};
+use bson::{Bson, Decimal128, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_doc::compare::cmp_bson;
 use nidus_expr::accumulators::{Accumulator, AccumulatorSpec};
+use nidus_expr::decimal;
 use nidus_expr::value::to_f64;
 use nidus_expr::{Expression, ParseContext, Value};
 
@@ -48,7 +49,8 @@ pub enum Func {
     },
     ExpMovingAvg {
         input: Expression,
-        alpha: f64,
+        /// Computed in Decimal128 as MongoDB's accumulator does.
+        alpha: Decimal128,
     },
     Covariance {
         x: Expression,
@@ -194,13 +196,16 @@ impl WindowOutput {
                 (Func::Rank(kind), UNBOUNDED)
             }
             "$shift" => {
-                if sort.count().is_none() {
-                    return Err(fail("$shift requires a sortBy"));
-                }
                 if window.is_some() {
                     return Err(fail("$shift does not accept a 'window' field"));
                 }
-                (parse_shift(arg, ctx)?, UNBOUNDED)
+                let shift = parse_shift(arg, ctx)?;
+                if sort.count().is_none() {
+                    // MongoDB streams the name as a boost::optional (optional_io: a space
+                    // before the value).
+                    return Err(fail("' $shift' requires a sortBy"));
+                }
+                (shift, UNBOUNDED)
             }
             "$derivative" | "$integral" => {
                 let Bson::Document(a) = arg else {
@@ -413,7 +418,7 @@ fn parse_ema(arg: &Bson, sort: &SortInfo, ctx: &ParseContext) -> Result<Func> {
                 f as i64
             )));
         }
-        2.0 / (f + 1.0)
+        decimal::div(&decimal::from_i64(2), &decimal::from_i64(f as i64 + 1))
     } else if let Some(al) = a.get("alpha") {
         if !super::is_number(al) {
             return Err(fail("'alpha' must be a number"));
@@ -425,7 +430,7 @@ fn parse_ema(arg: &Bson, sort: &SortInfo, ctx: &ParseContext) -> Result<Func> {
                 nidus_expr::value::display_bson(al)
             )));
         }
-        f
+        nidus_expr::value::to_decimal(al)
     } else {
         return Err(fail(format!(
             "Got unrecognized field in $expMovingAvg{SHAPE}"
@@ -547,25 +552,30 @@ impl WindowOutput {
             }
             Func::LinearFill(_) => self.linear_fill(vals, part),
             Func::ExpMovingAvg { alpha, .. } => {
-                let mut state: Option<f64> = None;
+                // As MongoDB's AccumulatorExpMovingAvg: Decimal128 arithmetic, a double result
+                // unless a decimal was seen, non-numbers skipped (the current average stays),
+                // null before the first number.
+                let keep = decimal::sub(&decimal::from_i64(1), alpha);
+                let mut state: Option<Decimal128> = None;
+                let mut is_decimal = false;
                 Ok(vals
                     .into_iter()
                     .map(|v| {
-                        if !is_num(&v) {
-                            return Some(Bson::Null);
+                        if let Some(b) = v.as_ref().filter(|b| super::is_number(b)) {
+                            is_decimal |= matches!(b, Bson::Decimal128(_));
+                            let x = nidus_expr::value::to_decimal(b);
+                            state = Some(match state {
+                                None => x,
+                                Some(s) => {
+                                    decimal::add(&decimal::mul(&x, alpha), &decimal::mul(&s, &keep))
+                                }
+                            });
                         }
-                        let x = v.as_ref().map(to_f64).unwrap_or(0.0);
-                        match state {
-                            None => {
-                                state = Some(x);
-                                v
-                            }
-                            Some(s) => {
-                                let r = x * alpha + s * (1.0 - alpha);
-                                state = Some(r);
-                                Some(Bson::Double(r))
-                            }
-                        }
+                        Some(match state {
+                            None => Bson::Null,
+                            Some(s) if is_decimal => Bson::Decimal128(s),
+                            Some(s) => Bson::Double(decimal::to_f64(&s)),
+                        })
                     })
                     .collect())
             }
