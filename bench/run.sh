@@ -10,6 +10,7 @@
 #
 #   --size        tiny (CI smoke, < 1 min), small (default, a few minutes), large
 #   --runs N      repetitions of every measurement (default 3; min/median/max are reported)
+#   --only A,B    only these workloads (keys as in bench/bench.py WORKLOADS, e.g. agg_group)
 #   --no-peers    Nidus and its floors only (no PostgreSQL, no SQLite)
 #   --no-save     print the table, write nothing under bench/results/
 #   --skip-build  use the binaries already in $CARGO_TARGET_DIR/release
@@ -27,11 +28,11 @@ while [ $# -gt 0 ]; do
         --no-peers) peers=0; args+=("$1") ;;
         --no-save|--update-readme) args+=("$1") ;;
         --skip-build) build=0 ;;
-        --size|--runs|--out)
+        --size|--runs|--out|--only)
             [ $# -ge 2 ] || die "$1 needs a value"
             args+=("$1" "$2"); shift ;;
-        --size=*|--runs=*|--out=*) args+=("$1") ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        --size=*|--runs=*|--out=*|--only=*) args+=("$1") ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) die "unknown option $1 (see bench/run.sh --help)" ;;
     esac
     shift

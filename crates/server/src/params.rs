@@ -25,6 +25,8 @@ fn defaults() -> Document {
         "internalQueryPlannerMaxIndexedSolutions": 64,
         "internalDocumentSourceGroupMaxMemoryBytes": 104_857_600i64,
         "internalMaxSubPipelineViewDepth": 20,
+        "internalDocumentSourceBucketAutoMaxMemoryBytes": 104_857_600i64,
+        "internalDocumentSourceSetWindowFieldsMaxMemoryBytes": 104_857_600i64,
         "allowDiskUseByDefault": true,
         "notablescan": false,
         "quiet": false,

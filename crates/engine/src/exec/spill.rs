@@ -31,33 +31,75 @@ fn run_path(dir: &Path) -> PathBuf {
     dir.join(format!("extsort-{}-{n}", std::process::id()))
 }
 
+/// A run being written a few records at a time (`$setWindowFields` appends a partition's
+/// documents to one file as it spills them); `finish` turns it into a readable run.
+pub struct SpillWriter {
+    path: PathBuf,
+    out: Option<BufWriter<File>>,
+    /// Bytes written so far.
+    pub bytes: u64,
+}
+
+impl SpillWriter {
+    pub fn create(dir: &Path) -> Result<SpillWriter> {
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let path = run_path(dir);
+        let out = BufWriter::new(File::create(&path).map_err(io)?);
+        Ok(SpillWriter {
+            path,
+            out: Some(out),
+            bytes: 0,
+        })
+    }
+
+    pub fn append(&mut self, rid: Option<u64>, doc: &RawDocumentBuf) -> Result<()> {
+        let Some(out) = self.out.as_mut() else {
+            return Err(Error::internal("spill file already finished"));
+        };
+        let data = doc.as_bytes();
+        out.write_all(&rid.unwrap_or(NO_RID).to_le_bytes())
+            .map_err(io)?;
+        out.write_all(&(data.len() as u32).to_le_bytes())
+            .map_err(io)?;
+        out.write_all(data).map_err(io)?;
+        self.bytes += 12 + data.len() as u64;
+        Ok(())
+    }
+
+    pub fn finish(mut self) -> Result<SpillRun> {
+        if let Some(mut out) = self.out.take() {
+            out.flush().map_err(io)?;
+        }
+        let path = std::mem::take(&mut self.path);
+        let reader = BufReader::new(File::open(&path).map_err(io)?);
+        Ok(SpillRun {
+            path,
+            reader,
+            bytes: self.bytes,
+        })
+    }
+}
+
+impl Drop for SpillWriter {
+    fn drop(&mut self) {
+        // Unfinished (an error on the way): the file goes; finished: the run owns it.
+        if !self.path.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 impl SpillRun {
     /// Writes `(record id, document)` pairs, already in sort order, as one run in `dir`.
     pub fn write<'a>(
         dir: &Path,
         items: impl Iterator<Item = (Option<u64>, &'a RawDocumentBuf)>,
     ) -> Result<SpillRun> {
-        std::fs::create_dir_all(dir).map_err(io)?;
-        let path = run_path(dir);
-        let mut out = BufWriter::new(File::create(&path).map_err(io)?);
-        let mut bytes = 0u64;
+        let mut w = SpillWriter::create(dir)?;
         for (rid, doc) in items {
-            let data = doc.as_bytes();
-            out.write_all(&rid.unwrap_or(NO_RID).to_le_bytes())
-                .map_err(io)?;
-            out.write_all(&(data.len() as u32).to_le_bytes())
-                .map_err(io)?;
-            out.write_all(data).map_err(io)?;
-            bytes += 12 + data.len() as u64;
+            w.append(rid, doc)?;
         }
-        out.flush().map_err(io)?;
-        drop(out);
-        let reader = BufReader::new(File::open(&path).map_err(io)?);
-        Ok(SpillRun {
-            path,
-            reader,
-            bytes,
-        })
+        w.finish()
     }
 
     /// The next record of the run, or None at its end.

@@ -3,11 +3,17 @@
 //! each bucket's `_id` is `{min, max}` where `max` is the next bucket's `min` (the last
 //! bucket's largest value for the last one). `output` accumulators default to
 //! `{count: {$sum: 1}}`. `granularity` (preferred number series) is not supported yet.
+//!
+//! The input is sorted by the `groupBy` value through a spilling sorter (past
+//! `internalDocumentSourceBucketAutoMaxMemoryBytes`, sorted runs go to `<dbpath>/_tmp` when
+//! `allowDiskUse`; otherwise 292 QueryExceededMemoryLimitNoDiskUseAllowed), then the buckets
+//! are built one at a time from the sorted stream.
 
-use super::context::{bson_bytes, check_size};
+use super::context::{bson_bytes, check_size, doc_bytes};
 use super::stream::Deferred;
-use super::{DocumentSource, ExpCtx, ParseCtx, StageRef, Stream, VecStream};
-use bson::{Bson, Document};
+use super::{DocStream, DocumentSource, ExpCtx, ParseCtx, StageRef, Stream};
+use crate::exec::spill::SpillRun;
+use bson::{Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_doc::compare::cmp_bson;
 use nidus_expr::accumulators::AccumulatorSpec;
@@ -138,51 +144,226 @@ fn parse_output(v: &Bson, pcx: &ParseCtx) -> Result<Vec<(AccumulatorSpec, Bson)>
 
 impl BucketAuto {
     fn run(&self, mut input: Stream, ctx: &ExpCtx) -> Result<Stream> {
-        let mut keyed: Vec<(Bson, Document)> = Vec::new();
-        let mut memory = ctx.memory("$bucketAuto");
+        let mut sorter = KeySorter {
+            limit: ctx.bucket_auto_max_memory,
+            buffered: Vec::new(),
+            memory: 0,
+            runs: Vec::new(),
+            spilled_bytes: 0,
+            spilled_records: 0,
+        };
+        let mut n = 0usize;
         while let Some(d) = input.next()? {
             ctx.check_interrupt()?;
             let key = ctx.evaluate(&self.group_by, &d)?.unwrap_or(Bson::Null);
-            memory.add(bson_bytes(&key) + super::context::doc_bytes(&d))?;
-            keyed.push((key, d));
+            sorter.add(ctx, key, d)?;
+            n += 1;
         }
-        keyed.sort_by(|a, b| cmp_bson(&a.0, &b.0));
-        let n = keyed.len();
         let size = ((n as f64 / self.buckets as f64).round() as usize).max(1);
-        let mut ranges: Vec<(usize, usize)> = Vec::new();
-        let mut start = 0;
-        while start < n {
-            let mut end = if ranges.len() + 1 == self.buckets {
-                n
-            } else {
-                (start + size).min(n)
+        ctx.report(bson::doc! {
+            "usedDisk": !sorter.runs.is_empty(),
+            "spills": sorter.runs.len() as i64,
+            "spilledDataStorageSize": sorter.spilled_bytes as i64,
+            "spilledRecords": sorter.spilled_records as i64,
+        });
+        Ok(Box::new(BucketStream {
+            stage: self.clone(),
+            ctx: ctx.clone(),
+            sorted: sorter.finish()?,
+            size,
+            made: 0,
+            pending: None,
+        }))
+    }
+}
+
+/// The input keyed by `groupBy`, sorted (stable) in memory up to the stage's memory limit and
+/// beyond it, with disk use allowed, as sorted runs of `{k: key, d: document}` merged at the
+/// end (MongoDB's $bucketAuto sorts through its external sorter).
+struct KeySorter {
+    limit: usize,
+    buffered: Vec<(Bson, Document)>,
+    memory: usize,
+    runs: Vec<SpillRun>,
+    spilled_bytes: u64,
+    spilled_records: u64,
+}
+
+impl KeySorter {
+    fn add(&mut self, ctx: &ExpCtx, key: Bson, d: Document) -> Result<()> {
+        self.memory += bson_bytes(&key) + doc_bytes(&d);
+        self.buffered.push((key, d));
+        if self.memory > self.limit {
+            let Some(dir) = ctx.spill_dir() else {
+                return Err(Error::new(
+                    ErrorCode::QueryExceededMemoryLimitNoDiskUseAllowed,
+                    format!(
+                        "Sort exceeded memory limit of {} bytes, but did not opt in to external sorting.",
+                        self.limit
+                    ),
+                ));
             };
-            while end < n && cmp_bson(&keyed[end - 1].0, &keyed[end].0).is_eq() {
-                end += 1;
-            }
-            ranges.push((start, end));
-            start = end;
+            self.buffered.sort_by(|a, b| cmp_bson(&a.0, &b.0));
+            let raws = std::mem::take(&mut self.buffered)
+                .into_iter()
+                .map(|(k, d)| RawDocumentBuf::from_document(&bson::doc! {"k": k, "d": d}))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| Error::internal(e.to_string()))?;
+            self.spilled_records += raws.len() as u64;
+            let run = SpillRun::write(&dir, raws.iter().map(|r| (None, r)))?;
+            self.spilled_bytes += run.bytes;
+            self.runs.push(run);
+            self.memory = 0;
         }
-        let mut out = Vec::with_capacity(ranges.len());
-        for (i, (s, e)) in ranges.iter().enumerate() {
-            let min = keyed[*s].0.clone();
-            let max = match ranges.get(i + 1) {
-                Some((next, _)) => keyed[*next].0.clone(),
-                None => keyed[*e - 1].0.clone(),
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<Sorted> {
+        self.buffered.sort_by(|a, b| cmp_bson(&a.0, &b.0));
+        let mut sorted = Sorted {
+            runs: std::mem::take(&mut self.runs),
+            memory: std::mem::take(&mut self.buffered).into_iter(),
+            heads: Vec::new(),
+        };
+        for source in 0..sorted.runs.len() {
+            let head = sorted.pull(source)?;
+            sorted.heads.push(head);
+        }
+        Ok(sorted)
+    }
+}
+
+/// The sorted runs merged with the sorted memory remainder; among equal keys the earlier run
+/// (earlier input) goes first, the memory remainder (the latest input) last.
+struct Sorted {
+    runs: Vec<SpillRun>,
+    memory: std::vec::IntoIter<(Bson, Document)>,
+    /// The next entry of each run.
+    heads: Vec<Option<(Bson, Document)>>,
+}
+
+impl Sorted {
+    fn pull(&mut self, run: usize) -> Result<Option<(Bson, Document)>> {
+        let Some((_, raw)) = self.runs[run].next()? else {
+            return Ok(None);
+        };
+        let mut d = raw
+            .to_document()
+            .map_err(|e| Error::internal(e.to_string()))?;
+        let key = d.remove("k").unwrap_or(Bson::Null);
+        match d.remove("d") {
+            Some(Bson::Document(doc)) => Ok(Some((key, doc))),
+            _ => Err(Error::internal(
+                "$bucketAuto spill record without a document",
+            )),
+        }
+    }
+
+    fn next(&mut self) -> Result<Option<(Bson, Document)>> {
+        let mut best: Option<usize> = None;
+        for i in 0..self.heads.len() {
+            let Some((k, _)) = &self.heads[i] else {
+                continue;
             };
-            let mut d = bson::doc! {"_id": {"min": min, "max": max}};
-            for (spec, _) in &self.output {
-                let key_doc = bson::doc! {"_id": d.get("_id").cloned().unwrap_or(Bson::Null)};
-                let mut acc = spec.create(&mut ctx.variables(&key_doc))?;
-                for (_, doc) in &keyed[*s..*e] {
-                    acc.process(spec.input(&mut ctx.variables(doc))?)?;
-                }
-                d.insert(spec.field.clone(), acc.finalize()?);
+            if best
+                .and_then(|b| self.heads[b].as_ref())
+                .is_none_or(|(bk, _)| cmp_bson(k, bk).is_lt())
+            {
+                best = Some(i);
             }
-            check_size(&d)?;
-            out.push(d);
         }
-        Ok(VecStream::boxed(out))
+        let memory_first = match (
+            best.and_then(|b| self.heads[b].as_ref()),
+            self.memory.as_slice().first(),
+        ) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some((bk, _)), Some((mk, _))) => cmp_bson(mk, bk).is_lt(),
+        };
+        match best {
+            Some(b) if !memory_first => {
+                let taken = self.heads[b].take();
+                self.heads[b] = self.pull(b)?;
+                Ok(taken)
+            }
+            _ => Ok(self.memory.next()),
+        }
+    }
+}
+
+/// Builds the buckets one at a time from the sorted input (as MongoDB does): about
+/// `size` documents each (all the rest for the last), plus the documents equal to the
+/// bucket's largest key; a bucket's `max` is the next bucket's `min`.
+struct BucketStream {
+    stage: BucketAuto,
+    ctx: ExpCtx,
+    sorted: Sorted,
+    size: usize,
+    made: usize,
+    /// The first entry of the next bucket.
+    pending: Option<(Bson, Document)>,
+}
+
+impl DocStream for BucketStream {
+    fn next(&mut self) -> Result<Option<Document>> {
+        if self.made >= self.stage.buckets {
+            return Ok(None);
+        }
+        let first = match self.pending.take() {
+            Some(e) => e,
+            None => match self.sorted.next()? {
+                Some(e) => e,
+                None => return Ok(None),
+            },
+        };
+        self.made += 1;
+        let last_bucket = self.made == self.stage.buckets;
+        let ctx = &self.ctx;
+        let empty = Document::new();
+        let mut accs = Vec::with_capacity(self.stage.output.len());
+        for (spec, _) in &self.stage.output {
+            accs.push(spec.create(&mut ctx.variables(&empty))?);
+        }
+        let output = &self.stage.output;
+        let mut add = |d: &Document| -> Result<()> {
+            for ((spec, _), acc) in output.iter().zip(accs.iter_mut()) {
+                acc.process(spec.input(&mut ctx.variables(d))?)?;
+            }
+            Ok(())
+        };
+        let min = first.0.clone();
+        let mut max = first.0;
+        add(&first.1)?;
+        let mut count = 1;
+        while last_bucket || count < self.size {
+            ctx.check_interrupt()?;
+            let Some((k, d)) = self.sorted.next()? else {
+                break;
+            };
+            add(&d)?;
+            max = k;
+            count += 1;
+        }
+        // Documents equal to the largest key stay in this bucket.
+        let mut next = self.sorted.next()?;
+        while let Some((k, d)) = &next {
+            if !cmp_bson(k, &max).is_eq() {
+                break;
+            }
+            ctx.check_interrupt()?;
+            add(d)?;
+            next = self.sorted.next()?;
+        }
+        if let Some((k, _)) = &next {
+            max = k.clone();
+        }
+        self.pending = next;
+        let mut d = bson::doc! {"_id": {"min": min, "max": max}};
+        for ((spec, _), mut acc) in self.stage.output.iter().zip(accs) {
+            d.insert(spec.field.clone(), acc.finalize()?);
+        }
+        check_size(&d)?;
+        Ok(Some(d))
     }
 }
 

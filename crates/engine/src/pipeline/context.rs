@@ -184,6 +184,11 @@ pub struct ExpCtx {
     pub sort_max_memory: usize,
     /// `internalDocumentSourceGroupMaxMemoryBytes`: what `$group` holds before spilling.
     pub group_max_memory: usize,
+    /// `internalDocumentSourceBucketAutoMaxMemoryBytes`: what `$bucketAuto` sorts in memory.
+    pub bucket_auto_max_memory: usize,
+    /// `internalDocumentSourceSetWindowFieldsMaxMemoryBytes`: what `$setWindowFields` holds of
+    /// one partition before spilling its documents.
+    pub window_max_memory: usize,
     /// Where the stage being opened reports its execution statistics (explain).
     pub stats: Option<StageStats>,
     interrupt: Arc<Interrupt>,
@@ -206,6 +211,8 @@ impl ExpCtx {
             local_sessions: None,
             sort_max_memory: MAX_BLOCKING_STAGE_BYTES,
             group_max_memory: MAX_BLOCKING_STAGE_BYTES,
+            bucket_auto_max_memory: MAX_BLOCKING_STAGE_BYTES,
+            window_max_memory: MAX_BLOCKING_STAGE_BYTES,
             stats: None,
             interrupt: Arc::new(Interrupt::default()),
         }

@@ -79,6 +79,9 @@ pub fn open(
         (None, Some(ns)) if !starts_with_source => {
             let (mut spec, taken) = optimize::cursor_pushdown::take(&mut stages, ctx.deadline());
             spec.source = ctx.source.clone();
+            // A `$sort` handed to the find plan keeps the aggregate's memory rules.
+            spec.allow_disk_use = ctx.allow_disk_use;
+            spec.sort_memory_limit = Some(ctx.sort_max_memory);
             if taken {
                 rewrites.push(optimize::cursor_pushdown::NAME);
             }
@@ -171,11 +174,52 @@ impl Opened {
     /// (set per `getMore`) reaches every stage.
     pub fn into_executor(self, deadline: Option<Instant>) -> Executor {
         self.ctx.set_deadline(deadline);
+        // Everything went into the find plan: its raw documents go out as they are (not
+        // through a bson::Document and back).
+        if let (true, Some(cursor)) = (self.stages.is_empty(), &self.cursor) {
+            let root = RawCursorOutput {
+                exec: cursor.exec.clone(),
+                returned: cursor.returned.clone(),
+                ctx: self.ctx,
+            };
+            return Executor::new(Stage::new(root), deadline);
+        }
         let root = PipelineOutput {
             stream: self.stream,
             ctx: self.ctx,
         };
         Executor::new(Stage::new(root), deadline)
+    }
+}
+
+/// The output of a pipeline whose stages all went into the find plan.
+struct RawCursorOutput {
+    exec: Arc<Mutex<Executor>>,
+    returned: Arc<AtomicU64>,
+    ctx: ExpCtx,
+}
+
+impl StageImpl for RawCursorOutput {
+    fn name(&self) -> &'static str {
+        "PIPELINE"
+    }
+
+    fn work(&mut self) -> Result<StageState> {
+        self.ctx.check_interrupt()?;
+        let mut exec = self.exec.lock();
+        exec.set_deadline(self.ctx.deadline());
+        match exec.next_doc()? {
+            Some(raw) => {
+                self.returned
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(StageState::Advanced(Member::with_doc(None, raw)))
+            }
+            None => Ok(StageState::IsEof),
+        }
+    }
+
+    fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.ctx.set_deadline(deadline);
     }
 }
 

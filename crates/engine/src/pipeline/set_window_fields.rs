@@ -4,32 +4,38 @@
 //! the optimizer may hand to the find plan) followed by `$_internalSetWindowFields`, which
 //! reads one partition at a time (consecutive documents with an equal partition value),
 //! computes every output field over it (`window::WindowOutput::compute`) and returns the
-//! documents with the fields set. A `partitionBy` that is not a plain field path is
-//! evaluated and sorted inside the internal stage. A partition holds at most 100 MiB
-//! (`Exceeded memory limit in DocumentSourceSetWindowFields`, 5414201).
+//! documents with the fields set. A `partitionBy` that is not a plain field path is first set
+//! into a temporary field by an `$addFields` (and projected away after), as MongoDB desugars
+//! it, so the `$sort` (and its spilling) serves every partitioning.
+//!
+//! Reading a partition, each output takes what it uses from each document (`read`); the
+//! documents are kept in memory up to `internalDocumentSourceSetWindowFieldsMaxMemoryBytes`
+//! (with those values) and beyond it, with `allowDiskUse`, written in order to spill files
+//! under `<dbpath>/_tmp` and read back as the results are returned. Without disk use the
+//! stage fails with 5643011; values read over the limit fail with 5414201 either way.
 
-use super::context::{doc_bytes, MAX_BLOCKING_STAGE_BYTES};
-use super::window::{SortInfo, WindowOutput};
+use super::context::{check_size, doc_bytes};
+use super::window::{Inputs, SortInfo, WindowOutput};
 use super::{DocStream, DocumentSource, ExpCtx, ParseCtx, Sort, StageRef, Stream};
+use crate::exec::spill::{SpillRun, SpillWriter};
 use bson::{Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_doc::compare::cmp_bson;
-use nidus_expr::Expression;
+use nidus_expr::{Expression, Value};
 use nidus_query::sort::SortPattern;
 use std::any::Any;
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 const NAME: &str = "$setWindowFields";
+
+/// Where a computed `partitionBy` is set for the `$sort` (MongoDB's name).
+const PARTITION_KEY: &str = "__internal_setWindowFields_partition_key";
 
 #[derive(Debug, Clone)]
 pub struct SetWindowFields {
     /// None: one partition (no `partitionBy`, or a constant).
     partition_by: Option<Expression>,
-    /// True when `partitionBy` is not a field path: the stage sorts its input itself.
-    sorts_itself: bool,
     sort_by: Option<Document>,
-    sort_pattern: Option<SortPattern>,
     /// `"$<first sortBy field>"`.
     sort_value: Option<Expression>,
     descending: bool,
@@ -84,10 +90,9 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             format!("BSON field '{NAME}.output' is missing but a required field"),
         ));
     };
-    let sort_pattern = match &sort_by {
-        Some(s) => Some(SortPattern::parse(s)?),
-        None => None,
-    };
+    if let Some(s) = &sort_by {
+        SortPattern::parse(s)?; // sortBy's own errors
+    }
     let info = SortInfo {
         fields: sort_by.as_ref(),
     };
@@ -95,7 +100,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     for (field, v) in output {
         outputs.push(WindowOutput::parse(field, v, &info, &pcx.exprs)?);
     }
-    let partition_by = match partition {
+    let mut partition_by = match partition {
         Some(p) => {
             let e = Expression::parse(p, &pcx.exprs)?;
             match &e {
@@ -108,12 +113,29 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         }
         None => None,
     };
-    let simple_path = match &partition_by {
+    let mut simple_path = match &partition_by {
         Some(Expression::FieldPath(fp)) if fp.var_name == "CURRENT" && !fp.path.is_empty() => {
             Some(fp.dotted())
         }
         _ => None,
     };
+    let mut out: Vec<StageRef> = Vec::new();
+    let computed = partition_by.is_some() && simple_path.is_none();
+    if computed {
+        if let Some(p) = partition {
+            let mut set = Document::new();
+            set.insert(PARTITION_KEY, p.clone());
+            out.extend(super::add_fields::parse_add_fields(
+                &Bson::Document(set),
+                pcx,
+            )?);
+            partition_by = Some(Expression::parse(
+                &Bson::String(format!("${PARTITION_KEY}")),
+                &pcx.exprs,
+            )?);
+            simple_path = Some(PARTITION_KEY.to_string());
+        }
+    }
     let (sort_value, descending) = match sort_by.as_ref().and_then(|s| s.iter().next()) {
         Some((f, dir)) => (
             Some(Expression::parse(
@@ -127,30 +149,31 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         None => (None, false),
     };
     let stage = SetWindowFields {
-        sorts_itself: partition_by.is_some() && simple_path.is_none(),
         partition_by,
         sort_by: sort_by.clone(),
-        sort_pattern,
         sort_value,
         descending,
         outputs,
     };
-    let mut out: Vec<StageRef> = Vec::new();
-    if !stage.sorts_itself {
-        let mut combined = Document::new();
-        if let Some(p) = &simple_path {
-            combined.insert(p.clone(), 1);
-        }
-        for (k, v) in sort_by.iter().flatten() {
-            if !combined.contains_key(k) {
-                combined.insert(k.clone(), v.clone());
-            }
-        }
-        if !combined.is_empty() {
-            out.push(Arc::new(Sort::new(&combined)?));
+    let mut combined = Document::new();
+    if let Some(p) = &simple_path {
+        combined.insert(p.clone(), 1);
+    }
+    for (k, v) in sort_by.iter().flatten() {
+        if !combined.contains_key(k) {
+            combined.insert(k.clone(), v.clone());
         }
     }
+    if !combined.is_empty() {
+        out.push(Arc::new(Sort::new(&combined)?));
+    }
     out.push(Arc::new(stage));
+    if computed {
+        out.extend(super::project::parse(
+            &bson::bson!({ PARTITION_KEY: false }),
+            pcx,
+        )?);
+    }
     Ok(out)
 }
 
@@ -173,35 +196,66 @@ impl SetWindowFields {
         }
     }
 
-    /// Computes every output over one partition and sets the fields.
-    fn finish(&self, docs: Vec<Document>, ctx: &ExpCtx) -> Result<Vec<Document>> {
-        let sort_values = match &self.sort_value {
-            Some(e) => docs
-                .iter()
-                .map(|d| ctx.evaluate(e, d))
-                .collect::<Result<Vec<_>>>()?,
-            None => vec![None; docs.len()],
-        };
+    /// Computes every output over one partition read by [`WindowStream::read_partition`].
+    fn finish(&self, buf: PartitionBuf, ctx: &ExpCtx) -> Result<PartitionOut> {
         let part = super::window::Partition {
-            docs: &docs,
-            sort_values,
+            sort_values: buf.sort_values,
             descending: self.descending,
         };
         let mut columns = Vec::with_capacity(self.outputs.len());
-        for o in &self.outputs {
-            columns.push(o.compute(&part, ctx)?);
+        for (o, inputs) in self.outputs.iter().zip(buf.inputs) {
+            columns.push(o.compute(&part, inputs, ctx)?.into_iter());
         }
-        let mut out = Vec::with_capacity(docs.len());
-        for (i, mut d) in docs.iter().cloned().enumerate() {
-            for (o, col) in self.outputs.iter().zip(&columns) {
-                if let Some(v) = &col[i] {
-                    set_path(&mut d, &o.field, v.clone());
+        Ok(PartitionOut {
+            spilled: buf.spilled.map(SpillWriter::finish).transpose()?,
+            memory: buf.docs.into_iter(),
+            columns,
+        })
+    }
+}
+
+/// One partition being read: its documents (in memory, the first ones in a spill file once
+/// it went over the limit), their sortBy values and what each output read from them.
+struct PartitionBuf {
+    docs: Vec<Document>,
+    spilled: Option<SpillWriter>,
+    sort_values: Vec<Value>,
+    inputs: Vec<Inputs>,
+}
+
+/// A computed partition returned in order: the spilled documents, then those in memory,
+/// each with its output fields set.
+struct PartitionOut {
+    spilled: Option<SpillRun>,
+    memory: std::vec::IntoIter<Document>,
+    columns: Vec<std::vec::IntoIter<Value>>,
+}
+
+impl PartitionOut {
+    fn next(&mut self, stage: &SetWindowFields) -> Result<Option<Document>> {
+        let spilled = match &mut self.spilled {
+            Some(run) => run.next()?,
+            None => None,
+        };
+        let mut d = match spilled {
+            Some((_, raw)) => raw
+                .to_document()
+                .map_err(|e| Error::internal(e.to_string()))?,
+            None => {
+                self.spilled = None; // removes the file
+                match self.memory.next() {
+                    Some(d) => d,
+                    None => return Ok(None),
                 }
             }
-            super::context::check_size(&d)?;
-            out.push(d);
+        };
+        for (o, col) in stage.outputs.iter().zip(self.columns.iter_mut()) {
+            if let Some(Some(v)) = col.next() {
+                set_path(&mut d, &o.field, v);
+            }
         }
-        Ok(out)
+        check_size(&d)?;
+        Ok(Some(d))
     }
 }
 
@@ -228,38 +282,101 @@ struct WindowStream {
     input: Stream,
     /// The first document of the next partition, with its key.
     pending: Option<(Bson, Document)>,
-    out: VecDeque<Document>,
+    out: Option<PartitionOut>,
     done: bool,
-    sorted: bool,
+    spills: i64,
+    spilled_bytes: u64,
+    spilled_records: u64,
 }
 
 impl WindowStream {
-    /// For a computed `partitionBy`: sorts the whole input by (partition value, sortBy).
-    fn sort_input(&mut self) -> Result<()> {
-        let mut all = Vec::new();
-        let mut memory = self.ctx.memory("$setWindowFields");
-        while let Some(d) = self.input.next()? {
-            self.ctx.check_interrupt()?;
-            memory.add(doc_bytes(&d))?;
-            let key = self.stage.partition_key(&d, &self.ctx)?;
-            let sort_key = match &self.stage.sort_pattern {
-                Some(p) => {
-                    let raw = RawDocumentBuf::from_document(&d)
-                        .map_err(|e| Error::internal(e.to_string()))?;
-                    p.sort_key(&raw)
+    /// Reads the next partition (None at the end of the input).
+    fn read_partition(&mut self) -> Result<Option<PartitionBuf>> {
+        let stage = self.stage.clone();
+        let limit = self.ctx.window_max_memory;
+        let mut buf = PartitionBuf {
+            docs: Vec::new(),
+            spilled: None,
+            sort_values: Vec::new(),
+            inputs: stage.outputs.iter().map(|_| Inputs::default()).collect(),
+        };
+        let (mut doc_memory, mut value_memory) = (0usize, 0usize);
+        let mut key = None;
+        let mut next = self.pending.take();
+        loop {
+            let (k, d) = match next.take() {
+                Some(e) => e,
+                None => {
+                    if self.done {
+                        break;
+                    }
+                    let Some(d) = self.input.next()? else {
+                        self.done = true;
+                        break;
+                    };
+                    self.ctx.check_interrupt()?;
+                    (stage.partition_key(&d, &self.ctx)?, d)
                 }
-                None => Vec::new(),
             };
-            all.push((key, sort_key, d));
+            match &key {
+                Some(cur) if !cmp_bson(cur, &k).is_eq() => {
+                    self.pending = Some((k, d));
+                    break;
+                }
+                Some(_) => {}
+                None => key = Some(k),
+            }
+            let sort_value = match &stage.sort_value {
+                Some(e) => self.ctx.evaluate(e, &d)?,
+                None => None,
+            };
+            value_memory += sort_value.as_ref().map_or(16, super::context::bson_bytes);
+            buf.sort_values.push(sort_value);
+            for (o, inputs) in stage.outputs.iter().zip(buf.inputs.iter_mut()) {
+                value_memory += o.read(&d, &self.ctx, inputs)?;
+            }
+            doc_memory += doc_bytes(&d);
+            buf.docs.push(d);
+            if value_memory > limit {
+                return Err(Error::new(
+                    ErrorCode::Location(5414201),
+                    format!(
+                        "Exceeded memory limit in DocumentSourceSetWindowFields, used {value_memory} bytes but max allowed is {limit}"
+                    ),
+                ));
+            }
+            // Spilling a small remainder would only make many small files: the values read
+            // already hold most of the memory then.
+            if doc_memory + value_memory > limit && doc_memory >= limit / 16 {
+                self.spill(&mut buf)?;
+                doc_memory = 0;
+            }
         }
-        let pattern = self.stage.sort_pattern.clone();
-        all.sort_by(|a, b| {
-            cmp_bson(&a.0, &b.0).then_with(|| match &pattern {
-                Some(p) => p.compare_keys(&a.1, &b.1),
-                None => std::cmp::Ordering::Equal,
-            })
-        });
-        self.input = super::VecStream::boxed(all.into_iter().map(|(_, _, d)| d).collect());
+        Ok((!buf.sort_values.is_empty()).then_some(buf))
+    }
+
+    /// Appends the partition's documents in memory to its spill file (they come back in
+    /// order, before those still in memory).
+    fn spill(&mut self, buf: &mut PartitionBuf) -> Result<()> {
+        let Some(dir) = self.ctx.spill_dir() else {
+            return Err(Error::new(
+                ErrorCode::Location(5643011),
+                "Exceeded max memory. Set 'allowDiskUse: true' to spill to disk",
+            ));
+        };
+        let file = match &mut buf.spilled {
+            Some(f) => f,
+            None => buf.spilled.insert(SpillWriter::create(&dir)?),
+        };
+        let before = file.bytes;
+        for d in std::mem::take(&mut buf.docs) {
+            let raw =
+                RawDocumentBuf::from_document(&d).map_err(|e| Error::internal(e.to_string()))?;
+            file.append(None, &raw)?;
+            self.spilled_records += 1;
+        }
+        self.spills += 1;
+        self.spilled_bytes += file.bytes - before;
         Ok(())
     }
 }
@@ -267,54 +384,23 @@ impl WindowStream {
 impl DocStream for WindowStream {
     fn next(&mut self) -> Result<Option<Document>> {
         loop {
-            if let Some(d) = self.out.pop_front() {
-                return Ok(Some(d));
-            }
-            if self.done {
-                return Ok(None);
-            }
-            if !self.sorted {
-                self.sorted = true;
-                if self.stage.sorts_itself {
-                    self.sort_input()?;
+            if let Some(out) = &mut self.out {
+                if let Some(d) = out.next(&self.stage)? {
+                    return Ok(Some(d));
                 }
+                self.out = None;
             }
-            let mut docs = Vec::new();
-            let mut bytes = 0usize;
-            let mut key = None;
-            if let Some((k, d)) = self.pending.take() {
-                bytes += doc_bytes(&d);
-                docs.push(d);
-                key = Some(k);
-            }
-            loop {
-                let Some(d) = self.input.next()? else {
-                    self.done = true;
-                    break;
-                };
-                self.ctx.check_interrupt()?;
-                let k = self.stage.partition_key(&d, &self.ctx)?;
-                match &key {
-                    Some(cur) if !cmp_bson(cur, &k).is_eq() => {
-                        self.pending = Some((k, d));
-                        break;
-                    }
-                    _ => {}
+            match self.read_partition()? {
+                Some(buf) => self.out = Some(self.stage.finish(buf, &self.ctx)?),
+                None => {
+                    self.ctx.report(bson::doc! {
+                        "usedDisk": self.spills > 0,
+                        "spills": self.spills,
+                        "spilledDataStorageSize": self.spilled_bytes as i64,
+                        "spilledRecords": self.spilled_records as i64,
+                    });
+                    return Ok(None);
                 }
-                key = Some(k);
-                bytes += doc_bytes(&d);
-                if bytes > MAX_BLOCKING_STAGE_BYTES {
-                    return Err(Error::new(
-                        ErrorCode::Location(5414201),
-                        format!(
-                            "Exceeded memory limit in DocumentSourceSetWindowFields, used {bytes} bytes but max allowed is {MAX_BLOCKING_STAGE_BYTES}"
-                        ),
-                    ));
-                }
-                docs.push(d);
-            }
-            if !docs.is_empty() {
-                self.out = self.stage.finish(docs, &self.ctx)?.into();
             }
         }
     }
@@ -347,9 +433,11 @@ impl DocumentSource for SetWindowFields {
             ctx: ctx.clone(),
             input,
             pending: None,
-            out: VecDeque::new(),
+            out: None,
             done: false,
-            sorted: false,
+            spills: 0,
+            spilled_bytes: 0,
+            spilled_records: 0,
         }))
     }
 

@@ -157,6 +157,8 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
     };
     exp.sort_max_memory = limit("internalQueryMaxBlockingSortMemoryUsageBytes");
     exp.group_max_memory = limit("internalDocumentSourceGroupMaxMemoryBytes");
+    exp.bucket_auto_max_memory = limit("internalDocumentSourceBucketAutoMaxMemoryBytes");
+    exp.window_max_memory = limit("internalDocumentSourceSetWindowFieldsMaxMemoryBytes");
     exp.set_deadline(ctx.deadline);
     let pcx = ParseCtx::new(&ctx.db).with_views(ctx.state.engine.clone());
     if let Some(lets) = ctx.opt_document("let")? {

@@ -9,10 +9,11 @@
 pub mod bounds;
 
 use bounds::{Bound, Bounds, UNBOUNDED};
-use bson::{Bson, Document};
+use bson::{Bson, Decimal128, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_doc::compare::cmp_bson;
 use nidus_expr::accumulators::{Accumulator, AccumulatorSpec};
+use nidus_expr::decimal;
 use nidus_expr::value::to_f64;
 use nidus_expr::{Expression, ParseContext, Value};
 
@@ -48,7 +49,8 @@ pub enum Func {
     },
     ExpMovingAvg {
         input: Expression,
-        alpha: f64,
+        /// Computed in Decimal128 as MongoDB's accumulator does.
+        alpha: Decimal128,
     },
     Covariance {
         x: Expression,
@@ -194,13 +196,16 @@ impl WindowOutput {
                 (Func::Rank(kind), UNBOUNDED)
             }
             "$shift" => {
-                if sort.count().is_none() {
-                    return Err(fail("$shift requires a sortBy"));
-                }
                 if window.is_some() {
                     return Err(fail("$shift does not accept a 'window' field"));
                 }
-                (parse_shift(arg, ctx)?, UNBOUNDED)
+                let shift = parse_shift(arg, ctx)?;
+                if sort.count().is_none() {
+                    // MongoDB streams the name as a boost::optional (optional_io: a space
+                    // before the value).
+                    return Err(fail("' $shift' requires a sortBy"));
+                }
+                (shift, UNBOUNDED)
             }
             "$derivative" | "$integral" => {
                 let Bson::Document(a) = arg else {
@@ -413,7 +418,7 @@ fn parse_ema(arg: &Bson, sort: &SortInfo, ctx: &ParseContext) -> Result<Func> {
                 f as i64
             )));
         }
-        2.0 / (f + 1.0)
+        decimal::div(&decimal::from_i64(2), &decimal::from_i64(f as i64 + 1))
     } else if let Some(al) = a.get("alpha") {
         if !super::is_number(al) {
             return Err(fail("'alpha' must be a number"));
@@ -425,7 +430,7 @@ fn parse_ema(arg: &Bson, sort: &SortInfo, ctx: &ParseContext) -> Result<Func> {
                 nidus_expr::value::display_bson(al)
             )));
         }
-        f
+        nidus_expr::value::to_decimal(al)
     } else {
         return Err(fail(format!(
             "Got unrecognized field in $expMovingAvg{SHAPE}"
@@ -434,12 +439,21 @@ fn parse_ema(arg: &Bson, sort: &SortInfo, ctx: &ParseContext) -> Result<Func> {
     Ok(Func::ExpMovingAvg { input, alpha })
 }
 
-/// A partition's documents with their sortBy value (the first sortBy field; None without).
-pub struct Partition<'a> {
-    pub docs: &'a [Document],
+/// A partition: the sortBy value of each document (the first sortBy field; None without).
+/// The documents themselves are not needed: each output read what it uses from them into its
+/// [`Inputs`] as the partition was read (so the documents may be spilled meanwhile).
+pub struct Partition {
     pub sort_values: Vec<Value>,
     /// Whether the (single) sortBy field sorts descending.
     pub descending: bool,
+}
+
+/// What one output reads from each document of a partition, in order: `x` its argument (the
+/// accumulator's input, `$shift`'s output, ...), `y` the second argument of `$covariance*`.
+#[derive(Default)]
+pub struct Inputs {
+    pub x: Vec<Value>,
+    pub y: Vec<Value>,
 }
 
 fn is_num(v: &Value) -> bool {
@@ -455,12 +469,37 @@ fn sort_number(v: &Value) -> Option<f64> {
 }
 
 impl WindowOutput {
-    /// The values of this output for every document of the partition, in order.
-    pub fn compute(&self, part: &Partition, ctx: &ExpCtx) -> Result<Vec<Value>> {
-        let n = part.docs.len();
-        let eval = |e: &Expression| -> Result<Vec<Value>> {
-            part.docs.iter().map(|d| ctx.evaluate(e, d)).collect()
+    /// Reads what this output uses from the next document of the partition; returns the bytes
+    /// the values hold.
+    pub fn read(&self, d: &Document, ctx: &ExpCtx, inputs: &mut Inputs) -> Result<usize> {
+        let x = match &self.func {
+            Func::Rank(_) => return Ok(0),
+            Func::Acc(spec) => spec.input(&mut ctx.variables(d))?,
+            Func::Shift { output: e, .. }
+            | Func::Derivative { input: e, .. }
+            | Func::Integral { input: e, .. }
+            | Func::ExpMovingAvg { input: e, .. }
+            | Func::Locf(e)
+            | Func::LinearFill(e) => ctx.evaluate(e, d)?,
+            Func::Covariance { x, y, .. } => {
+                let y = ctx.evaluate(y, d)?;
+                let bytes = value_bytes(&y);
+                inputs.y.push(y);
+                let x = ctx.evaluate(x, d)?;
+                let bytes = bytes + value_bytes(&x);
+                inputs.x.push(x);
+                return Ok(bytes);
+            }
         };
+        let bytes = value_bytes(&x);
+        inputs.x.push(x);
+        Ok(bytes)
+    }
+
+    /// The values of this output for every document of the partition, in order.
+    pub fn compute(&self, part: &Partition, inputs: Inputs, ctx: &ExpCtx) -> Result<Vec<Value>> {
+        let n = part.sort_values.len();
+        let Inputs { x: vals, y: ys } = inputs;
         match &self.func {
             Func::Rank(kind) => {
                 let mut out = Vec::with_capacity(n);
@@ -485,25 +524,19 @@ impl WindowOutput {
                 }
                 Ok(out)
             }
-            Func::Shift {
-                output,
-                by,
-                default,
-            } => {
+            Func::Shift { by, default, .. } => {
                 let mut out = Vec::with_capacity(n);
                 for i in 0..n {
                     let j = i as i64 + by;
                     if j < 0 || j >= n as i64 {
                         out.push(Some(default.clone()));
                     } else {
-                        let v = ctx.evaluate(output, &part.docs[j as usize])?;
-                        out.push(Some(v.unwrap_or(Bson::Null)));
+                        out.push(Some(vals[j as usize].clone().unwrap_or(Bson::Null)));
                     }
                 }
                 Ok(out)
             }
-            Func::Locf(e) => {
-                let vals = eval(e)?;
+            Func::Locf(_) => {
                 let mut last: Value = None;
                 Ok(vals
                     .into_iter()
@@ -517,32 +550,36 @@ impl WindowOutput {
                     })
                     .collect())
             }
-            Func::LinearFill(e) => self.linear_fill(eval(e)?, part),
-            Func::ExpMovingAvg { input, alpha } => {
-                let vals = eval(input)?;
-                let mut state: Option<f64> = None;
+            Func::LinearFill(_) => self.linear_fill(vals, part),
+            Func::ExpMovingAvg { alpha, .. } => {
+                // As MongoDB's AccumulatorExpMovingAvg: Decimal128 arithmetic, a double result
+                // unless a decimal was seen, non-numbers skipped (the current average stays),
+                // null before the first number.
+                let keep = decimal::sub(&decimal::from_i64(1), alpha);
+                let mut state: Option<Decimal128> = None;
+                let mut is_decimal = false;
                 Ok(vals
                     .into_iter()
                     .map(|v| {
-                        if !is_num(&v) {
-                            return Some(Bson::Null);
+                        if let Some(b) = v.as_ref().filter(|b| super::is_number(b)) {
+                            is_decimal |= matches!(b, Bson::Decimal128(_));
+                            let x = nidus_expr::value::to_decimal(b);
+                            state = Some(match state {
+                                None => x,
+                                Some(s) => {
+                                    decimal::add(&decimal::mul(&x, alpha), &decimal::mul(&s, &keep))
+                                }
+                            });
                         }
-                        let x = v.as_ref().map(to_f64).unwrap_or(0.0);
-                        match state {
-                            None => {
-                                state = Some(x);
-                                v
-                            }
-                            Some(s) => {
-                                let r = x * alpha + s * (1.0 - alpha);
-                                state = Some(r);
-                                Some(Bson::Double(r))
-                            }
-                        }
+                        Some(match state {
+                            None => Bson::Null,
+                            Some(s) if is_decimal => Bson::Decimal128(s),
+                            Some(s) => Bson::Double(decimal::to_f64(&s)),
+                        })
                     })
                     .collect())
             }
-            _ => self.windowed(part, ctx),
+            _ => self.windowed(part, vals, ys, ctx),
         }
     }
 
@@ -591,7 +628,7 @@ impl WindowOutput {
 
     /// The window `[lo, hi)` (document indexes) of each document.
     fn windows(&self, part: &Partition) -> Result<Vec<(usize, usize)>> {
-        let n = part.docs.len();
+        let n = part.sort_values.len();
         match &self.bounds {
             Bounds::Documents(lo, hi) => Ok((0..n)
                 .map(|i| {
@@ -653,8 +690,14 @@ impl WindowOutput {
         }
     }
 
-    fn windowed(&self, part: &Partition, ctx: &ExpCtx) -> Result<Vec<Value>> {
-        let n = part.docs.len();
+    fn windowed(
+        &self,
+        part: &Partition,
+        inputs: Vec<Value>,
+        second: Vec<Value>,
+        ctx: &ExpCtx,
+    ) -> Result<Vec<Value>> {
+        let n = part.sort_values.len();
         let windows = self.windows(part)?;
         match &self.func {
             Func::Acc(spec) => {
@@ -663,11 +706,6 @@ impl WindowOutput {
                     let mut vars = ctx.variables(&empty);
                     spec.create(&mut vars)
                 };
-                let mut inputs = Vec::with_capacity(n);
-                for d in part.docs {
-                    let mut vars = ctx.variables(d);
-                    inputs.push(spec.input(&mut vars)?);
-                }
                 let mut out = Vec::with_capacity(n);
                 if self.bounds.is_unbounded() {
                     let mut acc = create()?;
@@ -703,13 +741,9 @@ impl WindowOutput {
                 }
                 Ok(out)
             }
-            Func::Derivative { input, unit } | Func::Integral { input, unit } => {
+            Func::Derivative { unit, .. } | Func::Integral { unit, .. } => {
                 let derivative = matches!(self.func, Func::Derivative { .. });
-                let ys: Vec<Value> = part
-                    .docs
-                    .iter()
-                    .map(|d| ctx.evaluate(input, d))
-                    .collect::<Result<_>>()?;
+                let ys = inputs;
                 let mut xs = Vec::with_capacity(n);
                 for v in &part.sort_values {
                     xs.push(self.time_x(v, unit, derivative)?);
@@ -748,7 +782,7 @@ impl WindowOutput {
                 }
                 Ok(out)
             }
-            Func::Covariance { x, y, samp } => {
+            Func::Covariance { samp, .. } => {
                 let as_num = |v: Value| -> Option<f64> {
                     match v {
                         Some(Bson::DateTime(d)) => Some(d.timestamp_millis() as f64),
@@ -756,10 +790,11 @@ impl WindowOutput {
                         _ => None,
                     }
                 };
-                let mut pts = Vec::with_capacity(n);
-                for d in part.docs {
-                    pts.push(as_num(ctx.evaluate(x, d)?).zip(as_num(ctx.evaluate(y, d)?)));
-                }
+                let pts: Vec<Option<(f64, f64)>> = inputs
+                    .into_iter()
+                    .zip(second)
+                    .map(|(x, y)| as_num(x).zip(as_num(y)))
+                    .collect();
                 Ok(windows
                     .iter()
                     .map(|&(l, h)| {
@@ -842,4 +877,9 @@ fn range_key(v: &Value, unit: bool) -> Result<f64> {
             ),
         )),
     }
+}
+
+/// The bytes a value holds (memory accounting).
+fn value_bytes(v: &Value) -> usize {
+    v.as_ref().map_or(16, super::context::bson_bytes)
 }
