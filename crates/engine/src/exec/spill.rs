@@ -124,3 +124,47 @@ impl Drop for SpillRun {
         let _ = std::fs::remove_file(&self.path);
     }
 }
+
+/// The sorted runs one pipeline stage spilled, with the counts its explain reports.
+#[derive(Default)]
+pub struct SpilledRuns {
+    pub runs: Vec<SpillRun>,
+    spills: u64,
+    bytes: u64,
+    records: u64,
+}
+
+impl SpilledRuns {
+    /// Writes `docs`, already in sort order, as one more run in `dir`.
+    pub fn write(
+        &mut self,
+        dir: &Path,
+        docs: impl IntoIterator<Item = Result<bson::Document>>,
+    ) -> Result<()> {
+        let mut w = SpillWriter::create(dir)?;
+        let mut n = 0u64;
+        for d in docs {
+            let raw =
+                RawDocumentBuf::from_document(&d?).map_err(|e| Error::internal(e.to_string()))?;
+            w.append(None, &raw)?;
+            n += 1;
+        }
+        let run = w.finish()?;
+        self.spills += 1;
+        self.records += n;
+        self.bytes += run.bytes;
+        self.runs.push(run);
+        Ok(())
+    }
+
+    /// `usedDisk`, `spills`, `spilledDataStorageSize` and `spilledRecords` as explain prints
+    /// them (counted as written, so taking the runs to merge them changes nothing).
+    pub fn stats(&self) -> bson::Document {
+        bson::doc! {
+            "usedDisk": self.spills > 0,
+            "spills": self.spills as i64,
+            "spilledDataStorageSize": self.bytes as i64,
+            "spilledRecords": self.records as i64,
+        }
+    }
+}

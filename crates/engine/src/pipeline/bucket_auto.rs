@@ -12,8 +12,8 @@
 use super::context::{bson_bytes, check_size, doc_bytes};
 use super::stream::Deferred;
 use super::{DocStream, DocumentSource, ExpCtx, ParseCtx, StageRef, Stream};
-use crate::exec::spill::SpillRun;
-use bson::{Bson, Document, RawDocumentBuf};
+use crate::exec::spill::{SpillRun, SpilledRuns};
+use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_doc::compare::cmp_bson;
 use nidus_expr::accumulators::AccumulatorSpec;
@@ -148,9 +148,7 @@ impl BucketAuto {
             limit: ctx.bucket_auto_max_memory,
             buffered: Vec::new(),
             memory: 0,
-            runs: Vec::new(),
-            spilled_bytes: 0,
-            spilled_records: 0,
+            spilled: SpilledRuns::default(),
         };
         let mut n = 0usize;
         while let Some(d) = input.next()? {
@@ -160,12 +158,7 @@ impl BucketAuto {
             n += 1;
         }
         let size = ((n as f64 / self.buckets as f64).round() as usize).max(1);
-        ctx.report(bson::doc! {
-            "usedDisk": !sorter.runs.is_empty(),
-            "spills": sorter.runs.len() as i64,
-            "spilledDataStorageSize": sorter.spilled_bytes as i64,
-            "spilledRecords": sorter.spilled_records as i64,
-        });
+        ctx.report(sorter.spilled.stats());
         Ok(Box::new(BucketStream {
             stage: self.clone(),
             ctx: ctx.clone(),
@@ -184,9 +177,7 @@ struct KeySorter {
     limit: usize,
     buffered: Vec<(Bson, Document)>,
     memory: usize,
-    runs: Vec<SpillRun>,
-    spilled_bytes: u64,
-    spilled_records: u64,
+    spilled: SpilledRuns,
 }
 
 impl KeySorter {
@@ -204,15 +195,13 @@ impl KeySorter {
                 ));
             };
             self.buffered.sort_by(|a, b| cmp_bson(&a.0, &b.0));
-            let raws = std::mem::take(&mut self.buffered)
-                .into_iter()
-                .map(|(k, d)| RawDocumentBuf::from_document(&bson::doc! {"k": k, "d": d}))
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(|e| Error::internal(e.to_string()))?;
-            self.spilled_records += raws.len() as u64;
-            let run = SpillRun::write(&dir, raws.iter().map(|r| (None, r)))?;
-            self.spilled_bytes += run.bytes;
-            self.runs.push(run);
+            let buffered = std::mem::take(&mut self.buffered);
+            self.spilled.write(
+                &dir,
+                buffered
+                    .into_iter()
+                    .map(|(k, d)| Ok(bson::doc! {"k": k, "d": d})),
+            )?;
             self.memory = 0;
         }
         Ok(())
@@ -221,7 +210,7 @@ impl KeySorter {
     fn finish(mut self) -> Result<Sorted> {
         self.buffered.sort_by(|a, b| cmp_bson(&a.0, &b.0));
         let mut sorted = Sorted {
-            runs: std::mem::take(&mut self.runs),
+            runs: std::mem::take(&mut self.spilled.runs),
             memory: std::mem::take(&mut self.buffered).into_iter(),
             heads: Vec::new(),
         };

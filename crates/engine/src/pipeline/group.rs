@@ -8,8 +8,8 @@
 
 use super::context::{bson_bytes, check_size};
 use super::{DocStream, DocumentSource, ExpCtx, ParseCtx, StageRef, Stream, VecStream};
-use crate::exec::spill::SpillRun;
-use bson::{Bson, Document, RawDocumentBuf};
+use crate::exec::spill::{SpillRun, SpilledRuns};
+use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_expr::accumulators::{Accumulator, AccumulatorSpec, Ordered};
 use nidus_expr::Expression;
@@ -95,7 +95,7 @@ impl Group {
                 spiller.spill(ctx, &mut table)?;
             }
         }
-        if spiller.runs.is_empty() {
+        if spiller.spilled.runs.is_empty() {
             spiller.report(ctx);
             let mut out = Vec::with_capacity(table.groups.len());
             for (key, mut accs) in table.groups {
@@ -117,7 +117,7 @@ impl Group {
         let mut merge = GroupMerge {
             stage: self.clone(),
             ctx: ctx.clone(),
-            runs: std::mem::take(&mut spiller.runs),
+            runs: std::mem::take(&mut spiller.spilled.runs),
             heads: Vec::new(),
         };
         for i in 0..merge.runs.len() {
@@ -186,9 +186,7 @@ struct Table {
 /// The runs a `$group` spilled: each holds `{_id: key, p: [partial states]}` sorted by key.
 #[derive(Default)]
 struct Spiller {
-    runs: Vec<SpillRun>,
-    bytes: u64,
-    records: u64,
+    spilled: SpilledRuns,
 }
 
 impl Spiller {
@@ -200,31 +198,20 @@ impl Spiller {
         table.index.clear();
         table.memory = 0;
         groups.sort_by(|a, b| nidus_doc::compare::cmp_bson(&a.0, &b.0));
-        let mut raws = Vec::with_capacity(groups.len());
-        for (key, accs) in groups {
-            let partials = accs
-                .iter()
-                .map(|a| a.partial())
-                .collect::<Result<Vec<Bson>>>()?;
-            let d = bson::doc! {"_id": key, "p": partials};
-            raws.push(
-                RawDocumentBuf::from_document(&d).map_err(|e| Error::internal(e.to_string()))?,
-            );
-        }
-        self.records += raws.len() as u64;
-        let run = SpillRun::write(&dir, raws.iter().map(|r| (None, r)))?;
-        self.bytes += run.bytes;
-        self.runs.push(run);
-        Ok(())
+        self.spilled.write(
+            &dir,
+            groups.into_iter().map(|(key, accs)| {
+                let partials = accs
+                    .iter()
+                    .map(|a| a.partial())
+                    .collect::<Result<Vec<Bson>>>()?;
+                Ok(bson::doc! {"_id": key, "p": partials})
+            }),
+        )
     }
 
     fn report(&self, ctx: &ExpCtx) {
-        ctx.report(bson::doc! {
-            "usedDisk": !self.runs.is_empty(),
-            "spills": self.runs.len() as i64,
-            "spilledDataStorageSize": self.bytes as i64,
-            "spilledRecords": self.records as i64,
-        });
+        ctx.report(self.spilled.stats());
     }
 }
 

@@ -7,7 +7,7 @@
 
 use super::context::doc_bytes;
 use super::{DocStream, DocumentSource, ExpCtx, ParseCtx, StageRef, Stream, VecStream};
-use crate::exec::spill::SpillRun;
+use crate::exec::spill::{SpillRun, SpilledRuns};
 use bson::{Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_query::sort::SortPattern;
@@ -41,9 +41,7 @@ struct Sorter<'a> {
     buffered: Vec<Keyed>,
     memory: usize,
     data_size: usize,
-    runs: Vec<SpillRun>,
-    spilled_bytes: u64,
-    spilled_records: u64,
+    spilled: SpilledRuns,
 }
 
 impl Sorter<'_> {
@@ -86,27 +84,17 @@ impl Sorter<'_> {
         if self.stage.limit > 0 {
             self.buffered.truncate(self.stage.limit as usize);
         }
-        let raws = std::mem::take(&mut self.buffered)
-            .into_iter()
-            .map(|(_, d)| RawDocumentBuf::from_document(&d))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| Error::internal(e.to_string()))?;
-        self.spilled_records += raws.len() as u64;
-        let run = SpillRun::write(&dir, raws.iter().map(|r| (None, r)))?;
-        self.spilled_bytes += run.bytes;
-        self.runs.push(run);
+        let buffered = std::mem::take(&mut self.buffered);
+        self.spilled
+            .write(&dir, buffered.into_iter().map(|(_, d)| Ok(d)))?;
         self.memory = 0;
         Ok(())
     }
 
     fn report(&self, ctx: &ExpCtx) {
-        ctx.report(bson::doc! {
-            "totalDataSizeSortedBytesEstimate": self.data_size as i64,
-            "usedDisk": !self.runs.is_empty(),
-            "spills": self.runs.len() as i64,
-            "spilledDataStorageSize": self.spilled_bytes as i64,
-            "spilledRecords": self.spilled_records as i64,
-        });
+        let mut stats = bson::doc! { "totalDataSizeSortedBytesEstimate": self.data_size as i64 };
+        stats.extend(self.spilled.stats());
+        ctx.report(stats);
     }
 }
 
@@ -168,9 +156,7 @@ impl Sort {
             buffered: Vec::new(),
             memory: 0,
             data_size: 0,
-            runs: Vec::new(),
-            spilled_bytes: 0,
-            spilled_records: 0,
+            spilled: SpilledRuns::default(),
         };
         while let Some(d) = input.next()? {
             ctx.check_interrupt()?;
@@ -181,7 +167,7 @@ impl Sort {
             sorter.buffered.truncate(self.limit as usize);
         }
         sorter.report(ctx);
-        let runs = std::mem::take(&mut sorter.runs);
+        let runs = std::mem::take(&mut sorter.spilled.runs);
         let buffered = std::mem::take(&mut sorter.buffered);
         if runs.is_empty() {
             return Ok(VecStream::boxed(
