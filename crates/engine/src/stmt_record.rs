@@ -16,6 +16,8 @@ use nidus_storage::{KvTxn, Space};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const PREFIX: &[u8] = b"stmt\0";
+/// The first key past every record.
+const PREFIX_END: &[u8] = b"stmt\x01";
 
 /// One statement of a retryable write: its record's key, and whether its reply needs the
 /// document images (findAndModify returns the document before or after).
@@ -163,9 +165,7 @@ impl Engine {
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
             .unwrap_or_default()
             .as_millis() as u64;
-        let mut upper = PREFIX.to_vec();
-        *upper.last_mut().unwrap_or(&mut 0) += 1;
-        self.delete_statement_range(PREFIX, &upper, |value| {
+        self.delete_statement_range(PREFIX, PREFIX_END, |value| {
             value
                 .get(..8)
                 .and_then(|b| b.try_into().ok())
