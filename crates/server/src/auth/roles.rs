@@ -320,6 +320,7 @@ const CLUSTER_ADMIN: &[&str] = &[
     "killAnyCursor",
     "killAnySession",
     "killop",
+    "replSetResizeOplog",
     "setParameter",
     "shutdown",
 ];
