@@ -9,6 +9,7 @@ import time
 import pytest
 from bson import Timestamp
 from pymongo.errors import OperationFailure
+from pymongo.read_concern import ReadConcern
 
 
 @pytest.fixture(scope="module")
@@ -184,6 +185,19 @@ def test_expanded_ddl_events(db):
     assert evs[1]["operationDescription"] == {"indexes": [{"v": 2, "key": {"a": 1}, "name": "a_1"}]}
     assert evs[2]["operationDescription"] == {"validator": {"a": {"$type": "int"}}}
     assert all("collectionUUID" in e for e in evs)
+    with db.watch(show_expanded_events=True) as s:
+        db.create_collection("v", viewOn="c", pipeline=[{"$match": {"a": 1}}])
+        ev = drain(s, 1)[0]
+    assert ev["operationType"] == "create"
+    assert ev["operationDescription"] == {"viewOn": "c", "pipeline": [{"$match": {"a": 1}}]}
+    db.d.insert_one({})
+    db.f.insert_one({})
+    with db.d.watch(show_expanded_events=True) as s:
+        db.d.rename("f", dropTarget=True)
+        ev = drain(s, 1)[0]
+    assert ev["operationType"] == "rename"
+    assert ev["operationDescription"]["to"] == {"db": db.name, "coll": "f"}
+    assert "dropTarget" in ev["operationDescription"]
     with db.watch() as s:
         db.create_collection("e")
         db.e.insert_one({"_id": 1})
@@ -258,7 +272,7 @@ def test_later_stages_and_errors(db):
         assert [(e["fullDocument"], e["extra"]) for e in evs] == [({"_id": 1}, 1)]
         assert s.try_next() is None
     for stage, code in [({"$group": {"_id": 1}}, 20), ({"$changeStream": {}}, 40602),
-                        ({"$sort": {"a": 1}}, 20)]:
+                        ({"$sort": {"a": 1}}, 20), ({"$unsupported": 1}, 40324)]:
         with pytest.raises(OperationFailure) as e:
             c.watch([stage])
         assert e.value.code == code, stage
@@ -270,6 +284,11 @@ def test_later_stages_and_errors(db):
         with pytest.raises(OperationFailure) as e:
             drain(s, 1)
         assert e.value.code == 280
+        assert e.value.has_error_label("NonResumableChangeStreamError")
+    with pytest.raises(OperationFailure) as e:
+        c.with_options(read_concern=ReadConcern("local")).watch()
+    assert e.value.code == 72
+    c.with_options(read_concern=ReadConcern("majority")).watch().close()
 
 
 def test_namespace_errors(rsc):
@@ -351,3 +370,23 @@ def test_resume_after_restart(start_nidus):
     with c.t.c.watch(resume_after=token) as cs:
         assert [e["documentKey"]["_id"] for e in drain(cs, 1)] == [2]
     c.close()
+
+
+def test_resumable_get_more_error_is_labelled_and_resumed(rsc, db):
+    c = db.c
+    with c.watch() as s:
+        c.insert_one({"_id": 1})
+        assert drain(s, 1)[0]["documentKey"] == {"_id": 1}
+        rsc.admin.command("configureFailPoint", "failGetMoreAfterCursorCheckout",
+                          mode={"times": 1}, data={"errorCode": 262})
+        c.insert_one({"_id": 2})
+        # pymongo resumes after the labelled error, from the last token: no event lost or
+        # repeated.
+        got = drain(s, 1)
+        assert [e["documentKey"]["_id"] for e in got] == [2]
+    reply = db.command("aggregate", "c", pipeline=[{"$changeStream": {}}], cursor={})
+    rsc.admin.command("configureFailPoint", "failGetMoreAfterCursorCheckout",
+                      mode={"times": 1}, data={"errorCode": 262})
+    with pytest.raises(OperationFailure) as e:
+        db.command("getMore", reply["cursor"]["id"], collection="c")
+    assert e.value.code == 262 and e.value.has_error_label("ResumableChangeStreamError")

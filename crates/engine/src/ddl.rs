@@ -160,7 +160,7 @@ impl Engine {
     }
 
     /// A DDL operation's oplog entries: `entry` when writes to `ns` are logged.
-    fn ddl_ops(
+    pub(crate) fn ddl_ops(
         &self,
         ns: &Namespace,
         entry: impl FnOnce() -> oplog::OplogEntry,
@@ -206,6 +206,7 @@ impl Engine {
         drop_target: bool,
     ) -> Result<()> {
         namespace::validate_coll_name(&to.db, &to.coll)?;
+        let dropped_target = self.collection(to).map(|c| c.meta.read().uuid);
         if self.collection(to).is_some() {
             if !drop_target {
                 return Err(Error::new(
@@ -238,11 +239,12 @@ impl Engine {
         txn.delete(Space::Catalog, &old.catalog_key())?;
         self.write_entry(txn.as_mut(), &renamed, &meta)?;
         let mut ops = self.ddl_ops(from, || {
-            oplog::OplogEntry::command(
-                &from.db,
-                Some(meta.uuid),
-                bson::doc! { "renameCollection": from.full(), "to": to.full(), "stayTemp": false },
-            )
+            let mut o =
+                bson::doc! { "renameCollection": from.full(), "to": to.full(), "stayTemp": false };
+            if let Some(uuid) = dropped_target {
+                o.insert("dropTarget", uuid);
+            }
+            oplog::OplogEntry::command(&from.db, Some(meta.uuid), o)
         });
         if self.oplog_for(to).is_none() {
             ops.clear();

@@ -266,7 +266,7 @@ impl Engine {
                 ),
             ));
         }
-        self.put_view_locked(def)
+        self.put_view_locked(def, "create")
     }
 
     /// `collMod` of a view: a new `viewOn` and/or `pipeline`.
@@ -288,11 +288,12 @@ impl Engine {
             def.pipeline = p;
         }
         validate_pipeline(&def)?;
-        self.put_view_locked(def)
+        self.put_view_locked(def, "collMod")
     }
 
     /// Checks the graph with `def` in it, then persists it (DDL lock held).
-    fn put_view_locked(&self, def: ViewDef) -> Result<()> {
+    /// `cmd` (`create` or `collMod`) names the oplog entry.
+    fn put_view_locked(&self, def: ViewDef, cmd: &str) -> Result<()> {
         {
             let mut graph: BTreeMap<Namespace, Vec<Namespace>> = self
                 .views
@@ -306,7 +307,15 @@ impl Engine {
         let bytes = bson::to_vec(&def.to_entry()).map_err(|e| Error::internal(e.to_string()))?;
         let mut txn = self.kv.begin();
         txn.put(Space::Catalog, &catalog_key(&def.ns), &bytes)?;
-        txn.commit()?;
+        let ops = self.ddl_ops(&def.ns, || {
+            let pipeline: Vec<Bson> = def.pipeline.iter().cloned().map(Bson::Document).collect();
+            crate::oplog::OplogEntry::command(
+                &def.ns.db,
+                None,
+                bson::doc! { cmd: def.ns.coll.clone(), "viewOn": def.view_on.clone(), "pipeline": pipeline },
+            )
+        });
+        self.commit_logged(txn, ops)?;
         self.views.write().insert(def.ns.clone(), Arc::new(def));
         Ok(())
     }
@@ -319,7 +328,10 @@ impl Engine {
         }
         let mut txn = self.kv.begin();
         txn.delete(Space::Catalog, &catalog_key(ns))?;
-        txn.commit()?;
+        let ops = self.ddl_ops(ns, || {
+            crate::oplog::OplogEntry::command(&ns.db, None, bson::doc! { "drop": ns.coll.clone() })
+        });
+        self.commit_logged(txn, ops)?;
         self.views.write().remove(ns);
         Ok(true)
     }

@@ -1,4 +1,4 @@
-//! The `failCommand` and `onPrimaryTransactionalWrite` fail points, as the driver
+//! The `failCommand`, `onPrimaryTransactionalWrite` and `failGetMoreAfterCursorCheckout` fail points, as the driver
 //! specifications and tests use them (`configureFailPoint`, only with `enableTestCommands`).
 
 use bson::{Bson, Document};
@@ -62,6 +62,9 @@ pub struct FailPoints {
     transactional_write: Mutex<Option<TransactionalWrite>>,
     /// `maxTimeAlwaysTimeOut`: every operation with a `maxTimeMS` times out at once.
     max_time_always_time_out: std::sync::atomic::AtomicBool,
+    /// `failGetMoreAfterCursorCheckout`: a `getMore` fails with `errorCode` once it holds
+    /// its cursor (the cursor is closed, as after any `getMore` error).
+    get_more_after_checkout: Mutex<Option<(Mode, i32)>>,
 }
 
 fn parse_mode(v: &Bson) -> Result<Mode> {
@@ -114,6 +117,12 @@ impl FailPoints {
                     });
                 return Ok(0);
             }
+            "failGetMoreAfterCursorCheckout" => {
+                let data = cmd.get_document("data").cloned().unwrap_or_default();
+                let code = data.get("errorCode").and_then(as_i64).unwrap_or(1) as i32;
+                *self.get_more_after_checkout.lock() = (mode != Mode::Off).then_some((mode, code));
+                return Ok(0);
+            }
             "maxTimeAlwaysTimeOut" => {
                 let was = self
                     .max_time_always_time_out
@@ -164,6 +173,35 @@ impl FailPoints {
             app_name: data.get_str("appName").ok().map(str::to_string),
         });
         Ok(0)
+    }
+
+    /// The error `failGetMoreAfterCursorCheckout` makes this `getMore` fail with, if it fires.
+    pub fn check_get_more(&self) -> Option<Error> {
+        let mut slot = self.get_more_after_checkout.lock();
+        let (mode, code) = slot.as_mut()?;
+        let fire = match mode {
+            Mode::Off => false,
+            Mode::AlwaysOn => true,
+            Mode::Times(n) => {
+                *n -= 1;
+                *n >= 0
+            }
+            Mode::Skip(n) => {
+                *n -= 1;
+                *n < 0
+            }
+            Mode::Probability(p) => rand_unit() < *p,
+        };
+        let error = fire.then(|| {
+            Error::new(
+                ErrorCode::from_code(*code),
+                "Failing command via 'failGetMoreAfterCursorCheckout' failpoint",
+            )
+        });
+        if matches!(mode, Mode::Times(n) if *n <= 0) {
+            *slot = None;
+        }
+        error
     }
 
     pub fn max_time_always_times_out(&self) -> bool {

@@ -677,7 +677,11 @@ impl ChangeStreamSource {
                 ev.insert("ns", ns_doc(&from));
                 ev.insert("to", ns_doc(&to));
                 if expanded {
-                    ev.insert("operationDescription", doc! { "to": ns_doc(&to) });
+                    let mut d = doc! { "to": ns_doc(&to) };
+                    if let Some(t) = o.get("dropTarget") {
+                        d.insert("dropTarget", t.clone());
+                    }
+                    ev.insert("operationDescription", d);
                 }
                 self.queue(token, ev);
                 if matches!(&self.scope, Scope::Collection(c) if *c == from || *c == to) {

@@ -67,6 +67,27 @@ fn scope(ctx: &Ctx, spec: &ChangeStreamSpec) -> Result<Scope> {
 }
 
 pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
+    open(ctx).map_err(label_error)
+}
+
+/// MongoDB's change stream error labels: `ResumableChangeStreamError` on the errors a
+/// driver resumes after (network, not-primary, shutdown, ...), `NonResumableChangeStreamError`
+/// on the stream's fatal errors.
+pub fn label_error(e: Error) -> Error {
+    const RESUMABLE: &[i32] = &[
+        6, 7, 63, 89, 91, 133, 150, 189, 234, 262, 9001, 10107, 11600, 11602, 13388, 13435, 13436,
+    ];
+    let code = e.code.code();
+    if RESUMABLE.contains(&code) {
+        e.with_label("ResumableChangeStreamError")
+    } else if matches!(code, 280 | 286) {
+        e.with_label("NonResumableChangeStreamError")
+    } else {
+        e
+    }
+}
+
+fn open(ctx: &mut Ctx) -> Result<Document> {
     check_fields(
         ctx,
         &[
@@ -79,12 +100,24 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
             "hint",
             "let",
             "bypassDocumentValidation",
+            "readConcern",
         ],
     )?;
     if ctx.state.engine.oplog().is_none() {
         return Err(Error::new(
             ErrorCode::Location(40573),
             "The $changeStream stage is only supported on replica sets",
+        ));
+    }
+    let level = ctx
+        .body
+        .get_document("readConcern")
+        .ok()
+        .and_then(|rc| rc.get_str("level").ok());
+    if let Some(level) = level.filter(|l| *l != "majority") {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            format!("Aggregation stage $changeStream cannot run with a readConcern other than 'majority'. Current readConcern: {level}"),
         ));
     }
     if ctx.txn.is_some() {
@@ -138,6 +171,20 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
                 "$changeStream is only valid as the first stage in a pipeline",
             ));
         }
+    }
+    let mut exp = ExpCtx::new(ctx.state.engine.clone(), &ctx.db);
+    let pcx = ParseCtx::new(&ctx.db).with_views(ctx.state.engine.clone());
+    if let Some(lets) = ctx.opt_document("let")? {
+        pcx.define_command_let(&lets, &exp)?;
+    }
+    // Unknown stages fail as in any pipeline (40324) before the change stream's own check.
+    let stages = pipeline::parse_pipeline(&items[1..], &pcx)?;
+    for item in &items[1..] {
+        let name = item
+            .as_document()
+            .and_then(|d| d.keys().next())
+            .cloned()
+            .unwrap_or_default();
         if name.starts_with('$') && !ALLOWED.contains(&name.as_str()) {
             return Err(Error::new(
                 ErrorCode::IllegalOperation,
@@ -145,12 +192,6 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
             ));
         }
     }
-    let mut exp = ExpCtx::new(ctx.state.engine.clone(), &ctx.db);
-    let pcx = ParseCtx::new(&ctx.db).with_views(ctx.state.engine.clone());
-    if let Some(lets) = ctx.opt_document("let")? {
-        pcx.define_command_let(&lets, &exp)?;
-    }
-    let stages = pipeline::parse_pipeline(&items[1..], &pcx)?;
     exp = exp.with_bindings(&pcx);
     let (source, state) = ChangeStreamSource::open(ctx.state.engine.clone(), scope.clone(), spec)?;
     let opened = run::open(&exp, None, &stages, Some(Box::new(source)))?;

@@ -250,6 +250,15 @@ pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
             format!("Requested getMore on namespace '{ns}', but cursor belongs to a different namespace {}", cursor.ns),
         ));
     }
+    if let Some(e) = ctx.state.fail_points.check_get_more() {
+        let change_stream = cursor.change_stream.is_some();
+        drop(cursor);
+        ctx.state.cursors.remove(id);
+        return Err(match change_stream {
+            true => super::change_stream::label_error(e),
+            false => e,
+        });
+    }
     if let Some(state) = cursor.change_stream.clone() {
         let result = super::change_stream::get_more(ctx, id, &mut cursor, &state, batch_size);
         cursor.last_used = Instant::now();
@@ -257,7 +266,9 @@ pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
         if !matches!(result, Ok((_, false))) {
             ctx.state.cursors.remove(id);
         }
-        return result.map(|(reply, _)| reply);
+        return result
+            .map(|(reply, _)| reply)
+            .map_err(super::change_stream::label_error);
     }
     let await_data = cursor.tail.as_ref().is_some_and(|t| t.await_data);
     if ctx.body.contains_key("maxTimeMS") && !await_data {
