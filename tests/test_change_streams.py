@@ -390,3 +390,30 @@ def test_resumable_get_more_error_is_labelled_and_resumed(rsc, db):
     with pytest.raises(OperationFailure) as e:
         db.command("getMore", reply["cursor"]["id"], collection="c")
     assert e.value.code == 262 and e.value.has_error_label("ResumableChangeStreamError")
+
+
+def test_split_large_event(db):
+    db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
+    c = db.c
+    c.insert_one({"_id": 1, "value": "q" * 10 * 1024 * 1024})
+    with c.watch([{"$changeStreamSplitLargeEvent": {}}],
+                 full_document_before_change="required") as s:
+        c.update_one({"_id": 1}, {"$set": {"value": "z" * 10 * 1024 * 1024}})
+        frags = drain(s, 2, timeout=20)
+    assert [f["splitEvent"] for f in frags] == [{"fragment": 1, "of": 2}, {"fragment": 2, "of": 2}]
+    assert frags[0]["operationType"] == "update"
+    assert frags[1]["fullDocumentBeforeChange"]["value"][:1] == "q"
+    assert frags[0]["_id"]["_data"] < frags[1]["_id"]["_data"]
+    # Resuming from the first fragment delivers the second one again.
+    with c.watch([{"$changeStreamSplitLargeEvent": {}}], full_document_before_change="required",
+                 resume_after=frags[0]["_id"]) as s:
+        again = drain(s, 1, timeout=20)
+    assert [f["splitEvent"] for f in again] == [{"fragment": 2, "of": 2}]
+    # Without the stage, an event over 16 MiB fails the stream.
+    with pytest.raises(OperationFailure) as e:
+        with c.watch(full_document_before_change="required", start_after=frags[0]["_id"]) as s:
+            drain(s, 1, timeout=20)
+    assert e.value.code == 10334
+    with pytest.raises(OperationFailure) as e:
+        c.watch([{"$changeStreamSplitLargeEvent": {}}, {"$match": {}}])
+    assert e.value.code == 7182802

@@ -34,9 +34,26 @@ pub struct ResumeToken {
     kind: u8,
     txn_op_index: u32,
     from_invalidate: bool,
+    /// The fragment of an event `$changeStreamSplitLargeEvent` split (0-based).
+    pub fragment: Option<u16>,
 }
 
 impl ResumeToken {
+    /// This position without a fragment number.
+    pub fn position(self) -> ResumeToken {
+        ResumeToken {
+            fragment: None,
+            ..self
+        }
+    }
+
+    pub fn with_fragment(self, fragment: u16) -> ResumeToken {
+        ResumeToken {
+            fragment: Some(fragment),
+            ..self
+        }
+    }
+
     /// The high-water mark before every event at `ts` or later.
     pub fn high_water_mark(ts: Timestamp) -> ResumeToken {
         ResumeToken {
@@ -44,6 +61,7 @@ impl ResumeToken {
             kind: HWM,
             txn_op_index: 0,
             from_invalidate: false,
+            fragment: None,
         }
     }
 
@@ -53,6 +71,7 @@ impl ResumeToken {
             kind: EVENT,
             txn_op_index,
             from_invalidate: false,
+            fragment: None,
         }
     }
 
@@ -63,10 +82,13 @@ impl ResumeToken {
     /// `{_data: "82<ts><type><index><invalidate>"}` in upper-case hex (MongoDB's keystring
     /// tokens also start with 0x82, the Timestamp type byte).
     pub fn to_document(&self) -> Document {
-        let data = format!(
+        let mut data = format!(
             "82{:016X}{:02X}{:08X}{:02X}",
             self.ts, self.kind, self.txn_op_index, self.from_invalidate as u8
         );
+        if let Some(f) = self.fragment {
+            data.push_str(&format!("{f:04X}"));
+        }
         doc! { "_data": data }
     }
 
@@ -100,7 +122,8 @@ impl ResumeToken {
                 ))
             }
         };
-        if data.len() != 2 + 16 + 2 + 8 + 2 || !data.starts_with("82") {
+        const LEN: usize = 2 + 16 + 2 + 8 + 2;
+        if !(data.len() == LEN || data.len() == LEN + 4) || !data.starts_with("82") {
             return Err(bad());
         }
         let hex = |r: std::ops::Range<usize>| u64::from_str_radix(&data[r], 16).map_err(|_| bad());
@@ -109,6 +132,10 @@ impl ResumeToken {
             kind: hex(18..20)? as u8,
             txn_op_index: hex(20..28)? as u32,
             from_invalidate: hex(28..30)? != 0,
+            fragment: match data.len() > LEN {
+                true => Some(hex(LEN..LEN + 4)? as u16),
+                false => None,
+            },
         })
     }
 }
@@ -293,6 +320,10 @@ pub struct StreamState {
     pub emitted: VecDeque<Document>,
     /// An invalidate event was produced: the stream ends after it.
     pub invalidated: bool,
+    /// `$changeStreamSplitLargeEvent`: events over 16 MiB go out as fragments.
+    pub split_large_events: bool,
+    /// Resuming from a fragment: the fragments of that event up to this one were delivered.
+    pub skip_fragments: Option<ResumeToken>,
 }
 
 pub type SharedState = Arc<Mutex<StreamState>>;
@@ -348,6 +379,8 @@ impl ChangeStreamSource {
             resume_token: start,
             emitted: VecDeque::new(),
             invalidated: false,
+            split_large_events: false,
+            skip_fragments: start.fragment.map(|_| start),
         }));
         let source = ChangeStreamSource {
             engine,
@@ -394,8 +427,15 @@ impl ChangeStreamSource {
         Ok(true)
     }
 
+    /// Whether an event at `token` comes after the start (an event split into fragments
+    /// is delivered again when the start is one of its fragments; the cursor skips the
+    /// fragments delivered before).
+    fn after_start(&self, token: ResumeToken) -> bool {
+        token > self.start || (self.start.fragment.is_some() && token == self.start.position())
+    }
+
     fn queue(&mut self, token: ResumeToken, event: Document) {
-        if token > self.start {
+        if self.after_start(token) {
             self.pending.push_back((token, event));
         }
     }
@@ -484,7 +524,7 @@ impl ChangeStreamSource {
                 }),
         };
         let token = ResumeToken::event(ts, index);
-        if token <= self.start {
+        if !self.after_start(token) {
             return Ok(());
         }
         let ui = item.get("ui");
@@ -744,6 +784,9 @@ impl ChangeStreamSource {
             from_invalidate: true,
             ..event
         };
+        if !self.after_start(token) {
+            return;
+        }
         let mut ev = doc! {
             "_id": token.to_document(),
             "operationType": "invalidate",

@@ -13,7 +13,7 @@ use bson::{Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::namespace::Namespace;
 use nidus_engine::pipeline::change_stream::{
-    ChangeStreamSource, ChangeStreamSpec, Scope, SharedState,
+    ChangeStreamSource, ChangeStreamSpec, ResumeToken, Scope, SharedState,
 };
 use nidus_engine::pipeline::{self, run, ExpCtx, ParseCtx};
 use std::time::{Duration, Instant};
@@ -126,7 +126,7 @@ fn open(ctx: &mut Ctx) -> Result<Document> {
             "Operation not permitted in transaction :: caused by :: $changeStream cannot run in a multi-document transaction",
         ));
     }
-    let items = match ctx.body.get("pipeline") {
+    let mut items = match ctx.body.get("pipeline") {
         Some(Bson::Array(a)) => a.clone(),
         Some(other) => return Err(wrong_type("aggregate", "pipeline", other, "array")),
         None => {
@@ -159,6 +159,7 @@ fn open(ctx: &mut Ctx) -> Result<Document> {
         .unwrap_or(Bson::Null);
     let spec = ChangeStreamSpec::parse(&spec_arg)?;
     let scope = scope(ctx, &spec)?;
+    let split = take_split_stage(&mut items)?;
     for item in &items[1..] {
         let name = item
             .as_document()
@@ -194,6 +195,7 @@ fn open(ctx: &mut Ctx) -> Result<Document> {
     }
     exp = exp.with_bindings(&pcx);
     let (source, state) = ChangeStreamSource::open(ctx.state.engine.clone(), scope.clone(), spec)?;
+    state.lock().split_large_events = split;
     let opened = run::open(&exp, None, &stages, Some(Box::new(source)))?;
     let cursor_ns = match &scope {
         Scope::Collection(ns) => ns.clone(),
@@ -249,7 +251,17 @@ fn next_batch(
         // Everything the source produced went out or was filtered out.
         st.emitted.clear();
     }
+    let (split, skip) = (st.split_large_events, st.skip_fragments);
+    if !batch.is_empty() {
+        // The first event delivered is the resumed one or a later one.
+        st.skip_fragments = None;
+    }
     drop(st);
+    let mut out = Vec::with_capacity(batch.len());
+    for doc in batch {
+        out.extend(split_event(doc, split, skip)?);
+    }
+    let batch = out;
     let done = state.lock().invalidated && cursor.pending.is_none();
     Ok((batch, done))
 }
@@ -307,6 +319,114 @@ pub fn get_more(
     let ns = cursor.ns.clone();
     let out_id = if done { 0 } else { id };
     Ok((reply(&ns, out_id, "nextBatch", batch, state), done))
+}
+
+/// Removes a final `$changeStreamSplitLargeEvent` from the stages; true when there was one.
+fn take_split_stage(items: &mut Vec<Bson>) -> Result<bool> {
+    const NAME: &str = "$changeStreamSplitLargeEvent";
+    let Some(pos) = items
+        .iter()
+        .position(|s| s.as_document().is_some_and(|d| d.contains_key(NAME)))
+    else {
+        return Ok(false);
+    };
+    if pos != items.len() - 1 {
+        return Err(Error::new(
+            ErrorCode::Location(7182802),
+            "$changeStreamSplitLargeEvent must be the last stage in the pipeline",
+        ));
+    }
+    match items[pos].as_document().and_then(|d| d.get(NAME)) {
+        Some(Bson::Document(d)) if d.is_empty() => {}
+        _ => {
+            return Err(Error::new(
+                ErrorCode::Location(7182800),
+                "$changeStreamSplitLargeEvent stage expects an empty document as argument",
+            ))
+        }
+    }
+    items.pop();
+    Ok(true)
+}
+
+/// The largest document a reply holds (MongoDB's `BSONObjMaxUserSize`).
+const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+/// Room kept in each fragment for its `_id` and `splitEvent` fields.
+const FRAGMENT_OVERHEAD: usize = 256;
+
+/// An event as it goes out: whole when it fits in 16 MiB; else, with
+/// `$changeStreamSplitLargeEvent`, as fragments `{_id: <fragment token>, splitEvent:
+/// {fragment, of}, <fields>}` holding its top-level fields in order (those up to `skip`, a
+/// resumed fragment, left out), else BSONObjectTooLarge as in MongoDB.
+fn split_event(
+    doc: RawDocumentBuf,
+    split: bool,
+    skip: Option<ResumeToken>,
+) -> Result<Vec<RawDocumentBuf>> {
+    let size = doc.as_bytes().len();
+    if size <= MAX_EVENT_BYTES {
+        return Ok(vec![doc]);
+    }
+    let too_large = || {
+        Error::new(
+            ErrorCode::BSONObjectTooLarge,
+            format!("BSONObj size: {size} (0x{size:X}) is invalid. Size must be between 0 and 16793600(16MB)"),
+        )
+    };
+    if !split {
+        return Err(too_large());
+    }
+    let id = doc
+        .get("_id")?
+        .and_then(|v| bson::Bson::try_from(v.to_raw_bson()).ok())
+        .ok_or_else(too_large)?;
+    let token = ResumeToken::parse(&id)?;
+    let mut fragments: Vec<Vec<(String, bson::RawBson)>> = vec![Vec::new()];
+    let mut used = 0usize;
+    for el in doc.iter() {
+        let (k, v) = el?;
+        if k == "_id" {
+            continue;
+        }
+        let v = v.to_raw_bson();
+        let mut one = RawDocumentBuf::new();
+        one.append(k, v.clone());
+        let len = one.as_bytes().len();
+        if len + FRAGMENT_OVERHEAD > MAX_EVENT_BYTES {
+            return Err(too_large());
+        }
+        if used + len + FRAGMENT_OVERHEAD > MAX_EVENT_BYTES {
+            fragments.push(Vec::new());
+            used = 0;
+        }
+        used += len;
+        if let Some(f) = fragments.last_mut() {
+            f.push((k.to_string(), v));
+        }
+    }
+    let of = fragments.len() as i32;
+    let skip = skip
+        .filter(|s| s.position() == token.position())
+        .and_then(|s| s.fragment);
+    let mut out = Vec::new();
+    for (i, fields) in fragments.into_iter().enumerate() {
+        if skip.is_some_and(|s| i as u16 <= s) {
+            continue;
+        }
+        let mut frag = RawDocumentBuf::new();
+        let id = RawDocumentBuf::from_document(&token.with_fragment(i as u16).to_document())
+            .map_err(|e| Error::internal(e.to_string()))?;
+        frag.append("_id", id);
+        let mut split_doc = RawDocumentBuf::new();
+        split_doc.append("fragment", i as i32 + 1);
+        split_doc.append("of", of);
+        frag.append("splitEvent", split_doc);
+        for (k, v) in fields {
+            frag.append(k, v);
+        }
+        out.push(frag);
+    }
+    Ok(out)
 }
 
 /// Whether an `aggregate`'s pipeline opens with `$changeStream`.
