@@ -314,3 +314,18 @@ def test_repl_set_resize_oplog(rsc, start_nidus):
         c.admin.command("replSetResizeOplog", 1, size=1000)
     assert e.value.code == 76
     c.close()
+
+
+def test_oplog_is_protected(rsc):
+    with pytest.raises(OperationFailure) as e:
+        rsc.local.drop_collection("oplog.rs")
+    assert e.value.code == 5255000
+    with pytest.raises(OperationFailure) as e:
+        rsc.drop_database("local")
+    assert e.value.code == 20
+    for write in (lambda o: o.insert_one({"x": 1}), lambda o: o.delete_many({}),
+                  lambda o: o.update_many({}, {"$set": {"x": 1}})):
+        with pytest.raises(OperationFailure) as e:
+            write(oplog(rsc))
+        assert e.value.code == 20
+    assert "oplog.rs" in rsc.local.list_collection_names()

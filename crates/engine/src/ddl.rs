@@ -122,6 +122,12 @@ impl Engine {
         let Some(coll) = self.collection(ns) else {
             return Ok(None);
         };
+        if self.is_oplog(&coll) {
+            return Err(Error::new(
+                ErrorCode::Location(5255000),
+                "can't drop live oplog while replicating",
+            ));
+        }
         let mut meta = coll.meta.write();
         let n = meta.indexes.len();
         let mut txn = self.kv.begin();
@@ -142,6 +148,12 @@ impl Engine {
     }
 
     pub fn drop_database(&self, db: &str) -> Result<()> {
+        if db == oplog::OPLOG_DB && self.oplog().is_some() {
+            return Err(Error::new(
+                ErrorCode::IllegalOperation,
+                "Cannot drop 'local' database while replication is active",
+            ));
+        }
         let colls = self.collections_in(db);
         let views = self.views_in(db);
         for coll in &colls {

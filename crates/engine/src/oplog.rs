@@ -621,6 +621,22 @@ impl Engine {
         self.oplog.get()
     }
 
+    /// Whether `coll` is this member's oplog.
+    pub fn is_oplog(&self, coll: &Collection) -> bool {
+        self.oplog().is_some_and(|o| o.coll.id == coll.id)
+    }
+
+    /// Users do not write to the oplog: only the write path logs into it.
+    pub(crate) fn check_not_oplog(&self, coll: &Collection) -> Result<()> {
+        if self.is_oplog(coll) {
+            return Err(Error::new(
+                ErrorCode::IllegalOperation,
+                format!("cannot write to '{}': it is the oplog", coll.ns),
+            ));
+        }
+        Ok(())
+    }
+
     /// The oplog when writes to `ns` are logged (not the `local` database).
     pub(crate) fn oplog_for(&self, ns: &Namespace) -> Option<&Arc<Oplog>> {
         self.oplog().filter(|_| ns.db != OPLOG_DB)

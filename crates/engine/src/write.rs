@@ -318,6 +318,7 @@ impl Engine {
         doc: &RawDocument,
         opts: &WriteOpts,
     ) -> Result<()> {
+        self.check_not_oplog(coll)?;
         let meta = coll.meta.read();
         touch(opts, coll);
         if meta.dropped {
@@ -497,6 +498,7 @@ impl Engine {
         update: &Update,
         opts: &WriteOpts,
     ) -> Result<Option<(bool, Document, Document)>> {
+        self.check_not_oplog(coll)?;
         let meta = coll.meta.read();
         touch(opts, coll);
         let rkey = keys::with_id(coll.id, rid);
@@ -647,6 +649,7 @@ impl Engine {
         matcher: &Matcher,
         opts: &WriteOpts,
     ) -> Result<Option<Document>> {
+        self.check_not_oplog(coll)?;
         let meta = coll.meta.read();
         touch(opts, coll);
         let rkey = keys::with_id(coll.id, rid);
