@@ -276,6 +276,25 @@ def test_insert_with_a_repeated_id_is_refused(db):
     assert db.i.count_documents({}) == 0
 
 
+def test_repeated_fields_in_updates_and_upserts(db):
+    db.w.insert_one({"_id": 1})
+    stmt = SON([("q", {"_id": 1}), ("u", raw_doc(("$set", raw_doc(("a", 1), ("a", 2)))))])
+    reply = db.command(SON([("update", "w"), ("updates", [stmt])]))
+    assert reply["writeErrors"][0]["code"] == 40
+    stmt = SON([("q", raw_doc(("a", 1), ("a", 2))), ("u", {"$set": {"b": 1}}), ("upsert", True)])
+    reply = db.command(SON([("update", "w"), ("updates", [stmt])]))
+    assert reply["writeErrors"][0]["code"] == 54
+    assert list(db.w.find()) == [{"_id": 1}]
+    # A repeated name inside a stored value is stored under its own name (no mark leaks
+    # into stored documents, through inserts or updates).
+    db.command(SON([("insert", "w"), ("documents", [raw_doc(("_id", 2), ("o", raw_doc(
+        ("x", 1), ("x", 2))))])]))
+    stmt = SON([("q", {"_id": 2}), ("u", {"$set": {"p": raw_doc(("y", 1), ("y", 2))}})])
+    db.command(SON([("update", "w"), ("updates", [stmt])]))
+    stored = db.w.find_one({"_id": 2})
+    assert list(stored["o"]) == ["x"] and list(stored["p"]) == ["y"]
+
+
 def test_group_id_object_with_a_repeated_field(db):
     db.g.insert_one({"_id": 1, "x": 1, "y": 2})
     group_id = raw_doc(("a", "$x"), ("a", "$y"))

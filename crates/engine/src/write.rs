@@ -240,8 +240,17 @@ fn strip_marks(v: RawBsonRef) -> Result<RawBson> {
     })
 }
 
+/// A document as stored: names repeated in the request (`nidus_common::repeated`) under the
+/// name they were sent with.
 fn to_raw(doc: &Document) -> Result<RawDocumentBuf> {
-    RawDocumentBuf::from_document(doc).map_err(|e| Error::internal(e.to_string()))
+    let raw = RawDocumentBuf::from_document(doc).map_err(|e| Error::internal(e.to_string()))?;
+    if !contains_mark(raw.as_bytes()) {
+        return Ok(raw);
+    }
+    match strip_marks(RawBsonRef::Document(&raw))? {
+        RawBson::Document(d) => Ok(d),
+        _ => Err(Error::internal("a document converted to another type")),
+    }
 }
 
 /// The keys of a document being written to every index, and whether some index's multikey

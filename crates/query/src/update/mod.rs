@@ -193,8 +193,11 @@ fn parse_operators(d: &Document, array_filters: Option<&[Document]>) -> Result<O
         paths: Vec::new(),
     };
     let mut used = HashSet::new();
+    // A modifier or path sent twice is two updates of it (a second `$set` of one path is a
+    // conflict, as in MongoDB), not a field named with a repetition mark.
     for (op, arg) in d {
-        if !OPERATORS.contains(&op.as_str()) {
+        let op = nidus_common::repeated::original_name(op);
+        if !OPERATORS.contains(&op) {
             return Err(unknown_modifier(op));
         }
         let Bson::Document(fields) = arg else {
@@ -210,6 +213,7 @@ fn parse_operators(d: &Document, array_filters: Option<&[Document]>) -> Result<O
             )));
         }
         for (path, value) in fields {
+            let path = nidus_common::repeated::original_name(path);
             add_field(&mut u, op, path, value, &mut used)?;
         }
     }
