@@ -5,7 +5,7 @@
 use bson::Bson;
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_doc::compare::{canonical_type, cmp_bson_with};
-use nidus_query::matcher::{CmpOp, Expr, InList, Leaf, Value};
+use nidus_query::matcher::{BitsOp, CmpOp, Expr, InList, Leaf, Value};
 use std::cmp::Ordering;
 
 /// MongoDB's `internalPartialFilterExpressionMaxDepth` default.
@@ -42,29 +42,55 @@ fn check_at(expr: &Expr, level: usize) -> Result<()> {
     }
 }
 
-/// MongoDB's `MatchExpression::debugString` for the shapes a partial filter refuses.
+/// MongoDB's `MatchExpression::debugString` for the shapes a partial filter refuses: one line
+/// per node, children indented by four spaces.
 fn debug_string(expr: &Expr, level: usize) -> String {
     let pad = "    ".repeat(level);
+    let children = |name: &str, es: &[Expr]| {
+        let mut s = format!("{pad}{name}\n");
+        for c in es {
+            s.push_str(&debug_string(c, level + 1));
+        }
+        s
+    };
     match expr {
         Expr::Not(inner) => format!("{pad}$not\n{}", debug_string(inner, level + 1)),
-        Expr::Nor(children) => {
-            let mut s = format!("{pad}$nor\n");
-            for c in children {
-                s.push_str(&debug_string(c, level + 1));
-            }
-            s
-        }
+        Expr::Nor(es) => children("$nor", es),
+        Expr::And(es) => children("$and", es),
+        Expr::Or(es) => children("$or", es),
         Expr::Path { path, leaf } => {
             let path = path.as_str();
             let body = match leaf {
                 Leaf::Eq(v) => format!("{path} $eq {}", shown(&v.bson)),
+                Leaf::Cmp(op, v) => {
+                    let op = match op {
+                        CmpOp::Lt => "$lt",
+                        CmpOp::Lte => "$lte",
+                        CmpOp::Gt => "$gt",
+                        CmpOp::Gte => "$gte",
+                    };
+                    format!("{path} {op} {}", shown(&v.bson))
+                }
+                Leaf::In(list) => {
+                    let items: Vec<String> = list.values.iter().map(|v| shown(&v.bson)).collect();
+                    format!("{path} $in [ {}]", items.join(", "))
+                }
                 Leaf::Exists => format!("{path} exists"),
-                Leaf::Regex(_) => format!("{path} regex"),
-                Leaf::Mod(_) => format!("{path} mod"),
+                Leaf::Type(_) => format!("{path} type"),
+                Leaf::Regex(r) => format!("{path} regex /{}/{}", r.pattern, r.options),
+                Leaf::Mod(m) => format!("{path} mod {} % x == {}", m.divisor, m.remainder),
                 Leaf::Size(n) => format!("{path} $size : {n}"),
                 Leaf::ElemMatch(_) => format!("{path} $elemMatch"),
-                Leaf::Bits(_) => format!("{path} bits"),
-                other => format!("{path} {other:?}"),
+                Leaf::Bits(b) => {
+                    let op = match b.op {
+                        BitsOp::AllSet => "$bitsAllSet",
+                        BitsOp::AllClear => "$bitsAllClear",
+                        BitsOp::AnySet => "$bitsAnySet",
+                        BitsOp::AnyClear => "$bitsAnyClear",
+                    };
+                    let bits: Vec<String> = b.positions.iter().map(u32::to_string).collect();
+                    format!("{path} {op}: [{}]", bits.join(", "))
+                }
             };
             format!("{pad}{body}\n")
         }
@@ -72,7 +98,6 @@ fn debug_string(expr: &Expr, level: usize) -> String {
         Expr::Const(false) => format!("{pad}$alwaysFalse\n"),
         Expr::External(_) => format!("{pad}$expr\n"),
         Expr::Schema(_) => format!("{pad}$jsonSchema\n"),
-        Expr::And(_) | Expr::Or(_) => String::new(),
     }
 }
 
@@ -364,6 +389,22 @@ mod tests {
         ] {
             let e = check_filter(m(f.clone()).expr()).unwrap_err();
             assert_eq!(e.code, ErrorCode::CannotCreateIndex, "{f}");
+        }
+        for (f, tree) in [
+            (doc! {"a": {"$ne": 1}}, "$not\n    a $eq 1\n"),
+            (doc! {"a": {"$exists": false}}, "$not\n    a exists\n"),
+            (doc! {"$nor": [{"a": 1}]}, "$nor\n    a $eq 1\n"),
+            (doc! {"a": {"$regex": "x"}}, "a regex /x/\n"),
+            (doc! {"a": {"$mod": [2, 0]}}, "a mod 2 % x == 0\n"),
+            (doc! {"a": {"$size": 2}}, "a $size : 2\n"),
+            (doc! {"a": {"$bitsAllSet": 1}}, "a $bitsAllSet: [0]\n"),
+        ] {
+            let e = check_filter(m(f.clone()).expr()).unwrap_err();
+            assert_eq!(
+                e.message,
+                format!("Expression not supported in partial index: {tree}"),
+                "{f}"
+            );
         }
         for f in [
             doc! {"a": {"$exists": true}},
