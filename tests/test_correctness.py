@@ -8,9 +8,11 @@ field names, comparison/`$mod` argument errors, an upsert changing `_id`, Decima
 
 from __future__ import annotations
 
+import datetime
 import operator
 import struct
 import threading
+import time
 from decimal import Decimal
 
 import bson
@@ -198,6 +200,25 @@ def test_partial_index_built_over_existing_documents(db):
     db.b.insert_many([{"_id": 100 + i, "a": 7} for i in range(3)])  # outside: no conflict
     assert sorted(d["_id"] for d in db.b.find({}, hint="a_lt5")) == [0, 1, 2, 3, 4]
     assert db.command("validate", "b")["keysPerIndex"]["a_lt5"] == 5
+
+
+def test_hidden_index_is_never_used_nor_hinted_but_still_expires(start_nidus):
+    server = start_nidus(extra_args=["--setParameter", "ttlMonitorSleepSecs=1"])
+    db = server.client().t
+    old = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+    db.h.insert_many([{"_id": i, "at": old if i < 3 else datetime.datetime.now(
+        datetime.timezone.utc), "k": i} for i in range(6)])
+    db.h.create_index("k", hidden=True, name="k_hidden")
+    db.h.create_index("at", expireAfterSeconds=60, hidden=True, name="at_hidden")
+    explain = db.command("explain", {"find": "h", "filter": {"k": 4}})
+    assert winning_index(explain) is None
+    with pytest.raises(OperationFailure) as e:
+        list(db.h.find({"k": 4}).hint("k_hidden"))
+    assert e.value.code == 2
+    deadline = time.monotonic() + 15
+    while db.h.count_documents({}) > 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sorted(d["_id"] for d in db.h.find()) == [3, 4, 5]
 
 
 # --- concurrent catalog operations ------------------------------------------------------------
