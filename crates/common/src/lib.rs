@@ -2,6 +2,7 @@
 
 mod codes;
 mod error;
+pub mod repeated;
 pub mod shell;
 
 pub use codes::ErrorCode;

@@ -177,17 +177,17 @@ impl Engine {
                 format!("source collection {from} does not exist"),
             )
         })?;
-        if self.collection(to).is_some() || self.view(to).is_some() {
-            return Err(Error::new(
-                ErrorCode::NamespaceExists,
-                format!("cloneCollectionAsCapped failed - destination collection {to} already exists. source: {from} destination: {to}"),
-            ));
-        }
         let mut options = bson::doc! { "capped": true, "size": option_number(limits.size) };
         if let Some(m) = limits.max {
             options.insert("max", option_number(m));
         }
-        let target = self.create_collection(to, options)?;
+        // Checked and created in one step: two clones onto one name cannot both fill it.
+        let Some(target) = self.create_collection_if_absent(to, options)? else {
+            return Err(Error::new(
+                ErrorCode::NamespaceExists,
+                format!("cloneCollectionAsCapped failed - destination collection {to} already exists. source: {from} destination: {to}"),
+            ));
+        };
         let opts = WriteOpts {
             bypass_document_validation: true,
             ..WriteOpts::default()

@@ -37,6 +37,9 @@ pub struct IndexMeta {
     pub build: Option<Arc<IndexBuild>>,
     /// The index's collation (None = simple): string keys are its collation keys.
     pub collation: Option<nidus_doc::collation::Collation>,
+    /// `partialFilterExpression` parsed (with the index's collation): documents it does not
+    /// match have no entry in the index.
+    pub partial: Option<Arc<nidus_query::matcher::Matcher>>,
 }
 
 /// The state writers share with an index build in progress.
@@ -140,7 +143,16 @@ impl IndexMeta {
     }
 
     pub fn is_partial(&self) -> bool {
-        self.spec.contains_key("partialFilterExpression")
+        self.partial.is_some()
+    }
+
+    /// Whether the index holds the document's keys: every document, or those its partial
+    /// filter matches.
+    pub fn covers_document(&self, doc: &bson::RawDocument) -> Result<bool> {
+        match &self.partial {
+            Some(m) => m.matches(doc),
+            None => Ok(true),
+        }
     }
 
     /// The index fields of an IXSCAN in explain: `keyPattern` ... `indexVersion`.
@@ -181,6 +193,14 @@ impl IndexMeta {
             .map(|(k, v)| (k.clone(), direction_is_descending(v)))
             .collect();
         let name = spec.get_str("name").map_err(corrupt)?.to_string();
+        let collation = match spec.get_document("collation") {
+            Ok(c) => nidus_doc::collation::Collation::parse(c)?,
+            Err(_) => None,
+        };
+        let partial = match spec.get_document("partialFilterExpression") {
+            Ok(f) => Some(Arc::new(parse_partial_filter(f, collation.as_ref())?)),
+            Err(_) => None,
+        };
         Ok(IndexMeta {
             id,
             // The `_id` index is unique without saying so in its spec.
@@ -190,13 +210,24 @@ impl IndexMeta {
             sparse: spec.get_bool("sparse").unwrap_or(false),
             multikey_paths: Arc::new(RwLock::new(vec![BTreeSet::new(); key.len()])),
             build: None,
-            collation: match spec.get_document("collation") {
-                Ok(c) => nidus_doc::collation::Collation::parse(c)?,
-                Err(_) => None,
-            },
+            collation,
+            partial,
             spec,
         })
     }
+}
+
+/// Parses a `partialFilterExpression` with the index's collation, as MongoDB's index catalog
+/// does (`index_spec::normalize` has checked which expressions it holds).
+fn parse_partial_filter(
+    filter: &Document,
+    collation: Option<&nidus_doc::collation::Collation>,
+) -> Result<nidus_query::matcher::Matcher> {
+    let opts = nidus_query::matcher::ParseOptions {
+        collation,
+        ..Default::default()
+    };
+    nidus_query::matcher::Matcher::parse_with(filter, &opts)
 }
 
 fn parse_multikey_paths(paths: &[Bson]) -> Vec<Vec<usize>> {

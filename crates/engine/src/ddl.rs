@@ -68,6 +68,21 @@ impl Engine {
         self.create_locked(ns, options)
     }
 
+    /// Creates a collection only if no collection or view has the name (None otherwise),
+    /// checked and created under one hold of the DDL lock.
+    pub fn create_collection_if_absent(
+        &self,
+        ns: &Namespace,
+        options: Document,
+    ) -> Result<Option<CollectionRef>> {
+        namespace::validate_coll_name(&ns.db, &ns.coll)?;
+        let _ddl = self.ddl.lock();
+        if self.view(ns).is_some() || self.collection(ns).is_some() {
+            return Ok(None);
+        }
+        self.create_locked(ns, options).map(Some)
+    }
+
     /// Returns the collection, creating it first if needed (implicit creation on write).
     pub fn ensure_collection(&self, ns: &Namespace) -> Result<CollectionRef> {
         if let Some(c) = self.collection(ns) {
@@ -118,7 +133,18 @@ impl Engine {
 
     /// Drops a collection and its data. Returns the number of indexes it had, or None if absent.
     pub fn drop_collection(&self, ns: &Namespace) -> Result<Option<usize>> {
+        Ok(self.drop_collection_reporting(ns)?.map(|(n, _)| n))
+    }
+
+    /// As [`Engine::drop_collection`], also saying which collection (by id) was dropped.
+    pub fn drop_collection_reporting(&self, ns: &Namespace) -> Result<Option<(usize, u64)>> {
         let _ddl = self.ddl.lock();
+        self.drop_collection_locked(ns)
+    }
+
+    /// `drop_collection` with the DDL lock held by the caller: the number of indexes and the
+    /// id of the collection dropped.
+    fn drop_collection_locked(&self, ns: &Namespace) -> Result<Option<(usize, u64)>> {
         let Some(coll) = self.collection(ns) else {
             return Ok(None);
         };
@@ -144,23 +170,30 @@ impl Engine {
         for ix in meta.write_indexes() {
             self.delete_prefix(Space::Indexes, ix.id)?;
         }
-        Ok(Some(n))
+        Ok(Some((n, coll.id)))
     }
 
-    pub fn drop_database(&self, db: &str) -> Result<()> {
+    /// Drops every collection and view of a database under one hold of the DDL lock, so a
+    /// concurrent `create` lands either before (and is dropped) or after (and survives).
+    /// Returns the ids of the collections dropped.
+    pub fn drop_database(&self, db: &str) -> Result<Vec<u64>> {
         if db == oplog::OPLOG_DB && self.oplog().is_some() {
             return Err(Error::new(
                 ErrorCode::IllegalOperation,
                 "Cannot drop 'local' database while replication is active",
             ));
         }
+        let _ddl = self.ddl.lock();
+        let mut dropped = Vec::new();
         let colls = self.collections_in(db);
         let views = self.views_in(db);
         for coll in &colls {
-            self.drop_collection(&coll.ns)?;
+            if let Some((_, id)) = self.drop_collection_locked(&coll.ns)? {
+                dropped.push(id);
+            }
         }
         for view in &views {
-            self.drop_view(&view.ns)?;
+            self.drop_view_locked(&view.ns)?;
         }
         if !colls.is_empty() || !views.is_empty() {
             let ops = self.ddl_ops(&Namespace::new(db, "$cmd"), || {
@@ -168,7 +201,7 @@ impl Engine {
             });
             self.commit_logged(self.kv.begin(), ops)?;
         }
-        Ok(())
+        Ok(dropped)
     }
 
     /// A DDL operation's oplog entries: `entry` when writes to `ns` are logged.
@@ -210,15 +243,54 @@ impl Engine {
         }
     }
 
-    /// `renameCollection`: the data keeps its ids; only the catalog entry moves.
+    /// `renameCollection`: the data keeps its ids; only the catalog entry moves. Every check
+    /// (source present, target free or dropped, no view on either name) and the move happen
+    /// under one hold of the DDL lock, so of concurrent renames onto one new name exactly
+    /// one succeeds and the others get NamespaceExists.
     pub fn rename_collection(
         &self,
         from: &Namespace,
         to: &Namespace,
         drop_target: bool,
     ) -> Result<()> {
+        self.rename_collection_reporting(from, to, drop_target)
+            .map(|_| ())
+    }
+
+    /// As [`Engine::rename_collection`], also saying which collection (by id) `dropTarget`
+    /// dropped.
+    pub fn rename_collection_reporting(
+        &self,
+        from: &Namespace,
+        to: &Namespace,
+        drop_target: bool,
+    ) -> Result<Option<u64>> {
         namespace::validate_coll_name(&to.db, &to.coll)?;
+        let _ddl = self.ddl.lock();
+        if self.view(from).is_some() {
+            return Err(crate::view::not_a_collection(from));
+        }
+        if self.view(to).is_some() {
+            return Err(Error::new(
+                ErrorCode::NamespaceExists,
+                format!("a view already exists with that name: {to}"),
+            ));
+        }
+        let Some(old) = self.collection(from) else {
+            return Err(Error::new(
+                ErrorCode::NamespaceNotFound,
+                format!("Source collection {from} does not exist"),
+            ));
+        };
+        // Builds register and commit under the DDL lock, so none starts from here on.
+        if !old.meta.read().building.is_empty() {
+            return Err(Error::new(
+                ErrorCode::BackgroundOperationInProgressForNamespace,
+                format!("cannot perform operation: an index build is currently running for collection '{from}'"),
+            ));
+        }
         let dropped_target = self.collection(to).map(|c| c.meta.read().uuid);
+        let mut dropped = None;
         if self.collection(to).is_some() {
             if !drop_target {
                 return Err(Error::new(
@@ -226,22 +298,9 @@ impl Engine {
                     "target namespace exists",
                 ));
             }
-            self.drop_collection(to)?;
+            dropped = self.drop_collection_locked(to)?.map(|(_, id)| id);
         }
-        let _ddl = self.ddl.lock();
-        let Some(old) = self.collection(from) else {
-            return Err(Error::new(
-                ErrorCode::NamespaceNotFound,
-                "source namespace does not exist",
-            ));
-        };
         let mut meta = old.meta.write();
-        if !meta.building.is_empty() {
-            return Err(Error::new(
-                ErrorCode::BackgroundOperationInProgressForNamespace,
-                format!("cannot perform operation: an index build is currently running for collection '{from}'"),
-            ));
-        }
         let renamed = Collection::new(old.id, to.clone(), meta.clone(), old.allocate_record_id());
         renamed.adjust_stats(
             old.count.load(std::sync::atomic::Ordering::Relaxed),
@@ -266,7 +325,7 @@ impl Engine {
         let mut map = self.collections.write();
         map.remove(from);
         map.insert(to.clone(), Arc::new(renamed));
-        Ok(())
+        Ok(dropped)
     }
 
     /// `createIndexes`: validates every spec, skips identical existing ones, and builds the
@@ -283,12 +342,17 @@ impl Engine {
             .map(index_spec::normalize)
             .collect::<Result<Vec<_>>>()?;
         let existed = self.collection(ns).is_some();
-        let coll = self.ensure_collection(ns)?;
+        let mut coll = self.ensure_collection(ns)?;
         let (before, ids) = loop {
             let ddl = self.ddl.lock();
             let mut meta = coll.meta.write();
             if meta.dropped {
-                return Err(catalog::namespace_not_found(ns));
+                // Dropped or renamed away since the lookup: the indexes go on the collection
+                // now under that name (created again, as a first createIndexes would).
+                drop(meta);
+                drop(ddl);
+                coll = self.ensure_collection(ns)?;
+                continue;
             }
             let building: Vec<Document> = meta.building.iter().map(|ix| ix.spec.clone()).collect();
             let mut joins_build = false;

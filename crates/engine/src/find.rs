@@ -564,12 +564,11 @@ impl Engine {
 
     /// The index a hint names (by name, or by a key pattern only one index has).
     fn hinted_index(&self, indexes: &[IndexMeta], hint: &Bson) -> Result<String> {
+        // A hidden index cannot be hinted: for a hint it does not exist (MongoDB 4.4+).
+        let visible = indexes.iter().filter(|i| !i.is_hidden());
         let found: Vec<&IndexMeta> = match hint {
-            Bson::String(name) => indexes.iter().filter(|i| &i.name == name).collect(),
-            Bson::Document(key) => indexes
-                .iter()
-                .filter(|i| &i.key_document() == key)
-                .collect(),
+            Bson::String(name) => visible.filter(|i| &i.name == name).collect(),
+            Bson::Document(key) => visible.filter(|i| &i.key_document() == key).collect(),
             _ => Vec::new(),
         };
         let bad = |msg: String| plan::planner_error(ErrorCode::BadValue, &msg);

@@ -28,6 +28,11 @@ pub fn document_keys_for_write(ix: &IndexMeta, doc: &RawDocument) -> Result<(Ind
 }
 
 fn generate_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<(IndexKeySet, Vec<Vec<usize>>)> {
+    // A partial index has no entry (and learns no multikey path) for documents outside its
+    // filter; an update moving a document across the filter adds or removes its keys.
+    if !ix.covers_document(doc)? {
+        return Ok((IndexKeySet::new(), Vec::new()));
+    }
     let generated = nidus_doc::keys::index_keys(doc, &ix.pattern, ix.sparse)?;
     let mut out = IndexKeySet::new();
     for values in generated.keys {

@@ -197,6 +197,22 @@ pub fn normalize(spec: &Document) -> Result<Document> {
             }
         }
     }
+    if let Some(Bson::Document(filter)) = out.get("partialFilterExpression") {
+        if out.get_bool("sparse").unwrap_or(false) {
+            return Err(Error::new(
+                ErrorCode::CannotCreateIndex,
+                "cannot mix \"partialFilterExpression\" and \"sparse\" options",
+            ));
+        }
+        if is_id_key(&key) {
+            return Err(Error::new(
+                ErrorCode::CannotCreateIndex,
+                "_id index cannot be a partial index",
+            ));
+        }
+        let m = nidus_query::matcher::Matcher::parse(filter)?;
+        crate::plan::partial::check_filter(m.expr())?;
+    }
     if name == ID_INDEX_NAME && !is_id_key(&key) {
         return Err(Error::new(
             ErrorCode::BadValue,

@@ -16,6 +16,9 @@ struct TtlIndex {
     field: String,
     seconds: i64,
     partial: Option<Document>,
+    /// A hidden index still expires documents but cannot be hinted: the filter alone says
+    /// which documents it holds.
+    hidden: bool,
 }
 
 impl Engine {
@@ -33,7 +36,7 @@ impl Engine {
                     Some(p) => doc! { "$and": [expired, p] },
                     None => expired,
                 };
-                let hint = Some(Bson::String(ttl.name));
+                let hint = (!ttl.hidden).then_some(Bson::String(ttl.name));
                 deleted += self.delete(&coll, &filter, true, hint, &WriteOpts::default())?;
             }
         }
@@ -66,6 +69,7 @@ fn ttl_indexes(coll: &CollectionRef) -> Vec<TtlIndex> {
                     .get_document("partialFilterExpression")
                     .ok()
                     .cloned(),
+                hidden: ix.is_hidden(),
             })
         })
         .collect()

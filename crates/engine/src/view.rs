@@ -323,6 +323,11 @@ impl Engine {
     /// Drops a view; false when there is none.
     pub fn drop_view(&self, ns: &Namespace) -> Result<bool> {
         let _ddl = self.ddl.lock();
+        self.drop_view_locked(ns)
+    }
+
+    /// `drop_view` with the DDL lock held by the caller.
+    pub(crate) fn drop_view_locked(&self, ns: &Namespace) -> Result<bool> {
         if self.view(ns).is_none() {
             return Ok(false);
         }

@@ -11,7 +11,8 @@ use crate::retry::with_write_conflict_retry;
 use crate::stmt_record::{self, Executed};
 use crate::txn::{ReadSource, Transaction};
 use crate::Engine;
-use bson::{doc, oid::ObjectId, Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
+use bson::{doc, oid::ObjectId, Bson, Document, RawBson, RawBsonRef, RawDocument, RawDocumentBuf};
+use nidus_common::repeated;
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_expr::LetScope;
 use nidus_query::matcher::{Matcher, ParseOptions};
@@ -176,16 +177,25 @@ pub fn prepare_insert(doc: &RawDocument) -> Result<RawDocumentBuf> {
     check_size(doc.as_bytes().len())?;
     check_storage_depth(doc, true)?;
     let mut id = None;
+    let mut id_first = false;
+    // Names repeated in a command body arrive marked (`nidus_common::repeated`): stored
+    // under the name they were sent with, as MongoDB stores a repeated field.
+    let marked = contains_mark(doc.as_bytes());
     for (i, el) in doc.iter().enumerate() {
         let (k, v) = el?;
-        if k == "_id" {
-            check_id(v)?;
-            if i == 0 {
-                return Ok(doc.to_raw_document_buf());
+        if repeated::original_name(k) == "_id" {
+            if id.is_some() {
+                return Err(Error::bad_value(
+                    "can't have multiple _id fields in one document",
+                ));
             }
+            check_id(v)?;
+            id_first = i == 0;
             id = Some(v.to_raw_bson());
-            break;
         }
+    }
+    if id_first && !marked {
+        return Ok(doc.to_raw_document_buf());
     }
     let mut out = RawDocumentBuf::new();
     match id {
@@ -195,15 +205,53 @@ pub fn prepare_insert(doc: &RawDocument) -> Result<RawDocumentBuf> {
     for el in doc.iter() {
         let (k, v) = el?;
         if k != "_id" {
-            out.append(k, v.to_raw_bson());
+            out.append(repeated::original_name(k), strip_marks(v)?);
         }
     }
     check_size(out.as_bytes().len())?;
     Ok(out)
 }
 
+/// Whether some name in the document may carry a repetition mark (its UTF-8 bytes occur).
+fn contains_mark(bytes: &[u8]) -> bool {
+    let mut buf = [0u8; 4];
+    let mark = repeated::MARK.encode_utf8(&mut buf).as_bytes();
+    bytes.windows(mark.len()).any(|w| w == mark)
+}
+
+/// A value with the repetition marks of its embedded documents' names removed.
+fn strip_marks(v: RawBsonRef) -> Result<RawBson> {
+    Ok(match v {
+        RawBsonRef::Document(d) => {
+            let mut out = RawDocumentBuf::new();
+            for el in d {
+                let (k, v) = el?;
+                out.append(repeated::original_name(k), strip_marks(v)?);
+            }
+            RawBson::Document(out)
+        }
+        RawBsonRef::Array(a) => {
+            let mut out = bson::RawArrayBuf::new();
+            for item in a {
+                out.push(strip_marks(item?)?);
+            }
+            RawBson::Array(out)
+        }
+        other => other.to_raw_bson(),
+    })
+}
+
+/// A document as stored: names repeated in the request (`nidus_common::repeated`) under the
+/// name they were sent with.
 fn to_raw(doc: &Document) -> Result<RawDocumentBuf> {
-    RawDocumentBuf::from_document(doc).map_err(|e| Error::internal(e.to_string()))
+    let raw = RawDocumentBuf::from_document(doc).map_err(|e| Error::internal(e.to_string()))?;
+    if !contains_mark(raw.as_bytes()) {
+        return Ok(raw);
+    }
+    match strip_marks(RawBsonRef::Document(&raw))? {
+        RawBson::Document(d) => Ok(d),
+        _ => Err(Error::internal("a document converted to another type")),
+    }
 }
 
 /// The keys of a document being written to every index, and whether some index's multikey

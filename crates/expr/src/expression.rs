@@ -319,17 +319,21 @@ impl Expression {
         }
         let mut fields: Vec<(String, Expression)> = Vec::with_capacity(d.len());
         for (k, v) in d {
+            // A name sent twice arrives as a repetition (`nidus_common::repeated`).
+            let k = nidus_common::repeated::original_name(k);
             validate_field_name(k)?;
             if fields.iter().any(|(f, _)| f == k) {
                 return Err(err(
                     16406,
                     format!(
                         "duplicate field name specified in object literal: {}",
-                        crate::value::display_bson(&Bson::Document(d.clone()))
+                        strip_repetition_marks(&crate::value::display_bson(&Bson::Document(
+                            d.clone()
+                        )))
                     ),
                 ));
             }
-            fields.push((k.clone(), Expression::parse(v, ctx)?));
+            fields.push((k.to_string(), Expression::parse(v, ctx)?));
         }
         Ok(Expression::Object(fields))
     }
@@ -675,4 +679,20 @@ pub(crate) fn named_from(
         fields.push((*k, e));
     }
     Ok(Expression::op(Named { name, fields, f }))
+}
+
+/// A printed document with repeated names shown as sent (`a` instead of `a<MARK>1`).
+fn strip_repetition_marks(shown: &str) -> String {
+    let mut out = String::with_capacity(shown.len());
+    let mut chars = shown.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == nidus_common::repeated::MARK {
+            while chars.peek().is_some_and(|d| d.is_ascii_digit()) {
+                chars.next();
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

@@ -166,7 +166,7 @@ fn parse_body(reader: &mut Reader<'_>) -> Result<Document, WireError> {
     let raw = reader.document("OP_MSG body")?;
     // Depth and validity were checked by `document`, so this conversion cannot recurse
     // deeper than MAX_BSON_DEPTH.
-    Document::try_from(raw)
+    nidus_common::repeated::document_from_raw(raw)
         .map_err(|e| WireError::InvalidBson(format!("OP_MSG body: invalid BSON: {e}")))
 }
 

@@ -55,7 +55,8 @@ pub(crate) fn parse(body: &[u8]) -> Result<OpQuery, WireError> {
 
 /// Converts an already validated (hence depth-bounded) document.
 fn to_document(raw: &RawDocument) -> Result<Document, WireError> {
-    Document::try_from(raw).map_err(|e| WireError::InvalidBson(format!("invalid BSON: {e}")))
+    nidus_common::repeated::document_from_raw(raw)
+        .map_err(|e| WireError::InvalidBson(format!("invalid BSON: {e}")))
 }
 
 /// Encodes the OP_REPLY to an OP_QUERY command: AwaitCapable, cursor 0, one document.

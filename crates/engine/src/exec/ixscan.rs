@@ -140,7 +140,7 @@ impl IndexScan {
             (false, true) => {
                 seek_past_backward(c, &p);
             }
-            (false, false) => c.seek_for_prev(&p),
+            (false, false) => seek_before_backward(c, &p),
         }
         Ok(())
     }
@@ -299,6 +299,16 @@ fn seek_past_backward(c: &mut dyn KvCursor, p: &[u8]) {
             }
         }
         None => c.seek_to_last(),
+    }
+}
+
+/// Positions (backward) at the last key before every key starting with `p`. A key equal to
+/// `p` itself is one of them: a unique index's entry has no record id after its keystring,
+/// so a seek target holding every field of the key is the whole entry key.
+fn seek_before_backward(c: &mut dyn KvCursor, p: &[u8]) {
+    c.seek_for_prev(p);
+    if c.valid() && c.key().starts_with(p) {
+        c.prev();
     }
 }
 

@@ -191,6 +191,9 @@ pub struct ExpCtx {
     pub window_max_memory: usize,
     /// Where the stage being opened reports its execution statistics (explain).
     pub stats: Option<StageStats>,
+    /// The aggregate command's `hint`: the index (or `$natural`) of the pipeline's own
+    /// cursor; sub-pipelines do not inherit it.
+    pub hint: Option<bson::Bson>,
     interrupt: Arc<Interrupt>,
 }
 
@@ -214,6 +217,7 @@ impl ExpCtx {
             bucket_auto_max_memory: MAX_BLOCKING_STAGE_BYTES,
             window_max_memory: MAX_BLOCKING_STAGE_BYTES,
             stats: None,
+            hint: None,
             interrupt: Arc::new(Interrupt::default()),
         }
     }

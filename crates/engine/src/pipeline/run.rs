@@ -79,6 +79,7 @@ pub fn open(
         (None, Some(ns)) if !starts_with_source => {
             let (mut spec, taken) = optimize::cursor_pushdown::take(&mut stages, ctx.deadline());
             spec.source = ctx.source.clone();
+            spec.hint = ctx.hint.clone();
             // A `$sort` handed to the find plan keeps the aggregate's memory rules.
             spec.allow_disk_use = ctx.allow_disk_use;
             spec.sort_memory_limit = Some(ctx.sort_max_memory);
@@ -114,6 +115,8 @@ pub fn open(
         let slot = super::context::StageStats::default();
         let mut stage_ctx = ctx.clone();
         stage_ctx.stats = Some(slot.clone());
+        // The command's hint names an index of this pipeline's collection only.
+        stage_ctx.hint = None;
         stream = Box::new(Counted {
             inner: s.open(stream, &stage_ctx)?,
             count: count.clone(),

@@ -9,6 +9,7 @@ pub mod explode;
 pub mod min_max;
 mod multi;
 pub mod or;
+pub mod partial;
 
 use crate::catalog::IndexMeta;
 use bounds::{intersect_ascending, IndexBounds, OrderedIntervalList};
@@ -138,8 +139,15 @@ pub fn enumerate(indexes: &[IndexMeta], query: &Query, hinted: Option<&str>) -> 
             if ix.name != name {
                 continue;
             }
-        } else if ix.is_hidden() || ix.is_partial() {
+        } else if ix.is_hidden() {
             continue;
+        }
+        // A partial index holds only the documents its filter matches: usable when every
+        // document the query matches is among them (or when hinted, as MongoDB does).
+        if let (None, Some(filter)) = (hinted, &ix.partial) {
+            if !partial::implies(query.matcher.expr(), filter.expr()) {
+                continue;
+            }
         }
         let sol = plan_index(ix, &conjuncts, &preds, query);
         let relevant = preds.iter().any(|p| {
@@ -197,11 +205,10 @@ fn collate_bounds(bounds: &mut IndexBounds, c: &nidus_doc::collation::Collation)
     }
 }
 
-/// Predicates a missing field satisfies cannot use a sparse index.
+/// Predicates a missing field satisfies cannot use a sparse index (`{$eq: null}`, a `$in`
+/// holding null, `{$lt: MaxKey}`, `{$gte: MinKey}`, negations).
 fn matches_missing(p: &PathPred) -> bool {
-    p.negated
-        || matches!(p.leaf, Leaf::Eq(v) if matches!(v.bson, bson::Bson::Null))
-        || matches!(p.leaf, Leaf::In(l) if l.values.iter().any(|v| matches!(v.bson, bson::Bson::Null)))
+    p.negated || p.leaf.matches_single(None)
 }
 
 fn plan_index(

@@ -96,8 +96,14 @@ fn is_nan(v: RawBsonRef) -> bool {
 /// `$lt/$lte/$gt/$gte` of a candidate against the operand.
 pub fn cmp_matches(op: CmpOp, val: &Value, v: Option<RawBsonRef>) -> bool {
     let rhs = val.as_ref();
+    // A missing field is below MaxKey and above MinKey (MongoDB compares it as EOO, whose
+    // canonical type is neither), so index bounds including its null key are exact.
     let Some(v) = v else {
-        return val.is_null() && op.includes_equal();
+        return match rhs {
+            RawBsonRef::MinKey => matches!(op, CmpOp::Gt | CmpOp::Gte),
+            RawBsonRef::MaxKey => matches!(op, CmpOp::Lt | CmpOp::Lte),
+            _ => val.is_null() && op.includes_equal(),
+        };
     };
     if canonical_type(v) != canonical_type(rhs) {
         return match rhs {

@@ -18,8 +18,34 @@ fn trunc_i64(n: Num) -> Option<i64> {
     match n {
         Num::Int(i) => Some(i),
         other => {
+            let f = other.to_f64().trunc();
+            // Values outside the 64-bit range have no remainder to compare.
+            (f.is_finite() && (-TWO_POW_63..TWO_POW_63).contains(&f)).then_some(f as i64)
+        }
+    }
+}
+
+const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+
+/// A `$mod` argument as MongoDB's `BSONElement::tryCoerce<long long>` reads it: truncated
+/// toward zero; NaN, infinities and values past 2^63 refused. 2^63 itself is accepted and
+/// wraps to the smallest 64-bit integer, as the server's conversion does.
+fn coerce_mod_argument(n: Num) -> std::result::Result<i64, &'static str> {
+    match n {
+        Num::Int(i) => Ok(i),
+        other => {
             let f = other.to_f64();
-            f.is_finite().then(|| f.trunc() as i64)
+            if !f.is_finite() {
+                return Err("Unable to coerce NaN/Inf to integral type");
+            }
+            let t = f.trunc();
+            if t == TWO_POW_63 {
+                Ok(i64::MIN)
+            } else if (-TWO_POW_63..TWO_POW_63).contains(&t) {
+                Ok(t as i64)
+            } else {
+                Err("Out of bounds coercing to integral value")
+            }
         }
     }
 }
@@ -43,11 +69,15 @@ impl ModPred {
             .ok_or_else(|| Error::bad_value("malformed mod, divisor not a number"))?;
         let remainder = bson_number(&items[1])
             .ok_or_else(|| Error::bad_value("malformed mod, remainder not a number"))?;
-        let divisor = trunc_i64(divisor).ok_or_else(|| {
-            Error::bad_value("malformed mod, divisor value is invalid :: caused by :: Unable to coerce NaN/Inf to integral type")
+        let divisor = coerce_mod_argument(divisor).map_err(|why| {
+            Error::bad_value(format!(
+                "malformed mod, divisor value is invalid :: caused by :: {why}"
+            ))
         })?;
-        let remainder = trunc_i64(remainder).ok_or_else(|| {
-            Error::bad_value("malformed mod, remainder value is invalid :: caused by :: Unable to coerce NaN/Inf to integral type")
+        let remainder = coerce_mod_argument(remainder).map_err(|why| {
+            Error::bad_value(format!(
+                "malformed mod, remainder value is invalid :: caused by :: {why}"
+            ))
         })?;
         if divisor == 0 {
             return Err(Error::bad_value("divisor cannot be 0"));

@@ -21,7 +21,10 @@ pub fn display(v: &Bson) -> String {
 /// Parses a whole filter document.
 pub fn parse_filter(filter: &Document, opts: &ParseOptions) -> Result<Expr> {
     let mut children = Vec::with_capacity(filter.len());
+    // A name given twice is two conditions, both of which must hold (MongoDB parses a
+    // filter element by element).
     for (k, v) in filter {
+        let k = nidus_common::repeated::original_name(k);
         if let Some(e) = parse_top_element(k, v, opts)? {
             children.push(e);
         }
@@ -35,7 +38,16 @@ pub fn parse_filter(filter: &Document, opts: &ParseOptions) -> Result<Expr> {
 
 fn parse_top_element(k: &str, v: &Bson, opts: &ParseOptions) -> Result<Option<Expr>> {
     if !k.starts_with('$') {
-        return Ok(Some(parse_field_value(v)?.at_path(&FieldPath::parse(k))));
+        let pred = parse_field_value(v).map_err(|e| {
+            if e.message == REGEX_COMPARISON {
+                Error::bad_value(format!(
+                    "Can't have RegEx as arg to predicate over field '{k}'."
+                ))
+            } else {
+                e
+            }
+        })?;
+        return Ok(Some(pred.at_path(&FieldPath::parse(k))));
     }
     let parse_all = |op: &str| -> Result<Vec<Expr>> {
         clauses(op, v)?
@@ -92,10 +104,10 @@ pub fn parse_operators(d: &Document) -> Result<Pred> {
     let mut preds = Vec::with_capacity(d.len());
     let (mut regex, mut options) = (None, None);
     for (op, arg) in d {
-        match op.as_str() {
+        match nidus_common::repeated::original_name(op) {
             "$regex" => regex = Some(arg),
             "$options" => options = Some(arg),
-            _ => preds.push(parse_operator(op, arg)?),
+            op => preds.push(parse_operator(op, arg)?),
         }
     }
     if regex.is_some() || options.is_some() {
@@ -114,8 +126,15 @@ fn leaf(l: Leaf) -> Result<Pred> {
     Ok(Pred::Leaf(l))
 }
 
+/// The error of `$lt`/`$lte`/`$gt`/`$gte` with a regex operand, before the path is known
+/// (`parse_top_element` names the field, as MongoDB's message does).
+const REGEX_COMPARISON: &str = "Can't have RegEx as arg to predicate over field ''.";
+
 fn parse_operator(op: &str, arg: &Bson) -> Result<Pred> {
     if let Some(cmp) = CmpOp::from_name(op) {
+        if matches!(arg, Bson::RegularExpression(_)) {
+            return Err(Error::bad_value(REGEX_COMPARISON));
+        }
         return leaf(Leaf::Cmp(cmp, Value::new(arg)?));
     }
     if let Some(bits) = BitsOp::from_name(op) {

@@ -6,6 +6,7 @@ use super::util::{elem, identical, is_number, type_name};
 use bson::Bson;
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_doc::compare::cmp_bson;
+use nidus_expr::decimal;
 use std::cmp::Ordering;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,12 +51,13 @@ pub fn parse_arith(op: ArithOp, path: &str, arg: &Bson) -> Result<Op> {
     Ok(Op::Arith(op, arg.clone()))
 }
 
-/// A number in SafeNum's three integer/double kinds.
+/// A number in SafeNum's kinds.
 #[derive(Debug, Clone, Copy)]
 enum N {
     I32(i32),
     I64(i64),
     F(f64),
+    D(bson::Decimal128),
 }
 
 fn to_n(v: &Bson) -> Result<Option<N>> {
@@ -63,11 +65,7 @@ fn to_n(v: &Bson) -> Result<Option<N>> {
         Bson::Int32(i) => Some(N::I32(*i)),
         Bson::Int64(i) => Some(N::I64(*i)),
         Bson::Double(d) => Some(N::F(*d)),
-        Bson::Decimal128(_) => {
-            return Err(Error::bad_value(
-                "decimal128 arithmetic in update operators is not supported yet",
-            ))
-        }
+        Bson::Decimal128(d) => Some(N::D(*d)),
         _ => None,
     })
 }
@@ -77,6 +75,17 @@ fn from_n(n: N) -> Bson {
         N::I32(i) => Bson::Int32(i),
         N::I64(i) => Bson::Int64(i),
         N::F(f) => Bson::Double(f),
+        N::D(d) => Bson::Decimal128(d),
+    }
+}
+
+/// SafeNum's widening to decimal: integers exactly, doubles rounded to 15 digits.
+fn as_decimal(n: N) -> bson::Decimal128 {
+    match n {
+        N::I32(i) => decimal::from_i64(i64::from(i)),
+        N::I64(i) => decimal::from_i64(i),
+        N::F(f) => decimal::from_f64(f, 15),
+        N::D(d) => d,
     }
 }
 
@@ -85,6 +94,7 @@ fn as_i64(n: N) -> i64 {
         N::I32(i) => i64::from(i),
         N::I64(i) => i,
         N::F(f) => f as i64,
+        N::D(d) => decimal::to_i64_trunc(&d).unwrap_or(0),
     }
 }
 
@@ -93,12 +103,22 @@ fn as_f64(n: N) -> f64 {
         N::I32(i) => f64::from(i),
         N::I64(i) => i as f64,
         N::F(f) => f,
+        N::D(d) => decimal::to_f64(&d),
     }
 }
 
 /// `a op b` with SafeNum's promotion; `None` when an int64 result overflows.
 fn compute(op: ArithOp, a: N, b: N) -> Option<N> {
     match (a, b) {
+        // A decimal operand makes the operation decimal (no overflow: it saturates to
+        // infinity, as IEEE 754-2008 decimal arithmetic does).
+        (N::D(_), _) | (_, N::D(_)) => {
+            let (x, y) = (as_decimal(a), as_decimal(b));
+            Some(N::D(match op {
+                ArithOp::Inc => decimal::add(&x, &y),
+                ArithOp::Mul => decimal::mul(&x, &y),
+            }))
+        }
         (N::F(_), _) | (_, N::F(_)) => Some(N::F(match op {
             ArithOp::Inc => as_f64(a) + as_f64(b),
             ArithOp::Mul => as_f64(a) * as_f64(b),
@@ -132,6 +152,7 @@ fn debug_num(n: N) -> String {
         N::I32(i) => format!("(NumberInt){i}"),
         N::I64(i) => format!("(NumberLong){i}"),
         N::F(f) => format!("(NumberDouble){f}"),
+        N::D(d) => format!("(NumberDecimal){d}"),
     }
 }
 

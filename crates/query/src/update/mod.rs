@@ -145,11 +145,11 @@ impl Update {
     /// be partly updated: apply to a copy when the original must survive.
     pub fn apply(&self, doc: &mut Document, ctx: &UpdateContext) -> Result<bool> {
         match self {
-            Update::Replacement(r) => apply_replacement(r, doc, ctx),
+            Update::Replacement(r) => apply_replacement(r, doc),
             Update::Operators(u) => apply_operators(u, doc, ctx),
             Update::Pipeline(p) => {
                 let new = p.transform(doc)?;
-                apply_replacement(&new, doc, ctx)
+                apply_replacement(&new, doc)
             }
         }
     }
@@ -193,8 +193,11 @@ fn parse_operators(d: &Document, array_filters: Option<&[Document]>) -> Result<O
         paths: Vec::new(),
     };
     let mut used = HashSet::new();
+    // A modifier or path sent twice is two updates of it (a second `$set` of one path is a
+    // conflict, as in MongoDB), not a field named with a repetition mark.
     for (op, arg) in d {
-        if !OPERATORS.contains(&op.as_str()) {
+        let op = nidus_common::repeated::original_name(op);
+        if !OPERATORS.contains(&op) {
             return Err(unknown_modifier(op));
         }
         let Bson::Document(fields) = arg else {
@@ -210,6 +213,7 @@ fn parse_operators(d: &Document, array_filters: Option<&[Document]>) -> Result<O
             )));
         }
         for (path, value) in fields {
+            let path = nidus_common::repeated::original_name(path);
             add_field(&mut u, op, path, value, &mut used)?;
         }
     }
@@ -288,33 +292,28 @@ fn apply_operators(u: &OperatorUpdate, doc: &mut Document, ctx: &UpdateContext) 
         *doc = d;
     }
     let modified = result? || renamed_any;
-    check_id(original_id.as_ref(), doc, ctx, &u.paths)?;
+    check_id(original_id.as_ref(), doc, &u.paths)?;
     Ok(modified)
 }
 
-/// `_id` may not change (except when an upsert inserts), and must be storable.
-fn check_id(
-    original: Option<&Bson>,
-    doc: &Document,
-    ctx: &UpdateContext,
-    paths: &[String],
-) -> Result<()> {
-    if !ctx.is_upsert_insert {
-        if let Some(orig) = original {
-            let same = doc.get("_id").is_some_and(|now| identical(orig, now));
-            if !same {
-                let path = paths
-                    .iter()
-                    .find(|p| *p == "_id" || p.starts_with("_id."))
-                    .map(String::as_str)
-                    .unwrap_or("_id");
-                return Err(Error::new(
-                    ErrorCode::ImmutableField,
-                    format!(
-                        "Performing an update on the path '{path}' would modify the immutable field '_id'"
-                    ),
-                ));
-            }
+/// `_id` may not change, and must be storable. An upsert's seed holds `_id` only when the
+/// query fixed it, and then the update may not change it either (MongoDB's immutable-path
+/// check on the document to insert).
+fn check_id(original: Option<&Bson>, doc: &Document, paths: &[String]) -> Result<()> {
+    if let Some(orig) = original {
+        let same = doc.get("_id").is_some_and(|now| identical(orig, now));
+        if !same {
+            let path = paths
+                .iter()
+                .find(|p| *p == "_id" || p.starts_with("_id."))
+                .map(String::as_str)
+                .unwrap_or("_id");
+            return Err(Error::new(
+                ErrorCode::ImmutableField,
+                format!(
+                    "Performing an update on the path '{path}' would modify the immutable field '_id'"
+                ),
+            ));
         }
     }
     validate_id(doc)
@@ -333,10 +332,10 @@ fn validate_id(doc: &Document) -> Result<()> {
     ))
 }
 
-fn apply_replacement(r: &Document, doc: &mut Document, ctx: &UpdateContext) -> Result<bool> {
+fn apply_replacement(r: &Document, doc: &mut Document) -> Result<bool> {
     let original_id = doc.get("_id").cloned();
     let new = match (r.get("_id"), &original_id) {
-        (Some(new_id), Some(orig)) if !ctx.is_upsert_insert && !identical(new_id, orig) => {
+        (Some(new_id), Some(orig)) if !identical(new_id, orig) => {
             return Err(Error::new(
                 ErrorCode::ImmutableField,
                 format!(

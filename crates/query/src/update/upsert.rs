@@ -27,6 +27,8 @@ fn is_operator_doc(d: &Document) -> bool {
 
 fn collect(filter: &Document, out: &mut Vec<(String, Bson)>) {
     for (k, v) in filter {
+        // A name repeated in the filter is matched twice (`nidus_common::repeated`).
+        let k = nidus_common::repeated::original_name(k);
         if k == "$and" {
             if let Bson::Array(items) = v {
                 for item in items {
@@ -48,7 +50,7 @@ fn collect_field(path: &str, v: &Bson, out: &mut Vec<(String, Bson)>) {
         Bson::RegularExpression(_) => {}
         Bson::Document(d) if is_operator_doc(d) => {
             for (op, arg) in d {
-                match (op.as_str(), arg) {
+                match (nidus_common::repeated::original_name(op), arg) {
                     ("$eq", Bson::RegularExpression(_)) => {}
                     ("$eq", arg) => out.push((path.to_string(), arg.clone())),
                     ("$in", Bson::Array(items))

@@ -163,6 +163,7 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
     exp.bucket_auto_max_memory = limit("internalDocumentSourceBucketAutoMaxMemoryBytes");
     exp.window_max_memory = limit("internalDocumentSourceSetWindowFieldsMaxMemoryBytes");
     exp.set_deadline(ctx.deadline);
+    exp.hint = super::find::hint(ctx)?;
     let pcx = ParseCtx::new(&ctx.db).with_views(ctx.state.engine.clone());
     if let Some(lets) = ctx.opt_document("let")? {
         pcx.define_command_let(&lets, &exp)?;

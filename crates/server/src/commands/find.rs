@@ -58,7 +58,7 @@ fn non_negative(ctx: &Ctx, field: &str) -> Result<Option<u64>> {
     }
 }
 
-fn hint(ctx: &Ctx) -> Result<Option<Bson>> {
+pub(super) fn hint(ctx: &Ctx) -> Result<Option<Bson>> {
     match ctx.body.get("hint") {
         None | Some(Bson::Null) => Ok(None),
         Some(h @ (Bson::String(_) | Bson::Document(_))) => Ok(Some(h.clone())),

@@ -191,7 +191,7 @@ fn stmt_doc(cmd: &str, stmt: &Document, field: &str) -> Result<Document> {
 }
 
 pub(super) fn to_document(raw: &RawDocumentBuf) -> Result<Document> {
-    raw.to_document()
+    nidus_common::repeated::document_from_raw(raw)
         .map_err(|e| Error::new(ErrorCode::InvalidBSON, e.to_string()))
 }
 
