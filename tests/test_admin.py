@@ -132,6 +132,36 @@ def test_numeric_argument_out_of_range(db, cmd, field, bound):
     assert f"BSON field '{field}' value must be >= {bound}" in str(e.value)
 
 
+@pytest.mark.parametrize("indexes,code,message", [
+    ([{"key": {"a": 1}, "name": "a_1"}, {"key": {"a": 1}, "name": "a_1"}], 68,
+     "Identical index already exists: a_1"),
+    ([{"key": {"b": 1}, "name": "b\x00c"}], 67, "The index name cannot contain null characters"),
+    ([{"key": {"$b": 1}, "name": "q"}], 67, "Index key contains an illegal field name"),
+    ([{"key": {"a..b": 1}, "name": "q"}], 67, "Index keys cannot contain an empty field."),
+])
+def test_index_spec_errors(db, indexes, code, message):
+    db.c.insert_one({})
+    with pytest.raises(OperationFailure) as e:
+        db.command("createIndexes", "c", indexes=indexes)
+    assert e.value.code == code and message in str(e.value), e.value.details
+    assert [ix["name"] for ix in db.c.list_indexes()] == ["_id_"]
+
+
+@pytest.mark.parametrize("pipeline,code,message", [
+    ([{"$group": {"_id": None, "n": 1}}], 40234, "The field 'n' must be an accumulator object"),
+    ([{"$project": {"a.$": 1}}], 31324, "Invalid $project :: caused by :: Cannot use positional projection"),
+    ([{"$project": {"a": {"$foo": 1}}}], 31325, "Invalid $project :: caused by :: Unknown expression $foo"),
+    ([{"$unset": "$a"}], 16410, "Invalid $unset :: caused by :: FieldPath field names may not start with '$'"),
+    ([{"$unset": []}], 31119, "$unset specification must be a string or an array with at least one field"),
+    ([{"$unset": [1]}], 31120, "$unset specification must be a string or an array containing only string values"),
+])
+def test_aggregation_parse_errors(db, pipeline, code, message):
+    db.c.insert_one({"a": 1})
+    with pytest.raises(OperationFailure) as e:
+        list(db.c.aggregate(pipeline))
+    assert e.value.code == code and message in str(e.value), e.value.details
+
+
 # ------------------------------------------------------------------ cursors and sessions
 
 def test_get_more_checks_the_cursor_session(client, db):
@@ -191,7 +221,7 @@ def test_create_role_accepts_every_mongodb_action(db):
         db.command("createRole", "r2", privileges=[{"resource": {"db": db.name, "collection": ""},
                                                      "actions": ["fly"]}], roles=[])
     assert e.value.code == 9 and "Unrecognized action privilege string: fly" in str(e.value)
-    db.command("dropAllRolesFromDatabase")
+    db.command("dropRole", "r1")
 
 
 # ------------------------------------------------------------------ validation details

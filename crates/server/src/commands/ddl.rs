@@ -742,6 +742,22 @@ pub fn create_indexes(ctx: &mut Ctx) -> Result<Document> {
             ))
         }
     };
+    // The same index (key and name) twice in one request is refused, as MongoDB does; an
+    // index that already exists is not (the reply then notes it).
+    for (i, a) in specs.iter().enumerate() {
+        let dup = specs[..i]
+            .iter()
+            .any(|b| a.get("key") == b.get("key") && a.get("name") == b.get("name"));
+        if dup {
+            return Err(Error::new(
+                ErrorCode::IndexAlreadyExists,
+                format!(
+                    "Identical index already exists: {}",
+                    a.get_str("name").unwrap_or_default()
+                ),
+            ));
+        }
+    }
     let out = match &ctx.txn {
         Some(txn) => ctx.state.engine.create_indexes_in_txn(&ns, &specs, txn)?,
         None => ctx.state.engine.create_indexes(&ns, &specs)?,
