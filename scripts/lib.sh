@@ -64,9 +64,11 @@ ensure_build_deps() {
     ensure_rust
 }
 
+# The same package and target selection as scripts/test.sh (`--workspace --all-targets`), so
+# that Cargo resolves the same features and both scripts share one RocksDB build.
 build_release() {
-    log "cargo build --release (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
-    (cd "$NIDUS_ROOT" && cargo build --release)
+    log "cargo build --release --workspace --all-targets (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
+    (cd "$NIDUS_ROOT" && cargo build --release --workspace --all-targets)
     [ -x "$NIDUS_BIN" ] || die "build finished but $NIDUS_BIN is missing"
 }
 
@@ -119,4 +121,78 @@ ensure_mongosh() {
         return 0
     fi
     export MONGOSH="$bin"
+}
+
+# MongoDB's database tools (mongodump, mongorestore, mongoexport, mongoimport), built offline
+# from the vendored source in ../shared/tools (the Go module proxy does not serve them) into
+# tests/.tools/bin. Never fatal: tests/test_tools.py skips with the reason written to
+# tests/.tools/INSTALL_ERROR. Rebuilt only when a binary is missing or the tarball changes.
+NIDUS_TOOLS_DIR="${NIDUS_TOOLS_DIR:-$NIDUS_ROOT/tests/.tools}"
+NIDUS_TOOLS_TARBALL="${NIDUS_TOOLS_TARBALL:-$NIDUS_ROOT/../shared/tools/mongo-tools-100.18.0.tar.gz}"
+ensure_mongo_tools() {
+    local bin="$NIDUS_TOOLS_DIR/bin" stamp="$NIDUS_TOOLS_DIR/.tarball.sha256" sum t src
+    local tools=(mongodump mongorestore mongoexport mongoimport)
+    mkdir -p "$bin"
+    rm -f "$NIDUS_TOOLS_DIR/INSTALL_ERROR"
+    if [ ! -f "$NIDUS_TOOLS_TARBALL" ]; then
+        echo "no tools source at $NIDUS_TOOLS_TARBALL" >"$NIDUS_TOOLS_DIR/INSTALL_ERROR"
+        return 0
+    fi
+    if ! command -v go >/dev/null 2>&1; then
+        ensure_apt golang-go || true
+    fi
+    if ! command -v go >/dev/null 2>&1; then
+        echo "go is not installed and could not be installed" >"$NIDUS_TOOLS_DIR/INSTALL_ERROR"
+        return 0
+    fi
+    sum="$(sha256sum "$NIDUS_TOOLS_TARBALL" | cut -d' ' -f1)"
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]; then rm -f "${tools[@]/#/$bin/}"; fi
+    for t in "${tools[@]}"; do
+        [ -x "$bin/$t" ] && continue
+        src="$NIDUS_TOOLS_DIR/src"
+        if [ ! -d "$src/mongo-tools-100.18.0" ]; then
+            rm -rf "$src" && mkdir -p "$src"
+            tar xzf "$NIDUS_TOOLS_TARBALL" -C "$src"
+        fi
+        log "go build $t into $bin"
+        if ! (cd "$src"/mongo-tools-* && GOTOOLCHAIN=local GOFLAGS=-mod=vendor \
+                go build -o "$bin/$t" "./$t/main") >"$NIDUS_TOOLS_DIR/build.log" 2>&1; then
+            { echo "go build $t failed:"; tail -20 "$NIDUS_TOOLS_DIR/build.log"; } \
+                >"$NIDUS_TOOLS_DIR/INSTALL_ERROR"
+            cat "$NIDUS_TOOLS_DIR/INSTALL_ERROR" >&2
+            return 0
+        fi
+    done
+    echo "$sum" >"$stamp"
+    export NIDUS_TOOLS_BIN="$bin"
+}
+
+# The Node.js driver and Mongoose from npm into tests/.node/drivers (tests/test_node.py).
+# Never fatal: the test skips with the reason written to tests/.node/drivers/INSTALL_ERROR.
+NODE_DRIVER_VERSION="${NODE_DRIVER_VERSION:-7.8.0}"
+MONGOOSE_VERSION="${MONGOOSE_VERSION:-9.12.1}"
+ensure_node_drivers() {
+    local dir="$NIDUS_NODE_PREFIX/drivers" want
+    want="mongodb@$NODE_DRIVER_VERSION mongoose@$MONGOOSE_VERSION"
+    if [ -d "$dir/node_modules/mongoose" ] && [ "$(cat "$dir/.installed" 2>/dev/null)" = "$want" ]; then
+        return 0
+    fi
+    if ! command -v npm >/dev/null 2>&1; then
+        ensure_apt nodejs npm || true
+    fi
+    mkdir -p "$dir"
+    rm -f "$dir/INSTALL_ERROR"
+    if ! command -v npm >/dev/null 2>&1; then
+        echo "npm is not installed and could not be installed" >"$dir/INSTALL_ERROR"
+        return 0
+    fi
+    log "npm install $want into $dir"
+    # shellcheck disable=SC2086
+    if ! (cd "$dir" && timeout 900 npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
+            --no-save $want) >"$dir/npm.log" 2>&1; then
+        { echo "npm install $want failed:"; tail -20 "$dir/npm.log"; } >"$dir/INSTALL_ERROR"
+        cat "$dir/INSTALL_ERROR" >&2
+        return 0
+    fi
+    echo "$want" >"$dir/.installed"
 }

@@ -65,6 +65,8 @@ log "dependencies"
 ensure_build_deps
 ensure_venv
 ensure_mongosh
+ensure_mongo_tools
+ensure_node_drivers
 # the openssl CLI makes the certificates of tests/test_tls.py (which skips without it)
 (ensure_apt openssl) || log "openssl could not be installed: tests/test_tls.py will skip"
 mkdir -p "$NIDUS_ROOT/tests/.logs"

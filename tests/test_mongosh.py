@@ -109,3 +109,24 @@ def test_mongosh_profiler_helpers(mongosh, shell_db, client):
     out = mongosh(shell_db, "EJSON.stringify(db.getProfilingStatus())")
     status = out.splitlines()[-1].strip()
     assert status.startswith('{"was":0,"slowms":100,"sampleRate":1') and '"ok":1' in status, out
+
+
+def test_mongosh_prints_int32_counters_and_admin_helpers(mongosh, shell_db, client):
+    """Explain counters print as `3`, not `Long('3')` (MongoDB's appendNumber rule), and the
+    shell's admin helpers work: stats() ($collStats), hideIndex, setLogLevel, getLogComponents."""
+    mongosh(shell_db, "db.c.insertMany(Array.from({length: 10}, (_, i) => ({_id: i, a: i})));"
+                      "db.c.createIndex({a: 1})")
+    out = mongosh(shell_db, 'db.c.find({a: {$gte: 7}}).explain("executionStats").executionStats')
+    assert "nReturned: 3" in out and "totalKeysExamined: 3" in out, out
+    assert "Long(" not in out, out
+    out = mongosh(shell_db, "db.c.countDocuments({a: {$lt: 4}})")
+    assert out.splitlines()[-1].strip() == "4", out
+    out = mongosh(shell_db, "const s = db.c.stats(); print(s.count, s.nindexes, s.ns)")
+    assert out.splitlines()[-1].split() == ["10", "2", "t_mongosh.c"], out
+    out = mongosh(shell_db, "db.c.hideIndex('a_1'); db.c.getIndexes().filter(i => i.hidden).map(i => i.name)")
+    assert "a_1" in out, out
+    out = mongosh(shell_db, "db.setLogLevel(1, 'query'); db.getLogComponents().query.verbosity")
+    assert out.splitlines()[-1].strip() == "1", out
+    mongosh(shell_db, "db.setLogLevel(-1, 'query')")
+    out = mongosh(shell_db, "db.c.aggregate([{$indexStats: {}}]).toArray().map(i => i.name).sort()")
+    assert "_id_" in out and "a_1" in out, out

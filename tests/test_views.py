@@ -282,12 +282,15 @@ def test_await_data_getmore_waits_then_sees_insert_from_other_client(db, client,
     from pymongo import MongoClient
     db.create_collection("feed", capped=True, size=100000)
     db.feed.insert_one({"_id": 0})
-    reply = db.command("find", "feed", tailable=True, awaitData=True)
+    # One session for the cursor and its getMores (MongoDB refuses a getMore from another
+    # session with 50738, and implicit sessions may differ between commands).
+    session = client.start_session()
+    reply = db.command("find", "feed", tailable=True, awaitData=True, session=session)
     cid = reply["cursor"]["id"]
     assert cid != 0
     # Nothing new: the getMore waits about maxTimeMS, then returns an empty batch.
     started = time.monotonic()
-    r = db.command("getMore", cid, collection="feed", maxTimeMS=300)
+    r = db.command("getMore", cid, collection="feed", maxTimeMS=300, session=session)
     waited = time.monotonic() - started
     assert r["cursor"]["nextBatch"] == [] and r["cursor"]["id"] == cid
     assert 0.25 <= waited < 2.0
@@ -300,10 +303,11 @@ def test_await_data_getmore_waits_then_sees_insert_from_other_client(db, client,
     t = threading.Thread(target=insert_later)
     t.start()
     started = time.monotonic()
-    r = db.command("getMore", cid, collection="feed", maxTimeMS=5000)
+    r = db.command("getMore", cid, collection="feed", maxTimeMS=5000, session=session)
     waited = time.monotonic() - started
     t.join()
     other.close()
+    session.end_session()
     assert [d["_id"] for d in r["cursor"]["nextBatch"]] == [1]
     assert waited < 3.0
 

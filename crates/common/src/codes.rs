@@ -75,6 +75,7 @@ error_codes! {
     NonExistentPath = 29,
     InvalidPath = 30,
     RoleNotFound = 31,
+    FileRenameFailed = 37,
     ConflictingUpdateOperators = 40,
     CursorNotFound = 43,
     LockBusy = 46,

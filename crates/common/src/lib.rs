@@ -15,3 +15,40 @@ pub fn hostname() -> String {
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "localhost".to_string())
 }
+
+/// MongoDB's `BSONObjBuilder::appendNumber` rule for counters and sizes in replies: an
+/// Int32 when the value fits, an Int64 otherwise (so shells print `3`, not `Long('3')`).
+pub fn number<T: TryInto<i64>>(n: T) -> bson::Bson {
+    let n: i64 = n.try_into().unwrap_or(i64::MAX);
+    match i32::try_from(n) {
+        Ok(small) => bson::Bson::Int32(small),
+        Err(_) => bson::Bson::Int64(n),
+    }
+}
+
+/// A document's top-level 64-bit integers after [`number`] (nested documents and arrays are
+/// left as they are): for stat documents whose every number is a counter.
+pub fn narrow_counters(doc: &mut bson::Document) {
+    for (_, v) in doc.iter_mut() {
+        if let bson::Bson::Int64(n) = *v {
+            *v = number(n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn number_is_int32_when_it_fits() {
+        assert_eq!(number(3u64), bson::Bson::Int32(3));
+        assert_eq!(number(-5i64), bson::Bson::Int32(-5));
+        assert_eq!(number(i32::MAX as i64), bson::Bson::Int32(i32::MAX));
+        assert_eq!(
+            number(i32::MAX as i64 + 1),
+            bson::Bson::Int64(i32::MAX as i64 + 1)
+        );
+        assert_eq!(number(u64::MAX), bson::Bson::Int64(i64::MAX));
+    }
+}

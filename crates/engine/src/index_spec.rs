@@ -57,10 +57,20 @@ fn validate_key(key: &Document) -> Result<()> {
         ));
     }
     for (field, v) in key {
-        if field.is_empty() {
+        if field.is_empty() || field.split('.').any(str::is_empty) {
             return Err(Error::new(
                 ErrorCode::CannotCreateIndex,
                 "Index keys cannot contain an empty field.",
+            ));
+        }
+        // A `$` part is only allowed as a wildcard index's `$**`.
+        if field
+            .split('.')
+            .any(|part| part.starts_with('$') && part != "$**")
+        {
+            return Err(Error::new(
+                ErrorCode::CannotCreateIndex,
+                "Index key contains an illegal field name: field name starts with '$'.",
             ));
         }
         match v {
@@ -126,6 +136,12 @@ pub fn normalize(spec: &Document) -> Result<Document> {
             return Err(Error::new(
                 ErrorCode::CannotCreateIndex,
                 "The index name cannot be empty",
+            ))
+        }
+        Some(Bson::String(n)) if n.contains('\0') => {
+            return Err(Error::new(
+                ErrorCode::CannotCreateIndex,
+                format!("The index name cannot contain null characters: {n:?}"),
             ))
         }
         Some(Bson::String(n)) => n.clone(),

@@ -4,6 +4,8 @@ pub mod capped;
 pub mod catalog;
 mod ddl;
 mod ddl_txn;
+mod index_mod;
+pub use index_mod::IndexChange;
 pub mod distinct;
 pub mod durability;
 pub mod exec;

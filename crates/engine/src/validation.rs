@@ -153,12 +153,13 @@ impl Validator {
         .with_extra("errInfo", info))
     }
 
-    /// MongoDB's `details` for a validator that is a single `$jsonSchema`; other validators
-    /// get none yet.
+    /// MongoDB's `details`: for a `$jsonSchema` validator its rules not satisfied, for any
+    /// other the failing operator (`operatorName`, `specifiedAs`, `reason`, the value seen)
+    /// or, for `$and`/`$or`, the clauses not satisfied.
     fn details(&self, doc: &RawDocument) -> Option<Document> {
-        match self.matcher.expr() {
-            Expr::Schema(s) => Some(s.validation_details(doc)),
-            _ => None,
-        }
+        Some(match self.matcher.expr() {
+            Expr::Schema(s) => s.validation_details(doc),
+            e => nidus_query::matcher::details::validation_details(e, self.matcher.filter(), doc),
+        })
     }
 }

@@ -783,6 +783,7 @@ impl TargetPlan {
             exec_stats.insert("inputStage", self.stats);
             self.summary
         };
+        nidus_common::narrow_counters(&mut exec_stats);
         op.set_plan(opctx::PlanInfo {
             summary,
             exec_stats,

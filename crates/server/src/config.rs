@@ -76,6 +76,19 @@ pub struct Config {
     pub slowms: i64,
     /// `--slowOpSampleRate` / `operationProfiling.slowOpSampleRate` (default 1.0).
     pub slow_op_sample_rate: f64,
+    /// `--logpath` / `systemLog.path`: log to this file instead of stdout.
+    pub log_path: Option<PathBuf>,
+    /// `--logappend` / `systemLog.logAppend`: append to an existing log file (otherwise it
+    /// is renamed to `<path>.<timestamp>` first).
+    pub log_append: bool,
+    /// `--fork` / `processManagement.fork`: run in the background once ready (needs a log
+    /// file, as mongod).
+    pub fork: bool,
+    /// `--cacheSizeGB` (also mongod's `--wiredTigerCacheSizeGB`) / `storage.*.cacheSizeGB`:
+    /// the storage engine's block cache (default 256 MiB).
+    pub cache_size_gb: Option<f64>,
+    /// The options given, by their config-file path (`net.port`, ...), for `getCmdLineOpts`.
+    pub given: BTreeMap<String, bson::Bson>,
 }
 
 impl Default for Config {
@@ -94,11 +107,16 @@ impl Default for Config {
             profile: 0,
             slowms: 100,
             slow_op_sample_rate: 1.0,
+            log_path: None,
+            log_append: false,
+            fork: false,
+            cache_size_gb: None,
+            given: BTreeMap::new(),
         }
     }
 }
 
-const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--auth] [--replSet NAME] [--oplogSizeMB MB] [--tlsMode disabled|allowTLS|preferTLS|requireTLS] [--tlsCertificateKeyFile PEM] [--tlsCAFile PEM] [--tlsAllowConnectionsWithoutCertificates] [--profile 0|1|2] [--slowms MS] [--slowOpSampleRate R] [--setParameter name=value]...";
+const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--auth] [--replSet NAME] [--oplogSizeMB MB] [--tlsMode disabled|allowTLS|preferTLS|requireTLS] [--tlsCertificateKeyFile PEM] [--tlsCAFile PEM] [--tlsAllowConnectionsWithoutCertificates] [--profile 0|1|2] [--slowms MS] [--slowOpSampleRate R] [--logpath FILE] [--logappend] [--fork] [--cacheSizeGB GB] [--setParameter name=value]... | --version";
 
 impl Config {
     pub fn from_args(args: Vec<String>) -> Result<Config, String> {
@@ -172,11 +190,21 @@ impl Config {
                 "--slowOpSampleRate" => {
                     cfg.slow_op_sample_rate = parse_sample_rate(&value("--slowOpSampleRate")?)?
                 }
+                "--logpath" => cfg.log_path = Some(PathBuf::from(value("--logpath")?)),
+                "--logappend" => cfg.log_append = true,
+                "--fork" => cfg.fork = true,
+                "--cacheSizeGB" | "--wiredTigerCacheSizeGB" => {
+                    cfg.cache_size_gb = Some(parse_cache_size(&value(&flag)?)?)
+                }
                 "--config" | "-f" => cfg.apply_config_file(&value("--config")?)?,
                 "--help" | "-h" => return Err(USAGE.to_string()),
                 other => return Err(format!("unrecognised option '{other}'\n{USAGE}")),
             }
         }
+        if cfg.fork && cfg.log_path.is_none() {
+            return Err("--fork has to be used with --logpath or --syslog".to_string());
+        }
+        cfg.given = cfg.parsed_options();
         if cfg.tls.mode != TlsMode::Disabled && cfg.tls.certificate_key_file.is_none() {
             return Err(
                 "need tlsCertificateKeyFile or certificateSelector when TLS is enabled".to_string(),
@@ -248,6 +276,14 @@ impl Config {
                 ("operationProfiling", "slowOpSampleRate") => {
                     self.slow_op_sample_rate = parse_sample_rate(v)?
                 }
+                ("systemLog", "path") => self.log_path = Some(PathBuf::from(v)),
+                ("systemLog", "logAppend") => self.log_append = v == "true",
+                ("systemLog", "destination") if v != "file" && v != "syslog" => {
+                    return Err(format!("systemLog.destination: expected file, got '{v}'"))
+                }
+                ("processManagement", "fork") => self.fork = v == "true",
+                // mongod's `storage.wiredTiger.engineConfig.cacheSizeGB` lands here too.
+                ("storage", "cacheSizeGB") => self.cache_size_gb = Some(parse_cache_size(v)?),
                 ("setParameter", name) if indented => {
                     self.set_parameters.insert(name.to_string(), v.to_string());
                 }
@@ -255,6 +291,104 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+impl Config {
+    /// The options in effect that differ from the defaults, by their config-file path, as
+    /// mongod's `getCmdLineOpts` `parsed` lists them.
+    fn parsed_options(&self) -> BTreeMap<String, bson::Bson> {
+        use bson::Bson;
+        let d = Config::default();
+        let mut out = BTreeMap::new();
+        let mut put = |k: &str, v: Bson| {
+            out.insert(k.to_string(), v);
+        };
+        put("net.port", Bson::Int32(self.port as i32));
+        put("net.bindIp", Bson::String(self.bind_ip.join(",")));
+        put(
+            "storage.dbPath",
+            Bson::String(self.dbpath.display().to_string()),
+        );
+        if self.max_conns != d.max_conns {
+            put(
+                "net.maxIncomingConnections",
+                Bson::Int32(self.max_conns.min(i32::MAX as usize) as i32),
+            );
+        }
+        if self.auth {
+            put("security.authorization", Bson::String("enabled".into()));
+        }
+        if let Some(rs) = &self.repl_set {
+            put("replication.replSet", Bson::String(rs.clone()));
+        }
+        if self.profile != d.profile {
+            let mode = ["off", "slowOp", "all"][self.profile.clamp(0, 2) as usize];
+            put("operationProfiling.mode", Bson::String(mode.into()));
+        }
+        if self.slowms != d.slowms {
+            put(
+                "operationProfiling.slowOpThresholdMs",
+                nidus_common::number(self.slowms),
+            );
+        }
+        if self.slow_op_sample_rate != d.slow_op_sample_rate {
+            put(
+                "operationProfiling.slowOpSampleRate",
+                Bson::Double(self.slow_op_sample_rate),
+            );
+        }
+        if let Some(p) = &self.log_path {
+            put("systemLog.destination", Bson::String("file".into()));
+            put("systemLog.path", Bson::String(p.display().to_string()));
+            if self.log_append {
+                put("systemLog.logAppend", Bson::Boolean(true));
+            }
+        }
+        if self.fork {
+            put("processManagement.fork", Bson::Boolean(true));
+        }
+        if let Some(gb) = self.cache_size_gb {
+            put("storage.nidus.engineConfig.cacheSizeGB", Bson::Double(gb));
+        }
+        if self.tls.mode != TlsMode::Disabled {
+            put("net.tls.mode", Bson::String(self.tls.mode.name().into()));
+            if let Some(f) = &self.tls.certificate_key_file {
+                put(
+                    "net.tls.certificateKeyFile",
+                    Bson::String(f.display().to_string()),
+                );
+            }
+            if let Some(f) = &self.tls.ca_file {
+                put("net.tls.CAFile", Bson::String(f.display().to_string()));
+            }
+            if self.tls.allow_without_certificates {
+                put(
+                    "net.tls.allowConnectionsWithoutCertificates",
+                    Bson::Boolean(true),
+                );
+            }
+        }
+        for (k, v) in &self.set_parameters {
+            put(&format!("setParameter.{k}"), Bson::String(v.clone()));
+        }
+        out
+    }
+
+    /// The block cache size in bytes (`--cacheSizeGB`), if set.
+    pub fn cache_bytes(&self) -> Option<usize> {
+        self.cache_size_gb
+            .map(|gb| (gb * (1u64 << 30) as f64) as usize)
+    }
+}
+
+/// `--cacheSizeGB`: a positive number of GiB (fractions allowed, as mongod's).
+fn parse_cache_size(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(gb) if gb > 0.0 && gb <= 10_000.0 => Ok(gb),
+        _ => Err(format!(
+            "cacheSizeGB must be a number greater than 0 and at most 10000, got '{v}'"
+        )),
     }
 }
 

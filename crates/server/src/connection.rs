@@ -320,7 +320,10 @@ fn run_msg(
 /// this server's current one (a different process answers at once).
 fn awaitable_hello(state: &ServerState, body: &Document) -> Option<std::time::Duration> {
     let name = body.keys().next()?;
-    if !matches!(name.as_str(), "hello" | "isMaster" | "ismaster") {
+    if !matches!(
+        name.as_str(),
+        "hello" | "isMaster" | "ismaster" | "saslStart" | "saslContinue" | "authenticate"
+    ) {
         return None;
     }
     let ms = match body.get("maxAwaitTimeMS")? {
@@ -360,7 +363,8 @@ fn cursor_still_open(reply: &Document) -> bool {
             != 0
 }
 
-/// OP_QUERY is accepted only for the handshake commands on `<db>.$cmd`, as in MongoDB 6.0+.
+/// OP_QUERY is accepted only for the handshake and authentication commands on `<db>.$cmd`,
+/// as in MongoDB 6.0+ (old drivers authenticate before switching to OP_MSG).
 fn legacy_query(state: &ServerState, conn: &mut ConnState, q: nidus_wire::OpQuery) -> Reply {
     let Some(db) = q.full_collection_name.strip_suffix(".$cmd") else {
         return legacy_error(
@@ -372,7 +376,10 @@ fn legacy_query(state: &ServerState, conn: &mut ConnState, q: nidus_wire::OpQuer
         Err(_) => q.query.clone(),
     };
     let name = body.keys().next().cloned().unwrap_or_default();
-    if !matches!(name.as_str(), "hello" | "isMaster" | "ismaster") {
+    if !matches!(
+        name.as_str(),
+        "hello" | "isMaster" | "ismaster" | "saslStart" | "saslContinue" | "authenticate"
+    ) {
         return legacy_error(&format!(
             "Unsupported OP_QUERY command: {name}. The client driver may require an upgrade. For more details see https://dochub.mongodb.org/core/legacy-opcode-removal"
         ));

@@ -169,6 +169,12 @@ impl CursorManager {
         }
     }
 
+    /// The logical session the cursor was opened in (`Some(None)`: none); `None` when there
+    /// is no such cursor.
+    pub fn session(&self, id: i64) -> Option<Option<Vec<u8>>> {
+        self.cursors.lock().get(&id).map(|e| e.session.clone())
+    }
+
     /// Who opened the cursor (None when there is no such cursor).
     pub fn owner(&self, id: i64) -> Option<Vec<String>> {
         self.cursors.lock().get(&id).map(|e| e.owner.clone())

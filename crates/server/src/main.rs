@@ -14,6 +14,7 @@ mod read_concern;
 mod session;
 mod state;
 mod tls;
+mod top;
 
 use config::Config;
 use connection::ConnectionSlot;
@@ -26,13 +27,27 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 fn main() {
-    let config = match Config::from_args(std::env::args().collect()) {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().skip(1).any(|a| a == "--version") {
+        print_version();
+        return;
+    }
+    let config = match Config::from_args(args) {
         Ok(c) => c,
         Err(msg) => {
             eprintln!("{msg}");
             std::process::exit(2);
         }
     };
+    if config.fork && std::env::var_os(FORKED_ENV).is_none() {
+        std::process::exit(fork_and_wait());
+    }
+    if let Some(path) = &config.log_path {
+        if let Err(msg) = log::to_file(path, config.log_append) {
+            eprintln!("{msg}");
+            std::process::exit(1);
+        }
+    }
     if let Err(msg) = run(config) {
         log::log(
             "F",
@@ -46,10 +61,78 @@ fn main() {
     }
 }
 
+/// `nidus --version`: mongod's two-part banner (the MongoDB version it behaves as, then the
+/// build).
+fn print_version() {
+    println!(
+        "nidus version v{} (compatible with db version v{})",
+        env!("CARGO_PKG_VERSION"),
+        commands::info::COMPATIBLE_VERSION
+    );
+    println!("Build Info: {{");
+    println!("    \"nidus\": \"{}\",", env!("CARGO_PKG_VERSION"));
+    println!("    \"storageEngine\": \"rocksdb\",");
+    println!("    \"target_arch\": \"{}\",", std::env::consts::ARCH);
+    println!("    \"target_os\": \"{}\"", std::env::consts::OS);
+    println!("}}");
+}
+
+/// Set in the environment of the background process `--fork` starts.
+const FORKED_ENV: &str = "NIDUS_FORKED_CHILD";
+
+/// `--fork` as mongod: start the server in the background (its own process group, output
+/// to its log file), wait until it listens, print its pid and exit 0; exit 1 if it fails to
+/// start. The child reports readiness with one line on its stdout, a pipe to this process.
+fn fork_and_wait() -> i32 {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    println!("about to fork child process, waiting until server is ready for connections.");
+    let (reader, writer) = match std::io::pipe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ERROR: cannot create a pipe for --fork: {e}");
+            return 1;
+        }
+    };
+    let exe = std::env::current_exe().unwrap_or_else(|_| "nidus".into());
+    let child = std::process::Command::new(exe)
+        .args(std::env::args().skip(1))
+        .env(FORKED_ENV, "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(writer)
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn();
+    let child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ERROR: cannot start the background process: {e}");
+            return 1;
+        }
+    };
+    println!("forked process: {}", child.id());
+    let mut line = String::new();
+    let ready =
+        std::io::BufReader::new(reader).read_line(&mut line).is_ok() && line.starts_with("ready");
+    if ready {
+        println!("child process started successfully, parent exiting");
+        0
+    } else {
+        eprintln!("ERROR: child process failed, exited with 1 (see the log file)");
+        1
+    }
+}
+
 fn run(config: Config) -> Result<(), String> {
     std::fs::create_dir_all(&config.dbpath)
         .map_err(|e| format!("cannot create dbpath {}: {e}", config.dbpath.display()))?;
-    let kv = RocksEngine::open(&config.dbpath).map_err(|e| e.to_string())?;
+    let kv = RocksEngine::open_with_cache(
+        &config.dbpath,
+        config
+            .cache_bytes()
+            .unwrap_or(nidus_storage_rocks::DEFAULT_CACHE_BYTES),
+    )
+    .map_err(|e| e.to_string())?;
     let engine = Engine::open(Arc::new(kv)).map_err(|e| e.to_string())?;
     // Spilled sort runs go where mongod keeps them; leftovers of a crash are removed.
     let spill = config.dbpath.join("_tmp");
@@ -117,6 +200,14 @@ async fn serve(state: Arc<ServerState>) -> Result<(), String> {
         "Waiting for connections",
         json!({ "port": state.config.port, "ssl": if acceptor.is_some() { "on" } else { "off" } }),
     );
+    log::started();
+    if std::env::var_os(FORKED_ENV).is_some() {
+        // The `--fork` parent waits for this line on our stdout (see fork_and_wait).
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "ready");
+        let _ = out.flush();
+    }
     for l in listeners {
         let st = state.clone();
         tokio::spawn(accept_loop(st, l, acceptor.clone()));

@@ -36,7 +36,88 @@ fn defaults() -> Document {
         "ttlMonitorEnabled": true,
         "ttlMonitorSleepSecs": 60,
         "logLevel": 0,
+        "logComponentVerbosity": default_log_components(),
     }
+}
+
+/// mongod's log components, each with `verbosity: -1` (inherit from the parent), under a
+/// global `verbosity: 0`.
+fn default_log_components() -> Document {
+    const COMPONENTS: &[(&str, &[&str])] = &[
+        ("accessControl", &[]),
+        ("assert", &[]),
+        ("command", &[]),
+        ("control", &[]),
+        ("executor", &[]),
+        ("geo", &[]),
+        ("index", &[]),
+        ("network", &["asio", "bridge", "connectionPool"]),
+        ("processHealth", &[]),
+        ("query", &["optimizer", "ce"]),
+        ("queryStats", &[]),
+        (
+            "replication",
+            &["election", "heartbeats", "initialSync", "rollback"],
+        ),
+        (
+            "sharding",
+            &["rangeDeleter", "shardingCatalogRefresh", "migration"],
+        ),
+        ("storage", &["recovery", "journal"]),
+        ("write", &[]),
+        ("ftdc", &[]),
+        ("tracking", &[]),
+        ("transaction", &[]),
+        ("test", &[]),
+    ];
+    let mut d = bson::doc! { "verbosity": 0 };
+    for (name, subs) in COMPONENTS {
+        let mut c = bson::doc! { "verbosity": -1 };
+        for sub in *subs {
+            c.insert(*sub, bson::doc! { "verbosity": -1 });
+        }
+        d.insert(*name, c);
+    }
+    d
+}
+
+/// Merges a `logComponentVerbosity` change into `into`: only known components, each
+/// `verbosity` a number (-1 clears a component back to inheriting).
+fn merge_verbosity(into: &mut Document, change: &Document, path: &str) -> Result<(), String> {
+    for (k, v) in change {
+        let here = if path.is_empty() {
+            k.clone()
+        } else {
+            format!("{path}.{k}")
+        };
+        match (k.as_str(), v) {
+            ("verbosity", v) => {
+                let n = match v {
+                    Bson::Int32(n) => *n as i64,
+                    Bson::Int64(n) => *n,
+                    Bson::Double(f) => *f as i64,
+                    _ => return Err(format!("Invalid verbosity for {here}: not a number")),
+                };
+                let floor = if path.is_empty() { 0 } else { -1 };
+                into.insert("verbosity", n.clamp(floor, 5) as i32);
+            }
+            (_, Bson::Document(sub)) => match into.get_mut(k) {
+                Some(Bson::Document(existing)) => merge_verbosity(existing, sub, &here)?,
+                _ => return Err(format!("Invalid component: {here}")),
+            },
+            (_, Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_)) => {
+                // `{storage: 2}` is shorthand for `{storage: {verbosity: 2}}`.
+                let mut sub = Document::new();
+                sub.insert("verbosity", v.clone());
+                match into.get_mut(k) {
+                    Some(Bson::Document(existing)) => merge_verbosity(existing, &sub, &here)?,
+                    _ => return Err(format!("Invalid component: {here}")),
+                }
+            }
+            _ => return Err(format!("Invalid component: {here}")),
+        }
+    }
+    Ok(())
 }
 
 fn parse_like(existing: &Bson, raw: &str) -> Option<Bson> {
@@ -83,12 +164,45 @@ impl Parameters {
         self.values.read().clone()
     }
 
-    /// Sets a parameter at run time, keeping its type. Returns the previous value.
-    pub fn set(&self, name: &str, value: Bson) -> Option<Bson> {
+    /// Sets a parameter at run time, keeping its type. Returns the previous value; `Ok(None)`
+    /// for an unknown parameter, `Err` for a value the parameter refuses.
+    pub fn set(&self, name: &str, value: Bson) -> Result<Option<Bson>, String> {
         let mut values = self.values.write();
-        let was = values.get(name).cloned()?;
-        values.insert(name, value);
-        Some(was)
+        let Some(was) = values.get(name).cloned() else {
+            return Ok(None);
+        };
+        match (name, &value) {
+            ("logComponentVerbosity", Bson::Document(change)) => {
+                let mut merged = match &was {
+                    Bson::Document(d) => d.clone(),
+                    _ => default_log_components(),
+                };
+                merge_verbosity(&mut merged, change, "")?;
+                let level = merged.get("verbosity").cloned().unwrap_or(Bson::Int32(0));
+                values.insert("logComponentVerbosity", merged);
+                values.insert("logLevel", level);
+            }
+            ("logComponentVerbosity", _) => {
+                return Err("logComponentVerbosity must be an object".to_string())
+            }
+            ("logLevel", v) => {
+                let n = match v {
+                    Bson::Int32(n) => *n as i64,
+                    Bson::Int64(n) => *n,
+                    Bson::Double(f) => *f as i64,
+                    _ => return Err("logLevel must be a number".to_string()),
+                };
+                let level = n.clamp(0, 5) as i32;
+                values.insert("logLevel", level);
+                if let Some(Bson::Document(c)) = values.get_mut("logComponentVerbosity") {
+                    c.insert("verbosity", level);
+                }
+            }
+            _ => {
+                values.insert(name, value);
+            }
+        }
+        Ok(Some(was))
     }
 
     /// `allowDiskUseByDefault`: whether `find`/`aggregate` without `allowDiskUse` may spill.

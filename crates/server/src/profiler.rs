@@ -229,6 +229,8 @@ impl OpReport<'_> {
                 .map(|(u, db)| format!("{u}@{db}"))
                 .unwrap_or_default(),
         );
+        // Counters follow MongoDB's appendNumber rule (OpDebug::append).
+        nidus_common::narrow_counters(&mut d);
         d
     }
 

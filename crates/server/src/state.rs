@@ -62,6 +62,10 @@ pub struct ServerState {
     pub profiler: crate::profiler::Profiler,
     /// Set once shutdown begins, so waits (awaitable `hello`) end early.
     pub shutting_down: std::sync::atomic::AtomicBool,
+    /// Per-collection usage (`top`, `$collStats` latencyStats, `$indexStats`).
+    pub top: crate::top::Top,
+    /// When the server started, as a date (`$indexStats` `accesses.since`).
+    pub started_at: bson::DateTime,
     next_connection_id: AtomicU64,
 }
 
@@ -89,6 +93,8 @@ impl ServerState {
                 config.slow_op_sample_rate,
             ),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
+            top: Default::default(),
+            started_at: bson::DateTime::now(),
             next_connection_id: AtomicU64::new(1),
         })
     }

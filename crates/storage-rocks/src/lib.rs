@@ -68,9 +68,17 @@ fn cf_options(cache: &Cache, point_lookups: bool) -> Options {
 /// reports a real conflict at once, as MongoDB does.
 const LOCK_TIMEOUT_MS: i64 = 1;
 
+/// The block cache size without `--cacheSizeGB`.
+pub const DEFAULT_CACHE_BYTES: usize = 256 << 20;
+
 impl RocksEngine {
     pub fn open(path: &Path) -> StorageResult<RocksEngine> {
-        let cache = Cache::new_lru_cache(256 << 20);
+        Self::open_with_cache(path, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens with a block cache of `cache_bytes` shared by every column family.
+    pub fn open_with_cache(path: &Path, cache_bytes: usize) -> StorageResult<RocksEngine> {
+        let cache = Cache::new_lru_cache(cache_bytes);
         let mut db_opts = Options::default();
         db_opts.create_if_missing(true);
         db_opts.create_missing_column_families(true);

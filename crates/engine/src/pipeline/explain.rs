@@ -44,7 +44,7 @@ pub fn explain(opened: &Opened, verbosity: Verbosity, n_returned: u64, millis: u
             out.extend(d);
             if executed {
                 if let Ok(stats) = out.get_document_mut("executionStats") {
-                    stats.insert("nReturned", n_returned as i64);
+                    stats.insert("nReturned", nidus_common::number(n_returned));
                 }
             }
         }

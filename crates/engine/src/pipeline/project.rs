@@ -39,11 +39,17 @@ impl Project {
 
     /// Parses in the pipeline's variable scope.
     pub fn new_in(spec: &Document, exprs: &ParseContext) -> Result<Project> {
+        Self::new_as(spec, exprs, "$project")
+    }
+
+    /// Parses a projection written as stage `stage` (`$project`, or `$unset` standing for
+    /// an exclusion): parse errors name that stage, as MongoDB's do.
+    pub fn new_as(spec: &Document, exprs: &ParseContext, stage: &str) -> Result<Project> {
         let projection =
             Projection::parse_in_context(spec, Policy::Aggregate, exprs).map_err(|e| {
                 Error::new(
                     e.code,
-                    format!("Invalid $project :: caused by :: {}", e.message),
+                    format!("Invalid {stage} :: caused by :: {}", e.message),
                 )
             })?;
         let projection = Arc::new(projection);

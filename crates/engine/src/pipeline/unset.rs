@@ -8,5 +8,10 @@ use nidus_query::projection::unset_spec;
 use std::sync::Arc;
 
 pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
-    Ok(vec![Arc::new(Project::new(&unset_spec(arg)?)?)])
+    let spec = unset_spec(arg)?;
+    Ok(vec![Arc::new(Project::new_as(
+        &spec,
+        &nidus_expr::ParseContext::new(),
+        "$unset",
+    )?)])
 }

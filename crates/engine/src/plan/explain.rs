@@ -2,6 +2,7 @@
 
 use crate::exec::{Executor, Stage};
 use bson::{doc, Bson, Document};
+use nidus_common::number;
 
 /// Fields only meaningful after execution, left out of `queryPlanner` plans.
 const RUNTIME_FIELDS: &[&str] = &[
@@ -34,6 +35,7 @@ pub fn plan_document(s: &Stage) -> Document {
             d.insert(k.clone(), v.clone());
         }
     }
+    nidus_common::narrow_counters(&mut d);
     add_children(&mut d, s, plan_document);
     d
 }
@@ -46,20 +48,22 @@ pub fn stats_document(s: &Stage) -> Document {
     if let Some(f) = specific.get("filter") {
         d.insert("filter", f.clone());
     }
-    d.insert("nReturned", c.advanced as i64);
-    d.insert("executionTimeMillisEstimate", 0i64);
-    d.insert("works", c.works as i64);
-    d.insert("advanced", c.advanced as i64);
-    d.insert("needTime", c.need_time as i64);
-    d.insert("needYield", c.need_yield as i64);
-    d.insert("saveState", c.save_state as i64);
-    d.insert("restoreState", c.restore_state as i64);
+    d.insert("nReturned", number(c.advanced));
+    d.insert("executionTimeMillisEstimate", 0i32);
+    d.insert("works", number(c.works));
+    d.insert("advanced", number(c.advanced));
+    d.insert("needTime", number(c.need_time));
+    d.insert("needYield", number(c.need_yield));
+    d.insert("saveState", number(c.save_state));
+    d.insert("restoreState", number(c.restore_state));
     d.insert("isEOF", i32::from(c.is_eof));
     for (k, v) in specific.iter() {
         if k != "filter" && k != "keyPatternSummary" {
             d.insert(k.clone(), v.clone());
         }
     }
+    // Stage counters go through MongoDB's appendNumber rule (explain_stats.cpp).
+    nidus_common::narrow_counters(&mut d);
     add_children(&mut d, s, stats_document);
     d
 }
@@ -114,10 +118,10 @@ pub fn execution_stats(exec: &Executor, n_returned: u64, millis: u64, all_plans:
     let root = &exec.root;
     let mut d = doc! {
         "executionSuccess": true,
-        "nReturned": n_returned as i64,
-        "executionTimeMillis": millis as i64,
-        "totalKeysExamined": root.total("keysExamined"),
-        "totalDocsExamined": root.total("docsExamined"),
+        "nReturned": number(n_returned),
+        "executionTimeMillis": number(millis),
+        "totalKeysExamined": number(root.total("keysExamined")),
+        "totalDocsExamined": number(root.total("docsExamined")),
         "executionStages": cached_flag(stats_document(root), exec.is_cached),
     };
     if all_plans {
@@ -131,10 +135,10 @@ pub fn execution_stats(exec: &Executor, n_returned: u64, millis: u64, all_plans:
 /// One plan's trial statistics (`allPlansExecution`, `$planCacheStats`'s `creationExecStats`).
 pub fn summary(s: &Stage) -> Document {
     doc! {
-        "nReturned": s.common.advanced as i64,
-        "executionTimeMillisEstimate": 0i64,
-        "totalKeysExamined": s.total("keysExamined"),
-        "totalDocsExamined": s.total("docsExamined"),
+        "nReturned": number(s.common.advanced),
+        "executionTimeMillisEstimate": 0i32,
+        "totalKeysExamined": number(s.total("keysExamined")),
+        "totalDocsExamined": number(s.total("docsExamined")),
         "executionStages": stats_document(s),
     }
 }

@@ -16,6 +16,7 @@ pub mod array;
 pub mod bits;
 pub mod collation;
 pub mod comparison;
+pub mod details;
 pub mod element;
 pub mod evaluation;
 pub mod json_schema;

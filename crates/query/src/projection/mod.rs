@@ -365,6 +365,12 @@ fn parse_element(
 ) -> Result<()> {
     let positional = match ctx.policy {
         Policy::Find => find_positional(field),
+        Policy::Aggregate if find_positional(field).is_some() => {
+            return Err(err(
+                31324,
+                "Cannot use positional projection in aggregation projection",
+            ))
+        }
         Policy::Aggregate => None,
     };
     let is_root_id = at_root && field == "_id";
@@ -576,6 +582,11 @@ fn parse_expression(
             add_node(parent, field, PNode::ElemMatch(Box::new(m)))?;
             ctx.has_elem_match = true;
             Ok(())
+        }
+        // One `$`-field that names no expression: MongoDB's projection parser reports it
+        // as an unknown expression (a `$` name is no field path either).
+        _ if sub.len() == 1 && !nidus_expr::is_expression_name(op) => {
+            Err(err(31325, format!("Unknown expression {op}")))
         }
         _ => {
             let whole = Bson::Document(sub.clone());

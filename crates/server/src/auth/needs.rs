@@ -418,6 +418,17 @@ pub fn clone_collection_as_capped(db: &str, body: &Document, _: &Sequences) -> R
     out
 }
 
+/// `dataSize: "db.coll"`: `find` on that collection (the namespace is the full name).
+pub fn data_size(db: &str, body: &Document, _: &Sequences) -> Required {
+    match body.values().next() {
+        Some(Bson::String(full)) => match full.split_once('.') {
+            Some((d, c)) => vec![(ns(d, c), "find")],
+            None => vec![(Target::Database(db.to_string()), "find")],
+        },
+        _ => vec![(Target::Database(db.to_string()), "find")],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

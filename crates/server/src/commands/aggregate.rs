@@ -118,7 +118,7 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
     let explain = ctx.opt_bool("explain")?.unwrap_or(false);
     let batch_size =
         match ctx.body.get("cursor") {
-            Some(Bson::Document(c)) => super::opt_i64("aggregate", c, "batchSize")?,
+            Some(Bson::Document(c)) => super::opt_i64("aggregate.cursor", c, "batchSize")?,
             Some(other) => return Err(wrong_type("aggregate", "cursor", other, "object")),
             None if explain || in_explain => None,
             None => return Err(Error::new(
@@ -128,7 +128,7 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
         };
     if let Some(n) = batch_size.filter(|n| *n < 0) {
         return Err(Error::new(
-            ErrorCode::BadValue,
+            ErrorCode::Location(51024),
             format!("BSON field 'batchSize' value must be >= 0, actual value '{n}'"),
         ));
     }
@@ -143,6 +143,7 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
         }
     };
     let items = current_op_stage(ctx, coll.is_none(), items)?;
+    let items = super::admin::stats_stage(ctx, coll.as_ref(), items)?;
     let mut exp = ExpCtx::new(ctx.state.engine.clone(), &ctx.db);
     exp.source = ctx.read_source();
     if starts_with(ctx, "$listLocalSessions") {

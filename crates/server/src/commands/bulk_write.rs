@@ -2,7 +2,8 @@
 //! with one result per operation returned through a cursor.
 
 use super::write::{
-    opts, parse_delete_statement, parse_update_statement, statement_opts, to_document,
+    empty_ts_clock, fill_empty_timestamps, fill_replacement_timestamps, opts,
+    parse_delete_statement, parse_update_statement, statement_opts, to_document,
 };
 use super::{wrong_type, Ctx};
 use bson::{doc, Bson, Document};
@@ -78,15 +79,18 @@ fn run_op(
 ) -> Result<Document> {
     let engine = ctx.state.engine.clone();
     let wopts = opts(ctx)?;
+    let empty_ts = empty_ts_clock(ctx)?;
     let kind = op.keys().next().cloned().unwrap_or_default();
     match kind.as_str() {
         "insert" => {
             let ns = ns_index(op, "insert", nss)?;
-            let d = op
+            let mut d = op
                 .get_document("document")
-                .map_err(|_| Error::bad_value("BulkWrite insert requires 'document'"))?;
+                .map_err(|_| Error::bad_value("BulkWrite insert requires 'document'"))?
+                .clone();
+            fill_empty_timestamps(&mut d, empty_ts);
             ctx.state.opcounters.insert.fetch_add(1, Ordering::Relaxed);
-            let raw = bson::RawDocumentBuf::from_document(d)
+            let raw = bson::RawDocumentBuf::from_document(&d)
                 .map_err(|e| Error::internal(e.to_string()))?;
             let coll = ctx.ensure_collection(&ns)?;
             engine.insert_one(&coll, &prepare_insert(&raw)?, &wopts)?;
@@ -108,7 +112,8 @@ fn run_op(
                     ("sort", "sort"),
                 ],
             );
-            let spec = parse_update_statement(&stmt, &wopts)?;
+            let mut spec = parse_update_statement(&stmt, &wopts)?;
+            fill_replacement_timestamps(&mut spec.update, empty_ts);
             let wopts = statement_opts(&wopts, "bulkWrite.ops", &stmt)?;
             ctx.state.opcounters.update.fetch_add(1, Ordering::Relaxed);
             engine.check_not_view(&ns)?;

@@ -47,7 +47,16 @@ pub fn list_databases(ctx: &mut Ctx) -> Result<Document> {
             .as_ref()
             .is_some_and(|u| u.privileges.touches_db(name))
     };
-    for name in engine.database_names() {
+    // mongod always has `admin` (system.version), `config` and `local` (startup_log), so
+    // they are listed, sorted in with the rest, even before anything is stored in them.
+    let mut names = engine.database_names();
+    for system in ["admin", "config", "local"] {
+        if !names.iter().any(|n| n == system) {
+            names.push(system.to_string());
+        }
+    }
+    names.sort();
+    for name in names {
         if !visible(&name) {
             continue;
         }
@@ -255,6 +264,11 @@ pub fn create(ctx: &mut Ctx) -> Result<Document> {
             options,
         );
     }
+    // `idIndex` describes the `_id` index (mongorestore passes the dumped one); it is not a
+    // collection option, and listCollections shows the `_id` index's spec on its own.
+    if let Some(id_index) = options.remove("idIndex") {
+        check_id_index(&id_index)?;
+    }
     if let Some(size) = size {
         // Stored as MongoDB shows them: `capped`, `size`, then `max`.
         let mut capped_options = doc! { "capped": true, "size": option_number(size) };
@@ -272,6 +286,31 @@ pub fn create(ctx: &mut Ctx) -> Result<Document> {
         None => ctx.state.engine.create_collection(&ns, options)?,
     };
     Ok(Document::new())
+}
+
+/// `create`'s `idIndex`: the `_id` index spec, `{key: {_id: 1}, name: "_id_", v, ns?}`.
+fn check_id_index(v: &Bson) -> Result<()> {
+    let Bson::Document(d) = v else {
+        return Err(wrong_type("create", "idIndex", v, "object"));
+    };
+    match d.get("key") {
+        Some(Bson::Document(k)) if k.len() == 1 && k.contains_key("_id") => {}
+        _ => {
+            return Err(Error::bad_value(format!(
+                "The field 'key' for an _id index must be {{_id: 1}}, but got {}",
+                nidus_common::shell::format(d.get("key").unwrap_or(&Bson::Null))
+            )))
+        }
+    }
+    if let Some(name) = d.get("name") {
+        if name != &Bson::String("_id_".into()) {
+            return Err(Error::bad_value(format!(
+                "The index name for an _id index must be '_id_', but got {}",
+                nidus_common::shell::format(name)
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn create_view(
@@ -408,6 +447,7 @@ pub fn coll_mod(ctx: &mut Ctx) -> Result<Document> {
     let is_view = ctx.state.engine.view(&ns).is_some();
     let mut changes = Document::new();
     let (mut view_on, mut pipeline) = (None, None);
+    let mut index_change = None;
     for (k, v) in ctx.body.iter().skip(1) {
         if super::is_generic_arg(k) {
             continue;
@@ -482,6 +522,10 @@ pub fn coll_mod(ctx: &mut Ctx) -> Result<Document> {
                     changes.insert("max", option_number(capped_max(n)?));
                 }
             }
+            "index" => match v {
+                Bson::Document(spec) => index_change = Some(parse_index_change(spec)?),
+                other => return Err(wrong_type("collMod", k, other, "object")),
+            },
             _ => {
                 return Err(Error::new(
                     ErrorCode::InvalidOptions,
@@ -494,8 +538,55 @@ pub fn coll_mod(ctx: &mut Ctx) -> Result<Document> {
         ctx.state.engine.modify_view(&ns, view_on, pipeline)?;
         return Ok(Document::new());
     }
-    ctx.state.engine.set_validation_options(&ns, &changes)?;
-    Ok(Document::new())
+    if !changes.is_empty() || index_change.is_none() {
+        ctx.state.engine.set_validation_options(&ns, &changes)?;
+    }
+    match index_change {
+        Some(change) => ctx.state.engine.modify_index(&ns, &change),
+        None => Ok(Document::new()),
+    }
+}
+
+/// collMod's `index: {name | keyPattern, hidden?, expireAfterSeconds?}`.
+fn parse_index_change(spec: &Document) -> Result<nidus_engine::IndexChange> {
+    let mut change = nidus_engine::IndexChange::default();
+    for (k, v) in spec {
+        match (k.as_str(), v) {
+            ("name", Bson::String(n)) => change.name = Some(n.clone()),
+            ("keyPattern", Bson::Document(d)) => change.key_pattern = Some(d.clone()),
+            ("hidden", Bson::Boolean(b)) => change.hidden = Some(*b),
+            ("expireAfterSeconds", v) => {
+                change.expire_after_seconds =
+                    Some(number(v).ok_or_else(|| {
+                        wrong_type("collMod.index", "expireAfterSeconds", v, "long")
+                    })?)
+            }
+            ("name", other) => return Err(wrong_type("collMod.index", "name", other, "string")),
+            ("keyPattern", other) => {
+                return Err(wrong_type("collMod.index", "keyPattern", other, "object"))
+            }
+            ("hidden", other) => return Err(wrong_type("collMod.index", "hidden", other, "bool")),
+            (other, _) => {
+                return Err(Error::new(
+                    ErrorCode::Location(40415),
+                    format!("BSON field 'collMod.index.{other}' is an unknown field."),
+                ))
+            }
+        }
+    }
+    if change.name.is_some() == change.key_pattern.is_some() {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "Must specify either index name or key pattern.",
+        ));
+    }
+    if change.hidden.is_none() && change.expire_after_seconds.is_none() {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "no expireAfterSeconds or hidden field",
+        ));
+    }
+    Ok(change)
 }
 
 /// `changeStreamPreAndPostImages: {enabled: <bool>}` as `collMod` takes it.
@@ -689,6 +780,22 @@ pub fn create_indexes(ctx: &mut Ctx) -> Result<Document> {
             ))
         }
     };
+    // The same index (key and name) twice in one request is refused, as MongoDB does; an
+    // index that already exists is not (the reply then notes it).
+    for (i, a) in specs.iter().enumerate() {
+        let dup = specs[..i]
+            .iter()
+            .any(|b| a.get("key") == b.get("key") && a.get("name") == b.get("name"));
+        if dup {
+            return Err(Error::new(
+                ErrorCode::IndexAlreadyExists,
+                format!(
+                    "Identical index already exists: {}",
+                    a.get_str("name").unwrap_or_default()
+                ),
+            ));
+        }
+    }
     let out = match &ctx.txn {
         Some(txn) => ctx.state.engine.create_indexes_in_txn(&ns, &specs, txn)?,
         None => ctx.state.engine.create_indexes(&ns, &specs)?,

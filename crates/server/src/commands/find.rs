@@ -200,6 +200,62 @@ pub(super) fn session_id(ctx: &Ctx) -> Option<Vec<u8>> {
     }
 }
 
+/// A session id as MongoDB prints an lsid in errors.
+fn lsid_text(id: &[u8]) -> String {
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    match uuid_text(&hex) {
+        Some(u) => format!("{{ id: UUID(\"{u}\") }}"),
+        None => format!("{{ id: BinData(4, {hex}) }}"),
+    }
+}
+
+fn uuid_text(hex: &str) -> Option<String> {
+    (hex.len() == 32).then(|| {
+        format!(
+            "{}-{}-{}-{}-{}",
+            &hex[..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..]
+        )
+    })
+}
+
+/// MongoDB's `validateLSID` for getMore: a cursor opened in a session is only usable from
+/// that session, and one opened outside any session only from outside one.
+fn check_cursor_session(ctx: &Ctx, id: i64) -> Result<()> {
+    let Some(cursor_session) = ctx.state.cursors.session(id) else {
+        return Ok(());
+    };
+    let request = session_id(ctx);
+    match (cursor_session, request) {
+        (None, Some(req)) => Err(Error::new(
+            ErrorCode::Location(50736),
+            format!(
+                "Cannot run getMore on cursor {id}, which was not created in a session, in session {}",
+                lsid_text(&req)
+            ),
+        )),
+        (Some(cur), None) => Err(Error::new(
+            ErrorCode::Location(50737),
+            format!(
+                "Cannot run getMore on cursor {id}, which was created in session {}, without an lsid",
+                lsid_text(&cur)
+            ),
+        )),
+        (Some(cur), Some(req)) if cur != req => Err(Error::new(
+            ErrorCode::Location(50738),
+            format!(
+                "Cannot run getMore on cursor {id}, which was created in session {}, in session {}",
+                lsid_text(&cur),
+                lsid_text(&req)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 pub fn batch_reply(ns: &Namespace, id: i64, field: &str, batch: Vec<RawDocumentBuf>) -> Document {
     let docs: Vec<Bson> = batch
         .into_iter()
@@ -237,6 +293,7 @@ pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
     };
     let ns = Namespace::new(&ctx.db, &coll);
     let batch_size = non_negative(ctx, "batchSize")?.filter(|n| *n > 0);
+    check_cursor_session(ctx, id)?;
     let handle = ctx.state.cursors.get(id)?;
     let Some(mut cursor) = handle.try_lock() else {
         return Err(Error::new(
@@ -357,7 +414,7 @@ pub fn kill_cursors(ctx: &mut Ctx) -> Result<Document> {
             ))
         }
     };
-    let (mut killed, mut not_found) = (Vec::new(), Vec::new());
+    let (mut killed, mut not_found, mut alive) = (Vec::new(), Vec::new(), Vec::new());
     for id in ids {
         let Bson::Int64(n) = id else {
             return Err(wrong_type("killCursors", "cursors", &id, "long"));
@@ -369,7 +426,18 @@ pub fn kill_cursors(ctx: &mut Ctx) -> Result<Document> {
             .ok()
             .map(|c| c.lock().ns == ns)
             .unwrap_or(false);
-        if belongs && ctx.state.cursors.remove(n) {
+        // Under --auth, a cursor opened in a session is killed only from that session
+        // (MongoDB's checkCursorSessionPrivilege); it stays alive otherwise.
+        let other_session = ctx.state.config.auth
+            && ctx
+                .state
+                .cursors
+                .session(n)
+                .flatten()
+                .is_some_and(|s| Some(s) != session_id(ctx));
+        if belongs && other_session {
+            alive.push(Bson::Int64(n));
+        } else if belongs && ctx.state.cursors.remove(n) {
             killed.push(Bson::Int64(n));
         } else {
             not_found.push(Bson::Int64(n));
@@ -378,7 +446,7 @@ pub fn kill_cursors(ctx: &mut Ctx) -> Result<Document> {
     Ok(doc! {
         "cursorsKilled": killed,
         "cursorsNotFound": not_found,
-        "cursorsAlive": [],
+        "cursorsAlive": alive,
         "cursorsUnknown": [],
     })
 }
@@ -430,7 +498,7 @@ pub fn count(ctx: &mut Ctx) -> Result<Document> {
     // COUNT returns nothing itself; it has counted once the plan is done.
     while exec.get_next()?.is_some() {}
     super::note_read(ctx, &exec, &mut (0, 0), None, None);
-    Ok(doc! { "n": exec.counted() })
+    Ok(doc! { "n": nidus_common::number(exec.counted()) })
 }
 
 /// The namespace, query and key of a `distinct` command.

@@ -21,6 +21,7 @@ const FIELDS: &[&str] = &[
     "fields",
     "upsert",
     "bypassDocumentValidation",
+    "bypassEmptyTsReplacement",
     "collation",
     "arrayFilters",
     "hint",
@@ -63,7 +64,12 @@ pub(super) fn parse(ctx: &Ctx) -> Result<Request> {
         None | Some(Bson::Null) => None,
         Some(u) => {
             let scope = nidus_expr::LetScope::new(ctx.opt_document("let")?.as_ref())?;
-            Some(Update::parse_in(u, array_filters.as_deref(), &scope)?)
+            let mut update = Update::parse_in(u, array_filters.as_deref(), &scope)?;
+            super::write::fill_replacement_timestamps(
+                &mut update,
+                super::write::empty_ts_clock(ctx)?,
+            );
+            Some(update)
         }
     };
     let fail = |m: &str| Err(Error::new(ErrorCode::FailedToParse, m.to_string()));

@@ -35,7 +35,7 @@ fn handshake(ctx: &mut Ctx, primary_field: &str) -> Result<Document> {
     reply.insert("maxWriteBatchSize", nidus_wire::MAX_WRITE_BATCH_SIZE as i32);
     reply.insert("localTime", bson::DateTime::now());
     reply.insert("logicalSessionTimeoutMinutes", 30);
-    reply.insert("connectionId", ctx.conn.id);
+    reply.insert("connectionId", nidus_common::number(ctx.conn.id));
     reply.insert("minWireVersion", 0);
     reply.insert("maxWireVersion", MAX_WIRE_VERSION);
     reply.insert("readOnly", false);

@@ -43,18 +43,62 @@ pub fn build_info(_ctx: &mut Ctx) -> Result<Document> {
     })
 }
 
+/// Parameters only `--setParameter` may set (mongod's `set_at: startup`).
+const STARTUP_ONLY: &[&str] = &[
+    "enableTestCommands",
+    "authenticationMechanisms",
+    "maxBSONDepth",
+    "featureCompatibilityVersion",
+];
+
+/// `getParameter`: `"*"` or `{allParameters: true}` for every parameter, otherwise the named
+/// ones; with `{showDetails: true}` each value comes as `{value, settableAtRuntime,
+/// settableAtStartup}`.
 pub fn get_parameter(ctx: &mut Ctx) -> Result<Document> {
     let all = ctx.state.params.all();
-    if matches!(ctx.body.get("getParameter"), Some(Bson::String(s)) if s == "*") {
-        return Ok(all);
+    let (every, details) = match ctx.body.get("getParameter") {
+        Some(Bson::String(s)) if s == "*" => (true, false),
+        Some(Bson::Document(o)) => {
+            for (k, v) in o {
+                if !matches!(k.as_str(), "allParameters" | "showDetails" | "setAt") {
+                    return Err(Error::new(
+                        ErrorCode::Location(40415),
+                        format!("BSON field 'getParameter.{k}' is an unknown field."),
+                    ));
+                }
+                if !matches!(v, Bson::Boolean(_)) && k != "setAt" {
+                    return Err(super::wrong_type("getParameter", k, v, "bool"));
+                }
+            }
+            (
+                o.get_bool("allParameters").unwrap_or(false),
+                o.get_bool("showDetails").unwrap_or(false),
+            )
+        }
+        _ => (false, false),
+    };
+    let show = |k: &str, v: &Bson| -> Bson {
+        if details {
+            let runtime = !STARTUP_ONLY.contains(&k);
+            Bson::Document(doc! {
+                "value": v.clone(),
+                "settableAtRuntime": runtime,
+                "settableAtStartup": k != "featureCompatibilityVersion",
+            })
+        } else {
+            v.clone()
+        }
+    };
+    if every {
+        return Ok(all.iter().map(|(k, v)| (k.clone(), show(k, v))).collect());
     }
     let mut out = Document::new();
     for (k, _) in ctx.body.iter().skip(1) {
-        if k.starts_with('$') || matches!(k.as_str(), "lsid" | "comment") {
+        if super::is_generic_arg(k) {
             continue;
         }
         if let Some(v) = all.get(k) {
-            out.insert(k.clone(), v.clone());
+            out.insert(k.clone(), show(k, v));
         }
     }
     if out.is_empty() {
@@ -72,7 +116,12 @@ pub fn set_parameter(ctx: &mut Ctx) -> Result<Document> {
         if k.starts_with('$') || matches!(k.as_str(), "lsid" | "comment") {
             continue;
         }
-        match ctx.state.params.set(k, v.clone()) {
+        match ctx
+            .state
+            .params
+            .set(k, v.clone())
+            .map_err(Error::bad_value)?
+        {
             Some(was) => {
                 out.insert("was", was);
             }
@@ -96,35 +145,31 @@ pub fn set_parameter(ctx: &mut Ctx) -> Result<Document> {
     Ok(out)
 }
 
+/// `getCmdLineOpts`: `argv` as given and `parsed`, every option in effect that was set (or
+/// that mongod always lists), nested by its config-file path.
 pub fn get_cmd_line_opts(ctx: &mut Ctx) -> Result<Document> {
     let cfg = &ctx.state.config;
-    let mut set_parameter = Document::new();
-    for (k, v) in &cfg.set_parameters {
-        set_parameter.insert(k.clone(), v.clone());
-    }
-    let mut parsed = doc! {
-        "net": { "bindIp": cfg.bind_ip.join(","), "port": cfg.port as i32 },
-        "storage": { "dbPath": cfg.dbpath.display().to_string() },
-    };
-    if !set_parameter.is_empty() {
-        parsed.insert("setParameter", set_parameter);
-    }
-    if cfg.auth {
-        parsed.insert("security", doc! { "authorization": "enabled" });
-    }
-    if cfg.tls.mode != crate::config::TlsMode::Disabled {
-        let mut tls = doc! { "mode": cfg.tls.mode.name() };
-        if let Some(f) = &cfg.tls.certificate_key_file {
-            tls.insert("certificateKeyFile", f.display().to_string());
-        }
-        if let Some(f) = &cfg.tls.ca_file {
-            tls.insert("CAFile", f.display().to_string());
-        }
-        if let Ok(net) = parsed.get_document_mut("net") {
-            net.insert("tls", tls);
-        }
+    let mut parsed = Document::new();
+    for (path, v) in &cfg.given {
+        insert_path(&mut parsed, path, v.clone());
     }
     Ok(doc! { "argv": cfg.argv.clone(), "parsed": parsed })
+}
+
+fn insert_path(d: &mut Document, path: &str, v: Bson) {
+    match path.split_once('.') {
+        None => {
+            d.insert(path, v);
+        }
+        Some((head, rest)) => {
+            if !matches!(d.get(head), Some(Bson::Document(_))) {
+                d.insert(head, Document::new());
+            }
+            if let Some(Bson::Document(sub)) = d.get_mut(head) {
+                insert_path(sub, rest, v);
+            }
+        }
+    }
 }
 
 fn mem_total_mb() -> i64 {
@@ -174,11 +219,23 @@ pub fn list_commands(_ctx: &mut Ctx) -> Result<Document> {
     Ok(doc! { "commands": commands })
 }
 
-/// Sessions are accepted and tracked by the client; the server keeps no per-session state yet.
+/// `getLog`: `"*"` lists the logs, `"global"` returns the recent lines kept in memory,
+/// `"startupWarnings"` the warnings logged before the server listened.
 pub fn get_log(ctx: &mut Ctx) -> Result<Document> {
     match ctx.body.get("getLog") {
         Some(Bson::String(s)) if s == "*" => Ok(doc! { "names": ["global", "startupWarnings"] }),
-        Some(Bson::String(_)) => Ok(doc! { "totalLinesWritten": 0, "log": [] }),
+        Some(Bson::String(s)) if s == "global" => {
+            let (lines, total) = crate::log::recent();
+            Ok(doc! { "totalLinesWritten": nidus_common::number(total), "log": lines })
+        }
+        Some(Bson::String(s)) if s == "startupWarnings" => {
+            let lines = crate::log::startup_warnings();
+            Ok(doc! { "totalLinesWritten": lines.len() as i32, "log": lines })
+        }
+        Some(Bson::String(s)) => Err(Error::new(
+            ErrorCode::OperationFailed,
+            format!("No log named '{s}'"),
+        )),
         _ => Err(Error::type_mismatch(
             "Argument to getLog must be of type String",
         )),

@@ -4,6 +4,7 @@
 //! errors into `{ok: 0, errmsg, code, codeName, errorLabels}`, applies write concern and
 //! fail points, and counts opcounters.
 
+mod admin;
 mod aggregate;
 mod auth;
 mod bulk_write;
@@ -14,7 +15,7 @@ mod explain_write;
 mod find;
 mod find_and_modify;
 mod hello;
-mod info;
+pub mod info;
 mod oplog;
 mod plan_cache;
 mod profile;
@@ -158,6 +159,18 @@ static COMMANDS: &[Command] = &[
     cmd("commitTransaction", transaction::commit_transaction, AUTHED),
     cmd("abortTransaction", transaction::abort_transaction, AUTHED),
     cmd("getLog", info::get_log, cluster(&["getLog"])),
+    cmd("logRotate", admin::log_rotate, cluster(&["logRotate"])),
+    cmd("top", admin::top, cluster(&["top"])),
+    cmd(
+        "connPoolStats",
+        admin::conn_pool_stats,
+        cluster(&["connPoolStats"]),
+    ),
+    cmd("dbHash", admin::db_hash, database(&["dbHash"])),
+    cmd("dbhash", admin::db_hash, database(&["dbHash"])),
+    cmd("dataSize", admin::data_size, Need::Custom(needs::data_size)),
+    cmd("datasize", admin::data_size, Need::Custom(needs::data_size)),
+    cmd("compact", admin::compact, coll(&["compact"])),
     cmd("profile", profile::profile, Need::Custom(needs::profile)),
     cmd("currentOp", profile::current_op, cluster(&["inprog"])),
     cmd("killOp", profile::kill_op, cluster(&["killop"])),
@@ -395,6 +408,12 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
         reply.body.insert("writeConcernError", wce);
     }
     drop(registered);
+    state.top.record(
+        &active.ns,
+        &name,
+        started.elapsed(),
+        matches!(kind, transaction::StatementKind::InTransaction),
+    );
     finish_op(state, &active, &name, &reply, started.elapsed(), error);
     finish_reply(state, reply)
 }
@@ -494,6 +513,14 @@ pub fn note_read(
     cursor_id: Option<i64>,
 ) {
     let root = &exec.root;
+    if *examined == (0, 0) {
+        // The first batch of a query: count its use of each index for `$indexStats`.
+        let mut names = Vec::new();
+        index_names(root, &mut names);
+        for name in names {
+            ctx.state.top.index_used(&ctx.op.ns, &name);
+        }
+    }
     let (keys, docs) = (root.total("keysExamined"), root.total("docsExamined"));
     ctx.op.ctx.add_examined(
         (keys - examined.0).max(0) as u64,
@@ -511,6 +538,18 @@ pub fn note_read(
     extra.nreturned = nreturned.map(|n| n as i64);
     extra.cursor_id = cursor_id;
     extra.cursor_exhausted = cursor_id == Some(0);
+}
+
+/// The indexes a plan reads (`indexName` of its scans), each once.
+fn index_names(stage: &nidus_engine::exec::Stage, out: &mut Vec<String>) {
+    if let Ok(name) = stage.specific_stats().get_str("indexName") {
+        if !out.iter().any(|n| n == name) {
+            out.push(name.to_string());
+        }
+    }
+    for c in stage.children() {
+        index_names(c, out);
+    }
 }
 
 /// What every reply gets last: a replica set member's cluster time.
@@ -952,13 +991,34 @@ pub fn is_generic_arg(field: &str) -> bool {
     )
 }
 
+/// An optional numeric field as MongoDB's IDL `safeInt64` reads it: any of the four number
+/// types, a fractional double or decimal truncated toward zero (`batchSize: 2.0`,
+/// `scale: 2.8`); any other type fails with TypeMismatch naming the accepted types.
 pub fn opt_i64(command: &str, body: &Document, field: &str) -> Result<Option<i64>> {
     match body.get(field) {
         None | Some(Bson::Null) => Ok(None),
-        Some(Bson::Int32(n)) => Ok(Some(*n as i64)),
-        Some(Bson::Int64(n)) => Ok(Some(*n)),
-        Some(Bson::Double(f)) if f.fract() == 0.0 => Ok(Some(*f as i64)),
-        Some(other) => Err(wrong_type(command, field, other, "long")),
+        Some(v) => safe_i64(v).map(Some).ok_or_else(|| {
+            Error::type_mismatch(format!(
+                "BSON field '{command}.{field}' is the wrong type '{}', expected types '[long, int, decimal, double]'",
+                type_name(v)
+            ))
+        }),
+    }
+}
+
+/// A number converted as MongoDB's `safeNumberLong`: truncated, NaN as 0, saturating at the
+/// ends of the 64-bit range. `None` for a value that is not a number.
+pub fn safe_i64(v: &Bson) -> Option<i64> {
+    match v {
+        Bson::Int32(n) => Some(*n as i64),
+        Bson::Int64(n) => Some(*n),
+        // `as` truncates toward zero, maps NaN to 0 and saturates.
+        Bson::Double(f) => Some(*f as i64),
+        Bson::Decimal128(d) => {
+            let f: f64 = d.to_string().parse().unwrap_or(f64::NAN);
+            Some(f as i64)
+        }
+        _ => None,
     }
 }
 

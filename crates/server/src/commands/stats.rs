@@ -26,7 +26,7 @@ pub fn server_status(ctx: &mut Ctx) -> Result<Document> {
     let oc = &st.opcounters;
     let (resident, virt) = resident_mb();
     let current = st.connections.current.load(Ordering::Relaxed);
-    Ok(doc! {
+    let mut reply = doc! {
         "host": nidus_common::hostname(),
         "version": super::info::COMPATIBLE_VERSION,
         "process": "mongod",
@@ -62,15 +62,81 @@ pub fn server_status(ctx: &mut Ctx) -> Result<Document> {
         "logicalSessionRecordCache": { "activeSessionsCount": st.sessions.active_sessions() as i64 },
         "storageEngine": { "name": "rocksdb", "supportsCommittedReads": true, "persistent": true },
         "security": { "authentication": st.auth.counters.to_document() },
-        "nidus": { "walSyncs": st.engine.wal_syncs() as i64 },
-    })
+        "nidus": {
+            "walSyncs": st.engine.wal_syncs() as i64,
+            "cache": {
+                "maximum bytes configured": st
+                    .config
+                    .cache_bytes()
+                    .unwrap_or(nidus_storage_rocks::DEFAULT_CACHE_BYTES) as i64,
+            },
+        },
+        "catalogStats": catalog_stats(ctx),
+    };
+    if let Some(set) = &st.config.repl_set {
+        let me = format!("{}:{}", nidus_common::hostname(), st.config.port);
+        reply.insert(
+            "repl",
+            doc! {
+                "topologyVersion": { "processId": st.process_id, "counter": 0i64 },
+                "hosts": [me.clone()],
+                "setName": set.clone(),
+                "setVersion": 1,
+                "isWritablePrimary": true,
+                "secondary": false,
+                "primary": me.clone(),
+                "me": me,
+                "rbid": 1,
+            },
+        );
+    }
+    Ok(reply)
+}
+
+/// `serverStatus().catalogStats`: how many collections and views exist, user and internal
+/// (`system.*` and the `admin`, `config` and `local` databases).
+fn catalog_stats(ctx: &Ctx) -> Document {
+    let engine = &ctx.state.engine;
+    let (mut colls, mut capped, mut internal_colls, mut views, mut internal_views) =
+        (0i32, 0i32, 0i32, 0i32, 0i32);
+    for db in engine.database_names() {
+        let internal_db = matches!(db.as_str(), "admin" | "config" | "local");
+        for c in engine.collections_in(&db) {
+            if internal_db || c.ns.coll.starts_with("system.") {
+                internal_colls += 1;
+            } else {
+                colls += 1;
+                capped += i32::from(c.is_capped());
+            }
+        }
+        let n = engine.views_in(&db).len() as i32;
+        if internal_db {
+            internal_views += n;
+        } else {
+            views += n;
+        }
+    }
+    doc! {
+        "collections": colls,
+        "capped": capped,
+        "clustered": 0,
+        "timeseries": 0,
+        "views": views,
+        "internalCollections": internal_colls,
+        "internalViews": internal_views,
+        "csfle": 0,
+        "queryableEncryption": 0,
+    }
 }
 
 fn scale(ctx: &Ctx) -> Result<i64> {
     match ctx.opt_i64("scale")? {
         None => Ok(1),
         Some(n) if n >= 1 => Ok(n),
-        Some(_) => Err(Error::bad_value("Scale factor must be greater than zero")),
+        Some(n) => Err(Error::new(
+            ErrorCode::Location(51024),
+            format!("BSON field 'scale' value must be >= 1, actual value '{n}'"),
+        )),
     }
 }
 
@@ -86,7 +152,7 @@ pub fn db_stats(ctx: &mut Ctx) -> Result<Document> {
         .iter()
         .map(|c| c.meta.read().indexes.len() as i64)
         .sum();
-    Ok(doc! {
+    let mut reply = doc! {
         "db": ctx.db.clone(),
         "collections": colls.len() as i64,
         "views": ctx.state.engine.views_in(&ctx.db).len() as i64,
@@ -100,7 +166,9 @@ pub fn db_stats(ctx: &mut Ctx) -> Result<Document> {
         "scaleFactor": scale,
         "fsUsedSize": 0.0,
         "fsTotalSize": 0.0,
-    })
+    };
+    nidus_common::narrow_counters(&mut reply);
+    Ok(reply)
 }
 
 fn collection(ctx: &Ctx, field: &str) -> Result<std::sync::Arc<Collection>> {
@@ -115,49 +183,23 @@ fn collection(ctx: &Ctx, field: &str) -> Result<std::sync::Arc<Collection>> {
 
 pub fn coll_stats(ctx: &mut Ctx) -> Result<Document> {
     let scale = scale(ctx)?;
-    ctx.state
-        .engine
-        .check_not_view(&ctx.namespace(&ctx.command_name())?)?;
-    let coll = collection(ctx, &ctx.command_name())?;
-    let count = coll.count.load(Ordering::Relaxed);
-    let size = coll.data_size.load(Ordering::Relaxed);
-    let meta = coll.meta.read();
-    let mut index_sizes = Document::new();
-    for ix in &meta.indexes {
-        index_sizes.insert(ix.name.clone(), 0i64);
-    }
-    let mut reply = doc! {
-        "ns": coll.ns.full(),
-        "size": size / scale,
-        "count": count,
-        "avgObjSize": if count > 0 { size / count } else { 0 },
-        "storageSize": size / scale,
-        "nindexes": meta.indexes.len() as i32,
-        "indexSizes": index_sizes,
-        "totalIndexSize": 0i64,
-        "totalSize": size / scale,
-        "scaleFactor": scale,
-        "capped": meta.options.get_bool("capped").unwrap_or(false),
-    };
-    if let Some(limits) = nidus_engine::capped::CappedLimits::of(&meta.options) {
-        if let Some(max) = limits.max {
-            reply.insert("max", max);
-        }
-        reply.insert("maxSize", limits.size / scale);
-    }
+    let ns = ctx.namespace(&ctx.command_name())?;
+    ctx.state.engine.check_not_view(&ns)?;
+    let mut reply = doc! { "ns": ns.full() };
+    reply.extend(super::admin::storage_stats(ctx, &ns, scale)?);
     Ok(reply)
 }
 
 pub fn validate(ctx: &mut Ctx) -> Result<Document> {
     let coll = collection(ctx, "validate")?;
     let report = ctx.state.engine.validate(&coll)?;
-    Ok(doc! {
+    let mut reply = doc! {
         "ns": coll.ns.full(),
         "nInvalidDocuments": report.invalid_documents,
         "nNonCompliantDocuments": 0i64,
         "nrecords": report.records,
         "nIndexes": report.index_keys.len() as i32,
-        "keysPerIndex": report.index_keys.iter().map(|(n, k)| (n.clone(), bson::Bson::Int64(*k))).collect::<Document>(),
+        "keysPerIndex": report.index_keys.iter().map(|(n, k)| (n.clone(), nidus_common::number(*k))).collect::<Document>(),
         "valid": report.errors.is_empty(),
         "repaired": false,
         "warnings": [],
@@ -165,5 +207,7 @@ pub fn validate(ctx: &mut Ctx) -> Result<Document> {
         "extraIndexEntries": [],
         "missingIndexEntries": [],
         "corruptRecords": [],
-    })
+    };
+    nidus_common::narrow_counters(&mut reply);
+    Ok(reply)
 }

@@ -153,5 +153,5 @@ pub fn count(ctx: &mut Ctx, ns: &Namespace, spec: &FindSpec) -> Result<Document>
         },
         None => 0,
     };
-    Ok(doc! { "n": n })
+    Ok(doc! { "n": nidus_common::number(n) })
 }

@@ -3,12 +3,14 @@
 
 use super::find::check_fields;
 use super::{wrong_type, Ctx};
-use bson::{doc, Bson, Document, RawDocumentBuf};
+use crate::state::ClusterClock;
+use bson::{doc, Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::stmt_record::{Executed, StatementId};
 use nidus_engine::write::{prepare_insert, UpdateSpec, WriteOpts};
 use nidus_expr::LetScope;
 use nidus_query::update::Update;
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -102,11 +104,78 @@ pub(super) fn statement_opts(opts: &WriteOpts, cmd: &str, stmt: &Document) -> Re
     }
 }
 
+/// The clock that replaces empty timestamps in the documents a command writes, or `None`
+/// when the command sets `bypassEmptyTsReplacement` (MongoDB's tools set it so that a
+/// restored `Timestamp(0, 0)` stays as dumped).
+pub(super) fn empty_ts_clock<'a>(ctx: &Ctx<'a>) -> Result<Option<&'a ClusterClock>> {
+    Ok(match ctx.opt_bool("bypassEmptyTsReplacement")? {
+        Some(true) => None,
+        _ => Some(&ctx.state.cluster_time),
+    })
+}
+
+fn is_empty_ts(v: &Bson) -> bool {
+    matches!(v, Bson::Timestamp(t) if t.time == 0 && t.increment == 0)
+}
+
+/// MongoDB's rule for an inserted document and for the document of a replacement-style
+/// update: a top-level field other than `_id` holding `Timestamp(0, 0)` gets the current
+/// cluster time. Nested fields, `$set`, and pipeline updates keep the empty timestamp.
+pub(super) fn fill_empty_timestamps(doc: &mut Document, clock: Option<&ClusterClock>) {
+    let Some(clock) = clock else { return };
+    for (k, v) in doc.iter_mut() {
+        if k != "_id" && is_empty_ts(v) {
+            *v = Bson::Timestamp(clock.tick());
+        }
+    }
+}
+
+/// [`fill_empty_timestamps`] for a raw document; borrows it unchanged when nothing is empty.
+pub(super) fn fill_empty_timestamps_raw<'d>(
+    raw: &'d RawDocument,
+    clock: Option<&ClusterClock>,
+) -> Result<Cow<'d, RawDocument>> {
+    let Some(clock) = clock else {
+        return Ok(Cow::Borrowed(raw));
+    };
+    let has_empty = raw.iter().any(|el| {
+        matches!(el, Ok((k, RawBsonRef::Timestamp(t))) if k != "_id" && t.time == 0 && t.increment == 0)
+    });
+    if !has_empty {
+        return Ok(Cow::Borrowed(raw));
+    }
+    let mut out = RawDocumentBuf::new();
+    for el in raw.iter() {
+        let (k, v) = el.map_err(|e| Error::new(ErrorCode::InvalidBSON, e.to_string()))?;
+        match v {
+            RawBsonRef::Timestamp(t) if k != "_id" && t.time == 0 && t.increment == 0 => {
+                out.append(k, clock.tick())
+            }
+            v => out.append(k, v.to_raw_bson()),
+        }
+    }
+    Ok(Cow::Owned(out))
+}
+
+/// A replacement-style update's document gets [`fill_empty_timestamps`].
+pub(super) fn fill_replacement_timestamps(update: &mut Update, clock: Option<&ClusterClock>) {
+    if let Update::Replacement(d) = update {
+        fill_empty_timestamps(d, clock);
+    }
+}
+
 pub fn insert(ctx: &mut Ctx) -> Result<Document> {
     check_fields(
         ctx,
-        &["insert", "documents", "ordered", "bypassDocumentValidation"],
+        &[
+            "insert",
+            "documents",
+            "ordered",
+            "bypassDocumentValidation",
+            "bypassEmptyTsReplacement",
+        ],
     )?;
+    let empty_ts = empty_ts_clock(ctx)?;
     let ns = ctx.namespace("insert")?;
     let docs = ctx.documents("documents")?;
     check_batch_size(docs.len())?;
@@ -136,7 +205,9 @@ pub fn insert(ctx: &mut Ctx) -> Result<Document> {
         }
         let opts = with_statement(&opts, stmt);
         let result = coll.clone().and_then(|coll| {
-            prepare_insert(raw).and_then(|doc| ctx.state.engine.insert_one(&coll, &doc, &opts))
+            fill_empty_timestamps_raw(raw, empty_ts)
+                .and_then(|raw| prepare_insert(&raw))
+                .and_then(|doc| ctx.state.engine.insert_one(&coll, &doc, &opts))
         });
         match result {
             Ok(()) => n += 1,
@@ -279,11 +350,18 @@ pub const UPDATE_FIELDS: &[&str] = &[
     "updates",
     "ordered",
     "bypassDocumentValidation",
+    "bypassEmptyTsReplacement",
     "let",
 ];
 
 /// The fields of a `delete` command.
-pub const DELETE_FIELDS: &[&str] = &["delete", "deletes", "ordered", "let"];
+pub const DELETE_FIELDS: &[&str] = &[
+    "delete",
+    "deletes",
+    "ordered",
+    "let",
+    "bypassEmptyTsReplacement",
+];
 
 pub fn update(ctx: &mut Ctx) -> Result<Document> {
     check_fields(ctx, UPDATE_FIELDS)?;
@@ -292,6 +370,7 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
     check_batch_size(stmts.len())?;
     let mut errors = BatchErrors::new(ctx)?;
     let opts = opts(ctx)?;
+    let empty_ts = empty_ts_clock(ctx)?;
     let (mut n, mut modified_count) = (0i64, 0i64);
     let mut upserted = Vec::new();
     for (i, raw) in stmts.iter().enumerate() {
@@ -314,7 +393,8 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
             continue;
         }
         let result = to_document(raw).and_then(|stmt| {
-            let spec = parse_update_statement(&stmt, &opts)?;
+            let mut spec = parse_update_statement(&stmt, &opts)?;
+            fill_replacement_timestamps(&mut spec.update, empty_ts);
             check_retryable_multi(record.is_some(), spec.multi, "multi=true")?;
             let opts = statement_opts(
                 &with_statement(&opts, record.clone()),
