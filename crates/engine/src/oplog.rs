@@ -639,7 +639,9 @@ impl Engine {
 
     /// The oplog when writes to `ns` are logged (not the `local` database).
     pub(crate) fn oplog_for(&self, ns: &Namespace) -> Option<&Arc<Oplog>> {
-        self.oplog().filter(|_| ns.db != OPLOG_DB)
+        // Pre-images are written with the entry they belong to, not logged themselves.
+        self.oplog()
+            .filter(|_| ns.db != OPLOG_DB && !crate::preimages::is_preimages(ns))
     }
 
     /// Opens (creating it if needed) `local.oplog.rs` with a bound of `size_mb`, moves the
@@ -677,6 +679,7 @@ impl Engine {
         clock().advance_to(u64_to_ts(last));
         let oplog = Arc::new(Oplog::new(coll, last, term, stored.unwrap_or(max_bytes)));
         let _ = self.oplog.set(oplog.clone());
+        self.ensure_preimages_collection()?;
         if last == 0 {
             // A new set's first entry, as MongoDB's `replSetInitiate` writes it: change
             // streams started at a time after it find their start point in the oplog.
@@ -744,10 +747,12 @@ impl Engine {
             txn.commit()?;
             return Ok(());
         };
-        let written = self.put_entries(oplog, txn.as_mut(), &ops)?;
+        let mut images = crate::preimages::Added::default();
+        let written = self.put_entries(oplog, txn.as_mut(), &ops, &mut images)?;
         txn.commit()?;
         drop(written.0);
         oplog.note_written(ops.len() as i64, written.1);
+        images.committed();
         Ok(())
     }
 
@@ -758,6 +763,7 @@ impl Engine {
         oplog: &'a Oplog,
         txn: &mut dyn KvTxn,
         ops: &[OplogEntry],
+        images: &mut crate::preimages::Added,
     ) -> Result<(Reservation<'a>, i64)> {
         let slot = oplog.reserve(ops.len() as u64);
         let wall = bson::DateTime::now();
@@ -783,7 +789,7 @@ impl Engine {
             )?;
             bytes += raw.as_bytes().len() as i64;
             if let Some(ui) = op.ui {
-                crate::preimages::put_images(txn, ui, optime.ts, 0, op)?;
+                self.put_images(txn, (ui, optime.ts, 0), op, wall, images)?;
             }
         }
         Ok((slot, bytes))
@@ -857,10 +863,10 @@ impl Engine {
             if n == 0 {
                 return Ok(());
             }
-            if let Some(last) = last {
-                crate::preimages::delete_through(txn.as_mut(), u64_to_ts(last))?;
-            }
             txn.commit()?;
+            if let Some(last) = last {
+                self.delete_images_through(u64_to_ts(last))?;
+            }
             coll.adjust_stats(-n, -bytes);
         }
         Ok(())
