@@ -120,6 +120,12 @@ def test_pre_and_post_images(db):
     assert [e.get("fullDocumentBeforeChange") for e in evs] == [
         {"_id": 1, "a": 1}, {"_id": 1, "a": 2}, {"_id": 1, "a": 3}]
     assert evs[0]["fullDocument"] == {"_id": 1, "a": 2}
+    # The pre-images are kept where MongoDB keeps them.
+    info = db.command("listCollections", filter={"name": "c"})["cursor"]["firstBatch"][0]
+    kept = list(db.client.config["system.preimages"].find({"_id.nsUUID": info["info"]["uuid"]}))
+    assert [k["preImage"] for k in kept] == [e["fullDocumentBeforeChange"] for e in evs]
+    assert [k["_id"]["ts"] for k in kept] == [e["clusterTime"] for e in evs]
+    assert all(k["_id"]["applyOpsIndex"] == 0 for k in kept)
     # Without images on the collection: whenAvailable gives null, required fails.
     d = db.d
     d.insert_one({"_id": 1})

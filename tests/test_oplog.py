@@ -282,6 +282,10 @@ def test_size_bound_truncates_oldest_entries(start_nidus):
     s = start_nidus(extra_args=["--replSet", "rs0", "--oplogSizeMB", "1"])
     c = s.client()
     blob = "x" * 10_000
+    c.t.create_collection("p", changeStreamPreAndPostImages={"enabled": True})
+    c.t.p.insert_many([{"_id": i} for i in range(5)])
+    c.t.p.delete_many({})  # pre-images of entries soon truncated
+    assert c.config["system.preimages"].count_documents({}) == 5
     c.t.c.insert_many([{"_id": i, "blob": blob} for i in range(300)])  # ~3 MB logged
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -294,6 +298,8 @@ def test_size_bound_truncates_oldest_entries(start_nidus):
     assert first["op"] == "i" and first["o"]["_id"] > 150
     last = next(oplog(c).find().sort("$natural", -1).limit(1))
     assert last["o"]["_id"] == 299
+    # Pre-images live as long as their entries.
+    assert c.config["system.preimages"].count_documents({}) == 0
     c.close()
 
 

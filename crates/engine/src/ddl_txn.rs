@@ -182,24 +182,28 @@ impl Engine {
         let logged = match self.oplog().filter(|_| !ops.is_empty()) {
             Some(oplog) => {
                 let entry = Engine::transaction_entry(&ops, txn.session().as_ref());
+                let mut images = crate::preimages::Added::default();
                 let (slot, bytes) = txn.with_kv(|kv| {
                     let (slot, bytes) =
-                        self.put_entries(oplog, kv, std::slice::from_ref(&entry))?;
+                        self.put_entries(oplog, kv, std::slice::from_ref(&entry), &mut images)?;
+                    let wall = bson::DateTime::now();
                     for (i, op) in ops.iter().enumerate() {
                         if let Some(ui) = op.ui {
-                            crate::preimages::put_images(kv, ui, slot.ts(0), i as u32, op)?;
+                            let at = (ui, slot.ts(0), i as u32);
+                            self.put_images(kv, at, op, wall, &mut images)?;
                         }
                     }
                     Ok((slot, bytes))
                 })?;
-                Some((oplog, slot, bytes))
+                Some((oplog, slot, bytes, images))
             }
             None => None,
         };
         txn.commit()?;
-        if let Some((oplog, slot, bytes)) = logged {
+        if let Some((oplog, slot, bytes, images)) = logged {
             drop(slot);
             oplog.note_written(1, bytes);
+            images.committed();
         }
         let mut map = self.collections.write();
         for coll in created {

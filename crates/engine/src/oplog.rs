@@ -38,7 +38,8 @@
 //! - [`Oplog::set_commit_point`]: the majority commit point; change streams read up to
 //!   [`Oplog::majority_readable_u64`] (until it is set, the visibility point).
 //! - [`Oplog::append_replicated`]: writes an entry with a given `ts` (a secondary's copy)
-//!   into a storage transaction; [`clock`] `.advance_to` keeps the local clock ahead of it.
+//!   into a storage transaction; after the commit, [`Oplog::replicated_committed`] moves the
+//!   clock and the visibility point to it.
 //!
 //! # Size
 //! The oplog is bounded by `--oplogSizeMB` (`replSetResizeOplog` changes it): a background
@@ -577,6 +578,27 @@ impl Oplog {
         Ok(())
     }
 
+    /// After the transaction holding entries written with [`Oplog::append_replicated`]
+    /// committed: moves the clock and the visibility point to `last` (the newest of them;
+    /// reservations still in flight keep holding the point back) and counts the entries
+    /// toward the size bound.
+    pub fn replicated_committed(&self, last: Timestamp, n: i64, bytes: i64) {
+        clock().advance_to(last);
+        {
+            let mut slots = self.slots.lock();
+            slots.last_reserved = slots.last_reserved.max(ts_to_u64(last));
+            let v = match slots.in_flight.first() {
+                Some(f) => f - 1,
+                None => slots.last_reserved,
+            };
+            if v > self.visible.load(Ordering::Acquire) {
+                self.visible.store(v, Ordering::Release);
+            }
+        }
+        self.wake();
+        self.note_written(n, bytes);
+    }
+
     /// The previous optime of a retryable write's chain, recording `now` as its last.
     fn chain(&self, session: &SessionInfo, now: OpTime) -> OpTime {
         let key = bson::to_vec(&session.lsid).unwrap_or_default();
@@ -639,7 +661,9 @@ impl Engine {
 
     /// The oplog when writes to `ns` are logged (not the `local` database).
     pub(crate) fn oplog_for(&self, ns: &Namespace) -> Option<&Arc<Oplog>> {
-        self.oplog().filter(|_| ns.db != OPLOG_DB)
+        // Pre-images are written with the entry they belong to, not logged themselves.
+        self.oplog()
+            .filter(|_| ns.db != OPLOG_DB && !crate::preimages::is_preimages(ns))
     }
 
     /// Opens (creating it if needed) `local.oplog.rs` with a bound of `size_mb`, moves the
@@ -677,6 +701,7 @@ impl Engine {
         clock().advance_to(u64_to_ts(last));
         let oplog = Arc::new(Oplog::new(coll, last, term, stored.unwrap_or(max_bytes)));
         let _ = self.oplog.set(oplog.clone());
+        self.ensure_preimages_collection()?;
         if last == 0 {
             // A new set's first entry, as MongoDB's `replSetInitiate` writes it: change
             // streams started at a time after it find their start point in the oplog.
@@ -744,10 +769,12 @@ impl Engine {
             txn.commit()?;
             return Ok(());
         };
-        let written = self.put_entries(oplog, txn.as_mut(), &ops)?;
+        let mut images = crate::preimages::Added::default();
+        let written = self.put_entries(oplog, txn.as_mut(), &ops, &mut images)?;
         txn.commit()?;
         drop(written.0);
         oplog.note_written(ops.len() as i64, written.1);
+        images.committed();
         Ok(())
     }
 
@@ -758,6 +785,7 @@ impl Engine {
         oplog: &'a Oplog,
         txn: &mut dyn KvTxn,
         ops: &[OplogEntry],
+        images: &mut crate::preimages::Added,
     ) -> Result<(Reservation<'a>, i64)> {
         let slot = oplog.reserve(ops.len() as u64);
         let wall = bson::DateTime::now();
@@ -783,7 +811,7 @@ impl Engine {
             )?;
             bytes += raw.as_bytes().len() as i64;
             if let Some(ui) = op.ui {
-                crate::preimages::put_images(txn, ui, optime.ts, 0, op)?;
+                self.put_images(txn, (ui, optime.ts, 0), op, wall, images)?;
             }
         }
         Ok((slot, bytes))
@@ -857,10 +885,10 @@ impl Engine {
             if n == 0 {
                 return Ok(());
             }
-            if let Some(last) = last {
-                crate::preimages::delete_through(txn.as_mut(), u64_to_ts(last))?;
-            }
             txn.commit()?;
+            if let Some(last) = last {
+                self.delete_images_through(u64_to_ts(last))?;
+            }
             coll.adjust_stats(-n, -bytes);
         }
         Ok(())
@@ -913,6 +941,30 @@ mod tests {
         }
         clock().advance_to(u64_to_ts(last + 1000));
         assert!(ts_to_u64(clock().tick()) > last + 1000);
+    }
+
+    #[test]
+    fn replicated_entries_become_visible_after_commit() {
+        let (_dir, engine) = engine();
+        let oplog = engine.enable_oplog(1).expect("oplog").clone();
+        let ts = u64_to_ts(ts_to_u64(clock().tick()) + 1000);
+        let entry = OplogEntry::command("t", None, doc! { "create": "c" }).to_document(
+            OpTime { ts, t: 3 },
+            bson::DateTime::now(),
+            None,
+        );
+        let raw = RawDocumentBuf::from_document(&entry).expect("raw");
+        let mut txn = engine.kv().begin();
+        oplog.append_replicated(txn.as_mut(), &raw).expect("append");
+        txn.commit().expect("commit");
+        assert!(ts_to_u64(oplog.visible()) < ts_to_u64(ts));
+        oplog.replicated_committed(ts, 1, raw.as_bytes().len() as i64);
+        assert_eq!(oplog.visible(), ts);
+        assert_eq!(
+            oplog.last_visible(engine.kv()).expect("last"),
+            OpTime { ts, t: 3 }
+        );
+        assert!(ts_to_u64(clock().tick()) > ts_to_u64(ts));
     }
 
     #[test]

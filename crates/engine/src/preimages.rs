@@ -1,14 +1,27 @@
-//! Pre-images (and post-images) of changes to collections with `changeStreamPreAndPostImages: {enabled:
-//! true}`, which change streams return as `fullDocumentBeforeChange` (MongoDB keeps them in
-//! `config.system.preimages`). Each is written in the storage transaction of its oplog entry,
-//! keyed by the entry's `ts`, the collection UUID and the entry's index inside `applyOps`,
-//! and deleted with the oplog entries it belongs to when the oplog is truncated.
+//! Images of changes to collections with `changeStreamPreAndPostImages: {enabled: true}`,
+//! which change streams return as `fullDocumentBeforeChange` and (`whenAvailable`/
+//! `required`) `fullDocument`.
+//!
+//! Pre-images go where MongoDB keeps them, the collection `config.system.preimages`:
+//! `{_id: {nsUUID, ts, applyOpsIndex}, operationTime, preImage}`, written in the storage
+//! transaction of their oplog entry (record and `_id` index entry put directly, not logged).
+//! MongoDB derives post-images from the pre-image and the entry; here the post-image of an
+//! update is kept beside, in the catalog space under `postimage\0 ts uuid index`. Both are
+//! deleted with the oplog entries they belong to when the oplog is truncated.
 
-use bson::{Document, RawDocumentBuf, Timestamp};
+use crate::catalog::CollectionRef;
+use crate::index;
+use crate::namespace::Namespace;
+use crate::oplog::{ts_to_u64, OplogEntry};
+use crate::Engine;
+use bson::{doc, Document, RawDocumentBuf, Timestamp};
 use nidus_common::{Error, Result};
-use nidus_storage::{KvRead, KvTxn, Space};
+use nidus_storage::{keys, KvTxn, Space};
 
-const PREFIX: &[u8] = b"preimage\0";
+const POST_PREFIX: &[u8] = b"postimage\0";
+
+pub const PREIMAGES_DB: &str = "config";
+pub const PREIMAGES_COLL: &str = "system.preimages";
 
 /// `changeStreamPreAndPostImages: {enabled: true}` in a collection's options.
 pub fn enabled(options: &Document) -> bool {
@@ -19,77 +32,146 @@ pub fn enabled(options: &Document) -> bool {
         .unwrap_or(false)
 }
 
-fn key(ts: Timestamp, ui: bson::Uuid, index: u32) -> Vec<u8> {
-    let mut k = PREFIX.to_vec();
-    k.extend_from_slice(&crate::oplog::ts_to_u64(ts).to_be_bytes());
+pub fn is_preimages(ns: &Namespace) -> bool {
+    ns.db == PREIMAGES_DB && ns.coll == PREIMAGES_COLL
+}
+
+fn post_key(ts: Timestamp, ui: bson::Uuid, index: u32) -> Vec<u8> {
+    let mut k = POST_PREFIX.to_vec();
+    k.extend_from_slice(&ts_to_u64(ts).to_be_bytes());
     k.extend_from_slice(&ui.bytes());
     k.extend_from_slice(&index.to_be_bytes());
     k
 }
 
-/// Keeps `doc` as the pre-image of the change at (`ts`, `index`) to collection `ui`.
-pub fn put(
-    txn: &mut dyn KvTxn,
-    ui: bson::Uuid,
-    ts: Timestamp,
-    index: u32,
-    doc: &Document,
-) -> Result<()> {
-    let bytes = bson::to_vec(doc).map_err(|e| Error::internal(e.to_string()))?;
-    txn.put(Space::Catalog, &key(ts, ui, index), &bytes)?;
-    Ok(())
+fn pre_image_id(ui: bson::Uuid, ts: Timestamp, index: u32) -> Document {
+    doc! { "nsUUID": ui, "ts": ts, "applyOpsIndex": index as i64 }
 }
 
-/// Bit of the index under which the post-image of an update is kept.
-pub const POST_IMAGE: u32 = 1 << 31;
+/// Documents and bytes added to `config.system.preimages`, counted once committed.
+#[derive(Default)]
+pub(crate) struct Added(pub Option<CollectionRef>, pub i64, pub i64);
 
-/// Keeps the images an entry carries (see [`crate::oplog::OplogEntry::pre_image`]).
-pub fn put_images(
-    txn: &mut dyn KvTxn,
-    ui: bson::Uuid,
-    ts: Timestamp,
-    index: u32,
-    entry: &crate::oplog::OplogEntry,
-) -> Result<()> {
-    if let Some(pre) = &entry.pre_image {
-        put(txn, ui, ts, index, pre)?;
-    }
-    if let Some(post) = &entry.post_image {
-        put(txn, ui, ts, index | POST_IMAGE, post)?;
-    }
-    Ok(())
-}
-
-/// The pre-image of the change at (`ts`, `index`) to collection `ui`, if kept.
-pub fn get(
-    kv: &dyn KvRead,
-    ui: bson::Uuid,
-    ts: Timestamp,
-    index: u32,
-) -> Result<Option<RawDocumentBuf>> {
-    match kv.get(Space::Catalog, &key(ts, ui, index))? {
-        Some(b) => Ok(Some(RawDocumentBuf::from_bytes(b)?)),
-        None => Ok(None),
-    }
-}
-
-/// Deletes every pre-image of a change at or before `ts`.
-pub fn delete_through(txn: &mut dyn KvTxn, ts: Timestamp) -> Result<()> {
-    let mut upper = PREFIX.to_vec();
-    upper.extend_from_slice(&crate::oplog::ts_to_u64(ts).saturating_add(1).to_be_bytes());
-    let victims: Vec<Vec<u8>> = {
-        let mut c = txn.cursor(Space::Catalog, PREFIX, &upper);
-        c.seek_to_first();
-        let mut out = Vec::new();
-        while c.valid() {
-            out.push(c.key().to_vec());
-            c.next();
+impl Added {
+    pub(crate) fn committed(self) {
+        if let Some(c) = self.0 {
+            c.adjust_stats(self.1, self.2);
         }
-        c.status()?;
-        out
-    };
-    for k in victims {
-        txn.delete(Space::Catalog, &k)?;
     }
-    Ok(())
+}
+
+impl Engine {
+    fn preimages_collection(&self) -> Option<CollectionRef> {
+        self.collection(&Namespace::new(PREIMAGES_DB, PREIMAGES_COLL))
+    }
+
+    /// Creates `config.system.preimages` if needed (a replica set member has it).
+    pub(crate) fn ensure_preimages_collection(&self) -> Result<()> {
+        self.ensure_collection(&Namespace::new(PREIMAGES_DB, PREIMAGES_COLL))
+            .map(|_| ())
+    }
+
+    /// Keeps the images `entry` carries for the change at (`ts`, `index`) to collection `ui`.
+    pub(crate) fn put_images(
+        &self,
+        txn: &mut dyn KvTxn,
+        (ui, ts, index): (bson::Uuid, Timestamp, u32),
+        entry: &OplogEntry,
+        wall: bson::DateTime,
+        added: &mut Added,
+    ) -> Result<()> {
+        if let (Some(pre), Some(coll)) = (&entry.pre_image, self.preimages_collection()) {
+            let doc = doc! {
+                "_id": pre_image_id(ui, ts, index),
+                "operationTime": wall,
+                "preImage": pre.clone(),
+            };
+            let raw =
+                RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?;
+            let meta = coll.meta.read();
+            let rid = coll.allocate_record_id();
+            for ix in meta.write_indexes() {
+                let (keys, _) = index::document_keys_for_write(ix, &raw)?;
+                index::insert_keys(txn, &coll, ix, &keys, rid)?;
+            }
+            txn.put(Space::Records, &keys::with_id(coll.id, rid), raw.as_bytes())?;
+            added.1 += 1;
+            added.2 += raw.as_bytes().len() as i64;
+            added.0 = Some(coll.clone());
+        }
+        if let Some(post) = &entry.post_image {
+            let bytes = bson::to_vec(post).map_err(|e| Error::internal(e.to_string()))?;
+            txn.put(Space::Catalog, &post_key(ts, ui, index), &bytes)?;
+        }
+        Ok(())
+    }
+
+    /// The pre-image of the change at (`ts`, `index`) to collection `ui`, if kept.
+    pub fn pre_image(&self, ui: bson::Uuid, ts: Timestamp, index: u32) -> Result<Option<Document>> {
+        let Some(coll) = self.preimages_collection() else {
+            return Ok(None);
+        };
+        let spec = crate::find::FindSpec {
+            filter: doc! { "_id": pre_image_id(ui, ts, index) },
+            limit: 1,
+            ..Default::default()
+        };
+        let mut exec = self.plan_find(Some(&coll), &spec)?;
+        match exec.next_doc()? {
+            Some(raw) => Ok(raw
+                .get_document("preImage")
+                .ok()
+                .and_then(|d| d.to_raw_document_buf().to_document().ok())),
+            None => Ok(None),
+        }
+    }
+
+    /// The post-image of the update at (`ts`, `index`) to collection `ui`, if kept.
+    pub fn post_image(
+        &self,
+        ui: bson::Uuid,
+        ts: Timestamp,
+        index: u32,
+    ) -> Result<Option<Document>> {
+        let snap = self.kv.snapshot();
+        match snap.get(Space::Catalog, &post_key(ts, ui, index))? {
+            Some(b) => Ok(Some(
+                Document::from_reader(b.as_slice()).map_err(|e| Error::internal(e.to_string()))?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// Deletes the images of every change at or before `ts` (after the oplog lost them).
+    pub(crate) fn delete_images_through(&self, ts: Timestamp) -> Result<()> {
+        let mut upper = POST_PREFIX.to_vec();
+        upper.extend_from_slice(&ts_to_u64(ts).saturating_add(1).to_be_bytes());
+        let mut txn = self.kv.begin();
+        let victims: Vec<Vec<u8>> = {
+            let mut c = txn.cursor(Space::Catalog, POST_PREFIX, &upper);
+            c.seek_to_first();
+            let mut out = Vec::new();
+            while c.valid() {
+                out.push(c.key().to_vec());
+                c.next();
+            }
+            c.status()?;
+            out
+        };
+        for k in victims {
+            txn.delete(Space::Catalog, &k)?;
+        }
+        txn.commit()?;
+        if let Some(coll) = self.preimages_collection() {
+            let filter = doc! { "_id.ts": { "$lte": ts } };
+            self.delete(
+                &coll,
+                &filter,
+                true,
+                None,
+                &crate::write::WriteOpts::default(),
+            )?;
+        }
+        Ok(())
+    }
 }

@@ -22,6 +22,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 const HWM: u8 = 0;
+/// Marks a post-image lookup in [`ChangeStreamSource::image`]'s index argument.
+const POST_IMAGE: u32 = 1 << 31;
 const EVENT: u8 = 128;
 
 /// Entries read from the oplog per storage snapshot.
@@ -602,7 +604,7 @@ impl ChangeStreamSource {
                 ev.insert("fullDocument", doc);
             }
             FullDocument::WhenAvailable | FullDocument::Required => {
-                let image = self.image(ui, ts, index | crate::preimages::POST_IMAGE)?;
+                let image = self.image(ui, ts, index | POST_IMAGE)?;
                 match image {
                     Some(d) => {
                         ev.insert("fullDocument", d);
@@ -650,17 +652,14 @@ impl ChangeStreamSource {
         let Ok(bytes) = <[u8; 16]>::try_from(b.bytes.as_slice()) else {
             return Ok(None);
         };
-        let snap = self.engine.kv().snapshot();
-        let raw = crate::preimages::get(
-            snap.as_ref(),
-            bson::Uuid::from_bytes(bytes),
-            u64_to_ts(ts),
-            index,
-        )?;
-        Ok(match raw {
-            Some(r) => Some(Document::try_from(r.as_ref())?),
-            None => None,
-        })
+        let ui = bson::Uuid::from_bytes(bytes);
+        let post = index & POST_IMAGE != 0;
+        match post {
+            true => self
+                .engine
+                .post_image(ui, u64_to_ts(ts), index & !POST_IMAGE),
+            false => self.engine.pre_image(ui, u64_to_ts(ts), index),
+        }
     }
 
     /// Events of a DDL entry: `drop`, `rename`, `dropDatabase` (and the `invalidate` they
