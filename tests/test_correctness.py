@@ -221,6 +221,24 @@ def test_hidden_index_is_never_used_nor_hinted_but_still_expires(start_nidus):
     assert sorted(d["_id"] for d in db.h.find()) == [3, 4, 5]
 
 
+@pytest.mark.parametrize("filt,want", [
+    ({"c": {"$gte": "a", "$lt": "B"}}, [1, 2]),
+    ({"c": {"$in": ["B", "a"]}}, [1, 2, 3, 4]),
+    ({"c": {"$gt": "A", "$lte": "c"}}, [3, 4, 5]),
+])
+@pytest.mark.parametrize("direction", [1, -1])
+def test_collated_index_bounds_follow_the_collation_order(db, filt, want, direction):
+    db.s.insert_many([{"_id": i, "c": c} for i, c in enumerate("aAbBc", start=1)])
+    en2 = {"locale": "en", "strength": 2}
+    db.s.create_index("c", collation=en2, name="c_en2")
+    for hint in ("c_en2", None):
+        cursor = db.s.find(filt, collation=en2).sort("c", direction)
+        if hint:
+            cursor = cursor.hint(hint)
+        assert sorted(d["_id"] for d in cursor) == want
+    assert sorted(d["_id"] for d in db.s.find(filt, collation=en2, hint={"$natural": 1})) == want
+
+
 # --- concurrent catalog operations ------------------------------------------------------------
 
 

@@ -175,7 +175,11 @@ fn collation_allows(ix: &IndexMeta, leaf: &Leaf, query: &Query) -> bool {
         _ => false,
     };
     if ix.collation.as_ref() == query.collation {
-        return ix.collation.is_none() || !regex;
+        // `$elemMatch` bounds are intersected in binary order (`builder::translate`), which
+        // is not a collation's order for strings.
+        let elem_match_strings = matches!(leaf, Leaf::ElemMatch(ElemMatch::Value(preds))
+            if preds.iter().any(pred_has_string));
+        return ix.collation.is_none() || !(regex || elem_match_strings);
     }
     let collatable = |v: &bson::Bson| has_string(v);
     match leaf {
@@ -183,6 +187,17 @@ fn collation_allows(ix: &IndexMeta, leaf: &Leaf, query: &Query) -> bool {
         Leaf::In(l) => !regex && !l.values.iter().any(|v| collatable(&v.bson)),
         Leaf::Regex(_) | Leaf::ElemMatch(_) => false,
         _ => true,
+    }
+}
+
+fn pred_has_string(p: &nidus_query::matcher::Pred) -> bool {
+    use nidus_query::matcher::Pred;
+    match p {
+        Pred::Leaf(Leaf::Eq(v) | Leaf::Cmp(_, v)) => has_string(&v.bson),
+        Pred::Leaf(Leaf::In(l)) => l.values.iter().any(|v| has_string(&v.bson)),
+        Pred::Leaf(_) | Pred::Const(_) => false,
+        Pred::Not(p) => pred_has_string(p),
+        Pred::And(ps) => ps.iter().any(pred_has_string),
     }
 }
 
@@ -196,12 +211,10 @@ fn has_string(v: &bson::Bson) -> bool {
 }
 
 /// Bounds over a collated index compare collation keys: every string endpoint becomes one.
-fn collate_bounds(bounds: &mut IndexBounds, c: &nidus_doc::collation::Collation) {
-    for oil in &mut bounds.fields {
-        for iv in &mut oil.intervals {
-            iv.start = crate::index::collate_value(&iv.start, c);
-            iv.end = crate::index::collate_value(&iv.end, c);
-        }
+fn collate_intervals(intervals: &mut [bounds::Interval], c: &nidus_doc::collation::Collation) {
+    for iv in intervals {
+        iv.start = crate::index::collate_value(&iv.start, c);
+        iv.end = crate::index::collate_value(&iv.end, c);
     }
 }
 
@@ -239,7 +252,13 @@ fn plan_index(
             if blocked {
                 continue;
             }
-            let t = builder::translate(p.leaf, p.negated);
+            let mut t = builder::translate(p.leaf, p.negated);
+            // A collated index orders strings by their collation keys: endpoints become keys
+            // before intervals are sorted, merged and intersected (in binary order "B" < "a",
+            // under a case-insensitive collation "a" < "B").
+            if let Some(c) = &ix.collation {
+                collate_intervals(&mut t.intervals, c);
+            }
             let asc = OrderedIntervalList::from_ascending(field, t.intervals, false).intervals;
             let combined = match &acc {
                 None => asc,
@@ -268,10 +287,7 @@ fn plan_index(
     let residual: Vec<usize> = (0..conjuncts.len())
         .filter(|&i| !exact_conjuncts[i] || inexact_conjuncts[i])
         .collect();
-    let mut bounds = IndexBounds { fields };
-    if let Some(c) = &ix.collation {
-        collate_bounds(&mut bounds, c);
-    }
+    let bounds = IndexBounds { fields };
     let same_collation = ix.collation.as_ref() == query.collation;
     let (provides_sort, forward) = match query.sort {
         Some(_) if !same_collation => (false, true),
