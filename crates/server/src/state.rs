@@ -75,12 +75,25 @@ pub struct ServerState {
     pub profiler: crate::profiler::Profiler,
     /// Set once shutdown begins, so waits (awaitable `hello`) end early.
     pub shutting_down: std::sync::atomic::AtomicBool,
+    /// The replication coordinator (`--replSet`).
+    pub repl: Option<Arc<nidus_repl::Coordinator>>,
     next_connection_id: AtomicU64,
 }
 
 impl ServerState {
     pub fn new(engine: Arc<Engine>, config: Config) -> Result<ServerState, String> {
         let params = Parameters::from_config(&config.set_parameters)?;
+        let repl = match &config.repl_set {
+            Some(set) => Some(
+                nidus_repl::Coordinator::start(
+                    set,
+                    &crate::commands::member_address(&config),
+                    engine.clone(),
+                )
+                .map_err(|e| e.message.clone())?,
+            ),
+            None => None,
+        };
         Ok(ServerState {
             engine,
             config: config.clone(),
@@ -102,6 +115,7 @@ impl ServerState {
                 config.slow_op_sample_rate,
             ),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
+            repl,
             next_connection_id: AtomicU64::new(1),
         })
     }

@@ -16,11 +16,14 @@ mod hello;
 mod info;
 mod plan_cache;
 mod profile;
+mod repl_set;
 mod stats;
 mod transaction;
 mod users;
 mod views;
 mod write;
+
+pub use hello::member_address;
 
 use crate::auth::{needs, Need};
 use crate::connection::ConnState;
@@ -113,6 +116,38 @@ static COMMANDS: &[Command] = &[
     cmd("isMaster", hello::is_master, NONE),
     cmd("ismaster", hello::is_master, NONE),
     cmd("ping", info::ping, NONE),
+    cmd(
+        "replSetInitiate",
+        repl_set::initiate,
+        cluster(&["replSetConfigure"]),
+    ),
+    cmd(
+        "replSetGetConfig",
+        repl_set::get_config,
+        cluster(&["replSetGetConfig"]),
+    ),
+    cmd(
+        "replSetGetStatus",
+        repl_set::get_status,
+        cluster(&["replSetGetStatus"]),
+    ),
+    cmd(
+        "replSetStepDown",
+        repl_set::step_down,
+        cluster(&["replSetStateChange"]),
+    ),
+    cmd(
+        "replSetFreeze",
+        repl_set::freeze,
+        cluster(&["replSetStateChange"]),
+    ),
+    // Members' Raft traffic; under --auth only a user with the cluster's internal action
+    // (MongoDB's __system) may send it.
+    cmd(
+        "replSetRaftMessages",
+        repl_set::raft_messages,
+        cluster(&["internal"]),
+    ),
     cmd("buildInfo", info::build_info, NONE),
     cmd("buildinfo", info::build_info, NONE),
     cmd("saslStart", auth::sasl_start, NONE),
@@ -557,6 +592,7 @@ fn run_handler(
         &req.body,
         &req.sequences,
     )?;
+    repl_set::check_member_state(state, name, &db, &req.body)?;
     let deadline = parse_max_time(&req.body)?;
     if deadline.is_some() && state.fail_points.max_time_always_times_out() {
         return Err(Error::new(
