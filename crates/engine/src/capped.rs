@@ -80,7 +80,7 @@ impl CappedState {
         *self.generation.lock()
     }
 
-    fn notify(&self) {
+    pub(crate) fn notify(&self) {
         *self.generation.lock() += 1;
         self.inserted.notify_all();
     }
@@ -145,7 +145,15 @@ impl Engine {
                 txn.put(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
                 crate::write::record_insert(txn.as_mut(), opts, doc)?;
                 let evicted = evict(txn.as_mut(), coll, meta, limits, len, rid)?;
-                txn.commit()?;
+                let mut ops = Vec::new();
+                self.log_op(&mut ops, coll, meta, opts, (None, None), || {
+                    Ok(crate::oplog::OplogEntry::insert(
+                        &coll.ns,
+                        meta.uuid,
+                        bson::Document::try_from(doc)?,
+                    ))
+                })?;
+                self.commit_logged(txn, ops)?;
                 Ok(evicted)
             },
         )?;

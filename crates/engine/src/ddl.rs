@@ -5,6 +5,7 @@ use crate::catalog::{self, CollectionMeta, CollectionRef, IndexMeta};
 use crate::index::{self, IndexKeySet};
 use crate::index_spec;
 use crate::namespace::{self, Namespace};
+use crate::oplog;
 use crate::retry::with_write_conflict_retry;
 use crate::validation::Validator;
 use crate::{Collection, Engine};
@@ -108,7 +109,8 @@ impl Engine {
         let coll = self.new_collection(txn.as_mut(), ns, options)?;
         let meta = coll.meta.read().clone();
         self.write_entry(txn.as_mut(), &coll, &meta)?;
-        txn.commit()?;
+        let ops = self.ddl_ops(ns, || oplog::create_entry(&coll, &meta));
+        self.commit_logged(txn, ops)?;
         let coll = Arc::new(coll);
         self.collections.write().insert(ns.clone(), coll.clone());
         Ok(coll)
@@ -124,7 +126,12 @@ impl Engine {
         let n = meta.indexes.len();
         let mut txn = self.kv.begin();
         txn.delete(Space::Catalog, &coll.catalog_key())?;
-        txn.commit()?;
+        let ops = self.ddl_ops(ns, || {
+            let records = coll.count.load(std::sync::atomic::Ordering::Relaxed);
+            oplog::collection_command(&coll, meta.uuid, "drop", Document::new())
+                .with_o2(bson::doc! { "numRecords": records })
+        });
+        self.commit_logged(txn, ops)?;
         meta.dropped = true;
         self.collections.write().remove(ns);
         self.delete_prefix(Space::Records, coll.id)?;
@@ -135,13 +142,33 @@ impl Engine {
     }
 
     pub fn drop_database(&self, db: &str) -> Result<()> {
-        for coll in self.collections_in(db) {
+        let colls = self.collections_in(db);
+        let views = self.views_in(db);
+        for coll in &colls {
             self.drop_collection(&coll.ns)?;
         }
-        for view in self.views_in(db) {
+        for view in &views {
             self.drop_view(&view.ns)?;
         }
+        if !colls.is_empty() || !views.is_empty() {
+            let ops = self.ddl_ops(&Namespace::new(db, "$cmd"), || {
+                oplog::OplogEntry::command(db, None, bson::doc! { "dropDatabase": 1 })
+            });
+            self.commit_logged(self.kv.begin(), ops)?;
+        }
         Ok(())
+    }
+
+    /// A DDL operation's oplog entries: `entry` when writes to `ns` are logged.
+    fn ddl_ops(
+        &self,
+        ns: &Namespace,
+        entry: impl FnOnce() -> oplog::OplogEntry,
+    ) -> Vec<oplog::OplogEntry> {
+        match self.oplog_for(ns) {
+            Some(_) => vec![entry()],
+            None => Vec::new(),
+        }
     }
 
     /// Removes every key of one collection or index, in bounded transactions.
@@ -210,7 +237,17 @@ impl Engine {
         let mut txn = self.kv.begin();
         txn.delete(Space::Catalog, &old.catalog_key())?;
         self.write_entry(txn.as_mut(), &renamed, &meta)?;
-        txn.commit()?;
+        let mut ops = self.ddl_ops(from, || {
+            oplog::OplogEntry::command(
+                &from.db,
+                Some(meta.uuid),
+                bson::doc! { "renameCollection": from.full(), "to": to.full(), "stayTemp": false },
+            )
+        });
+        if self.oplog_for(to).is_none() {
+            ops.clear();
+        }
+        self.commit_logged(txn, ops)?;
         meta.dropped = true;
         let mut map = self.collections.write();
         map.remove(from);
@@ -438,12 +475,16 @@ impl Engine {
         }
         let mut new_meta = meta.clone();
         new_meta.building.retain(|ix| !ids.contains(&ix.id));
+        let mut ops = Vec::new();
         for mut ix in ixs {
             ix.build = None;
+            ops.extend(self.ddl_ops(&coll.ns, || {
+                oplog::collection_command(coll, meta.uuid, "createIndexes", ix.spec.clone())
+            }));
             new_meta.indexes.push(ix);
         }
         self.write_entry(txn.as_mut(), coll, &new_meta)?;
-        txn.commit()?;
+        self.commit_logged(txn, ops)?;
         *meta = new_meta;
         Ok(())
     }
@@ -516,7 +557,10 @@ impl Engine {
         new_meta.validator = Validator::from_options(&new_meta.options)?;
         let mut txn = self.kv.begin();
         self.write_entry(txn.as_mut(), &coll, &new_meta)?;
-        txn.commit()?;
+        let ops = self.ddl_ops(ns, || {
+            oplog::collection_command(&coll, meta.uuid, "collMod", changes.clone())
+        });
+        self.commit_logged(txn, ops)?;
         *meta = new_meta;
         Ok(())
     }
@@ -538,7 +582,19 @@ impl Engine {
         new_meta.building.retain(|ix| !targets.contains(&ix.name));
         let mut txn = self.kv.begin();
         self.write_entry(txn.as_mut(), &coll, &new_meta)?;
-        txn.commit()?;
+        let mut ops = Vec::new();
+        for ix in meta.write_indexes().filter(|ix| targets.contains(&ix.name)) {
+            ops.extend(self.ddl_ops(ns, || {
+                oplog::collection_command(
+                    &coll,
+                    meta.uuid,
+                    "dropIndexes",
+                    bson::doc! { "index": ix.name.clone() },
+                )
+                .with_o2(ix.spec.clone())
+            }));
+        }
+        self.commit_logged(txn, ops)?;
         let dropped: Vec<u64> = meta
             .write_indexes()
             .filter(|ix| targets.contains(&ix.name))

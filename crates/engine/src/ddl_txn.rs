@@ -12,6 +12,7 @@ use crate::catalog::{CollectionRef, IndexMeta};
 use crate::ddl::{is_new_index, CreateIndexesOutcome};
 use crate::index_spec;
 use crate::namespace::{self, Namespace};
+use crate::oplog::OplogEntry;
 use crate::txn::Transaction;
 use crate::{Collection, Engine};
 use bson::Document;
@@ -157,10 +158,7 @@ impl Engine {
     /// transaction abort), as MongoDB's catalog conflict does.
     pub fn commit_transaction(&self, txn: &Transaction) -> Result<()> {
         let created = txn.created_collections();
-        if created.is_empty() {
-            return txn.commit();
-        }
-        let _ddl = self.ddl.lock();
+        let _ddl = (!created.is_empty()).then(|| self.ddl.lock());
         for coll in &created {
             if self.collection(&coll.ns).is_some() || self.view(&coll.ns).is_some() {
                 txn.abort();
@@ -175,7 +173,34 @@ impl Engine {
             let meta = coll.meta.read().clone();
             txn.with_kv(|kv| self.write_entry(kv, coll, &meta))?;
         }
+        let mut ops: Vec<OplogEntry> = created
+            .iter()
+            .filter(|c| self.oplog_for(&c.ns).is_some())
+            .map(|c| crate::oplog::create_entry(c, &c.meta.read()))
+            .collect();
+        ops.extend(txn.take_oplog_ops());
+        let logged = match self.oplog().filter(|_| !ops.is_empty()) {
+            Some(oplog) => {
+                let entry = Engine::transaction_entry(&ops, txn.session().as_ref());
+                let (slot, bytes) = txn.with_kv(|kv| {
+                    let (slot, bytes) =
+                        self.put_entries(oplog, kv, std::slice::from_ref(&entry))?;
+                    for (i, op) in ops.iter().enumerate() {
+                        if let Some(ui) = op.ui {
+                            crate::preimages::put_images(kv, ui, slot.ts(0), i as u32, op)?;
+                        }
+                    }
+                    Ok((slot, bytes))
+                })?;
+                Some((oplog, slot, bytes))
+            }
+            None => None,
+        };
         txn.commit()?;
+        if let Some((oplog, slot, bytes)) = logged {
+            drop(slot);
+            oplog.note_written(1, bytes);
+        }
         let mut map = self.collections.write();
         for coll in created {
             map.insert(coll.ns.clone(), coll);

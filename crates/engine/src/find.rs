@@ -405,7 +405,12 @@ impl Engine {
             .then(|| (parsed.matcher.clone(), parsed.matcher.canonical_document()));
         let scan = CollScan::new(parsed.src.clone(), coll.id, forward, filter)
             .capped(coll.is_capped())
-            .tailable(spec.tailable);
+            .tailable(spec.tailable)
+            .visible_through(
+                self.oplog()
+                    .filter(|o| o.collection().id == coll.id)
+                    .cloned(),
+            );
         Stage::new(scan)
     }
 

@@ -13,8 +13,11 @@ pub mod index;
 pub mod index_spec;
 pub mod namespace;
 pub mod opctx;
+pub mod oplog;
+mod oplog_diff;
 pub mod pipeline;
 pub mod plan;
+pub mod preimages;
 pub mod retry;
 pub mod stmt_record;
 pub mod ttl;
@@ -58,6 +61,8 @@ pub struct Engine {
     stopping: AtomicBool,
     /// Where blocking stages write what does not fit in memory (`<dbpath>/_tmp`).
     spill_dir: parking_lot::RwLock<Option<std::path::PathBuf>>,
+    /// The oplog of a replica set member (`oplog.rs`); unset on a standalone.
+    oplog: std::sync::OnceLock<Arc<oplog::Oplog>>,
 }
 
 impl Engine {
@@ -73,6 +78,7 @@ impl Engine {
             metrics: Metrics::default(),
             stopping: AtomicBool::new(false),
             spill_dir: parking_lot::RwLock::new(None),
+            oplog: std::sync::OnceLock::new(),
         };
         engine.load_catalog()?;
         engine.load_views()?;

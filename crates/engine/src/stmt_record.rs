@@ -25,6 +25,10 @@ const PREFIX_END: &[u8] = b"stmt\x01";
 pub struct StatementId {
     key: Vec<u8>,
     pub images: bool,
+    /// The oplog's `lsid` and `txnNumber` of the statement's entries.
+    pub session: Option<crate::oplog::SessionInfo>,
+    /// The oplog's `stmtId`.
+    pub stmt_id: i32,
 }
 
 impl StatementId {
@@ -32,7 +36,12 @@ impl StatementId {
         let mut key = session_prefix(lsid);
         key.extend_from_slice(&(txn_number as u64).to_be_bytes());
         key.extend_from_slice(&stmt.to_be_bytes());
-        StatementId { key, images }
+        StatementId {
+            key,
+            images,
+            session: Some(crate::oplog::SessionInfo::new(lsid, txn_number)),
+            stmt_id: stmt as i32,
+        }
     }
 }
 

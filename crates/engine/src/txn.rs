@@ -9,6 +9,7 @@
 
 use crate::catalog::CollectionRef;
 use crate::namespace::Namespace;
+use crate::oplog::{OplogEntry, SessionInfo};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_storage::{KvCursor, KvEngine, KvRead, KvSnapshot, KvTxn, Space, StorageResult};
 use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
@@ -25,6 +26,10 @@ pub struct Transaction {
     /// Collections this transaction created: only it sees them until `Engine::
     /// commit_transaction` publishes them with its writes; an abort just forgets them.
     created: Mutex<Vec<CollectionRef>>,
+    /// The oplog entries of its writes, logged as one `applyOps` entry at commit.
+    oplog_ops: Mutex<Vec<OplogEntry>>,
+    /// The session (`lsid`, `txnNumber`) the `applyOps` entry names.
+    session: Mutex<Option<SessionInfo>>,
 }
 
 impl Transaction {
@@ -36,7 +41,28 @@ impl Transaction {
             kv: Mutex::new(Some(kv.begin())),
             pending_stats: Mutex::new(HashMap::new()),
             created: Mutex::new(Vec::new()),
+            oplog_ops: Mutex::new(Vec::new()),
+            session: Mutex::new(None),
         })
+    }
+
+    /// Names the session and transaction number its oplog entry carries.
+    pub fn set_session(&self, lsid_uuid: &[u8], txn_number: i64) {
+        *self.session.lock() = Some(SessionInfo::new(lsid_uuid, txn_number));
+    }
+
+    pub(crate) fn session(&self) -> Option<SessionInfo> {
+        self.session.lock().clone()
+    }
+
+    pub(crate) fn add_oplog_ops(&self, ops: Vec<OplogEntry>) {
+        if !ops.is_empty() {
+            self.oplog_ops.lock().extend(ops);
+        }
+    }
+
+    pub(crate) fn take_oplog_ops(&self) -> Vec<OplogEntry> {
+        std::mem::take(&mut *self.oplog_ops.lock())
     }
 
     /// Runs one write against the transaction's storage.
@@ -104,6 +130,7 @@ impl Transaction {
             coll.txn_ended(self.id);
         }
         self.created.lock().clear();
+        self.oplog_ops.lock().clear();
     }
 
     pub fn is_open(&self) -> bool {

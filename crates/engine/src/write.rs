@@ -6,6 +6,7 @@ use crate::catalog::{CollectionMeta, CollectionRef};
 use crate::find::{parse_collation, FindSpec};
 use crate::index::{self, IndexKeySet};
 use crate::opctx;
+use crate::oplog::OplogEntry;
 use crate::retry::with_write_conflict_retry;
 use crate::stmt_record::{self, Executed};
 use crate::txn::{ReadSource, Transaction};
@@ -251,20 +252,55 @@ impl Engine {
     /// Runs one document's write: inside the operation's transaction (a conflict goes to the
     /// client, which retries the whole transaction), or in a storage transaction of its own,
     /// committed and retried with backoff on conflict.
+    ///
+    /// The write's oplog entries (`op` pushes them) are logged in its storage transaction,
+    /// or, in a multi-document transaction, kept for its `applyOps` entry at commit.
     fn write_unit<T>(
         &self,
         opts: &WriteOpts,
-        mut op: impl FnMut(&mut dyn KvTxn) -> Result<T>,
+        mut op: impl FnMut(&mut dyn KvTxn, &mut Vec<OplogEntry>) -> Result<T>,
     ) -> Result<T> {
         if let Some(t) = &opts.txn {
-            return t.with_kv(op);
+            let mut ops = Vec::new();
+            let out = t.with_kv(|kv| op(kv, &mut ops))?;
+            t.add_oplog_ops(ops);
+            return Ok(out);
         }
         self.retry(opts, || {
             let mut txn = self.kv.begin();
-            let out = op(txn.as_mut())?;
-            txn.commit()?;
+            let mut ops = Vec::new();
+            let out = op(txn.as_mut(), &mut ops)?;
+            self.commit_logged(txn, ops)?;
             Ok(out)
         })
+    }
+
+    /// Adds `entry` to a write's oplog entries when writes to `coll` are logged, with the
+    /// retryable write's session fields and, for collections keeping pre- and post-images,
+    /// the document before and after the change.
+    pub(crate) fn log_op(
+        &self,
+        ops: &mut Vec<OplogEntry>,
+        coll: &CollectionRef,
+        meta: &CollectionMeta,
+        opts: &WriteOpts,
+        (pre, post): (Option<&Document>, Option<&Document>),
+        entry: impl FnOnce() -> Result<OplogEntry>,
+    ) -> Result<()> {
+        if self.oplog_for(&coll.ns).is_none() {
+            return Ok(());
+        }
+        let mut e = entry()?;
+        if let Some(s) = opts.statement.as_ref().filter(|_| opts.txn.is_none()) {
+            e.session = s.session.clone();
+            e.stmt_id = s.session.as_ref().map(|_| s.stmt_id);
+        }
+        if crate::preimages::enabled(&meta.options) {
+            e.pre_image = pre.cloned();
+            e.post_image = post.cloned();
+        }
+        ops.push(e);
+        Ok(())
     }
 
     /// Counts a document change: now, or at commit for a transaction's write.
@@ -297,7 +333,7 @@ impl Engine {
         if let Some(limits) = crate::capped::CappedLimits::of(&meta.options) {
             return self.insert_capped(coll, &meta, doc, (&keys, widened), limits, opts);
         }
-        self.write_unit(opts, |txn| {
+        self.write_unit(opts, |txn, ops| {
             let rid = coll.allocate_record_id();
             for (ix, ks) in meta.write_indexes().zip(&keys) {
                 index::insert_keys(txn, coll, ix, ks, rid)?;
@@ -306,6 +342,13 @@ impl Engine {
                 write_catalog_entry(txn, coll, &meta)?;
             }
             txn.put(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
+            self.log_op(ops, coll, &meta, opts, (None, None), || {
+                Ok(OplogEntry::insert(
+                    &coll.ns,
+                    meta.uuid,
+                    Document::try_from(doc)?,
+                ))
+            })?;
             record_insert(txn, opts, doc)
         })?;
         count_index_changes(keys.iter().map(|k| k.len()).sum(), 0);
@@ -458,7 +501,7 @@ impl Engine {
         touch(opts, coll);
         let rkey = keys::with_id(coll.id, rid);
         let mut reads = 0u64;
-        let result = self.write_unit(opts, |txn| {
+        let result = self.write_unit(opts, |txn, ops| {
             reads += 1;
             if reads > 1 {
                 // A retry after a write conflict reads the document again.
@@ -508,6 +551,9 @@ impl Engine {
             }
             self.rewrite_index_entries(txn, coll, &meta, old_raw, &new_raw, rid)?;
             txn.put(Space::Records, &rkey, new_raw.as_bytes())?;
+            self.log_op(ops, coll, &meta, opts, (Some(&old_doc), Some(&new_doc)), || {
+                Ok(OplogEntry::update(&coll.ns, meta.uuid, &old_doc, &new_doc, update))
+            })?;
             stmt_record::record(txn, opts, executed)?;
             let delta = new_raw.as_bytes().len() as i64 - bytes.len() as i64;
             Ok(Some((true, old_doc, new_doc, delta)))
@@ -605,7 +651,7 @@ impl Engine {
         touch(opts, coll);
         let rkey = keys::with_id(coll.id, rid);
         let mut reads = 0u64;
-        let deleted = self.write_unit(opts, |txn| {
+        let deleted = self.write_unit(opts, |txn, ops| {
             reads += 1;
             if reads > 1 {
                 opctx::with(|op| op.add_examined(0, 1));
@@ -624,6 +670,9 @@ impl Engine {
             }
             txn.delete(Space::Records, &rkey)?;
             let doc = Document::try_from(raw)?;
+            self.log_op(ops, coll, &meta, opts, (Some(&doc), None), || {
+                Ok(OplogEntry::delete(&coll.ns, meta.uuid, &doc))
+            })?;
             stmt_record::record(
                 txn,
                 opts,

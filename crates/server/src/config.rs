@@ -64,6 +64,8 @@ pub struct Config {
     /// `--replSet NAME`: present as the primary of a one-member replica set, which is what
     /// drivers require before they use transactions and retryable writes.
     pub repl_set: Option<String>,
+    /// `--oplogSizeMB` / `replication.oplogSizeMB`: the oplog's size bound.
+    pub oplog_size_mb: i64,
     /// `--setParameter name=value`, as given.
     pub set_parameters: BTreeMap<String, String>,
     /// The arguments as given, for `getCmdLineOpts`.
@@ -86,6 +88,7 @@ impl Default for Config {
             auth: false,
             tls: TlsConfig::default(),
             repl_set: None,
+            oplog_size_mb: nidus_engine::oplog::DEFAULT_OPLOG_SIZE_MB,
             set_parameters: BTreeMap::new(),
             argv: Vec::new(),
             profile: 0,
@@ -95,7 +98,7 @@ impl Default for Config {
     }
 }
 
-const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--auth] [--replSet NAME] [--tlsMode disabled|allowTLS|preferTLS|requireTLS] [--tlsCertificateKeyFile PEM] [--tlsCAFile PEM] [--tlsAllowConnectionsWithoutCertificates] [--profile 0|1|2] [--slowms MS] [--slowOpSampleRate R] [--setParameter name=value]...";
+const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--auth] [--replSet NAME] [--oplogSizeMB MB] [--tlsMode disabled|allowTLS|preferTLS|requireTLS] [--tlsCertificateKeyFile PEM] [--tlsCAFile PEM] [--tlsAllowConnectionsWithoutCertificates] [--profile 0|1|2] [--slowms MS] [--slowOpSampleRate R] [--setParameter name=value]...";
 
 impl Config {
     pub fn from_args(args: Vec<String>) -> Result<Config, String> {
@@ -143,6 +146,13 @@ impl Config {
                 }
                 "--auth" => cfg.auth = true,
                 "--replSet" => cfg.repl_set = Some(value("--replSet")?).filter(|s| !s.is_empty()),
+                "--oplogSizeMB" => {
+                    cfg.oplog_size_mb = value("--oplogSizeMB")?
+                        .parse::<i64>()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or("--oplogSizeMB expects a positive number of megabytes")?
+                }
                 "--tlsMode" => cfg.tls.mode = TlsMode::parse(&value("--tlsMode")?)?,
                 "--tlsCertificateKeyFile" => {
                     cfg.tls.certificate_key_file =
@@ -210,6 +220,13 @@ impl Config {
                 ("storage", "dbPath") => self.dbpath = PathBuf::from(v),
                 ("replication", "replSetName") => {
                     self.repl_set = Some(v.to_string()).filter(|s| !s.is_empty())
+                }
+                ("replication", "oplogSizeMB") => {
+                    self.oplog_size_mb = v
+                        .parse::<i64>()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or("replication.oplogSizeMB expects a positive number")?
                 }
                 ("security", "authorization") => {
                     self.auth = match v {

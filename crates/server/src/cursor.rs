@@ -35,6 +35,9 @@ pub struct Cursor {
     /// Keys and documents examined by the plan as of the last batch (the profiler reports
     /// each batch's share).
     pub examined: (i64, i64),
+    /// A change stream's position: its cursor stays open at the end of the events
+    /// (`commands/change_stream.rs`).
+    pub change_stream: Option<nidus_engine::pipeline::change_stream::SharedState>,
 }
 
 /// What a tailable cursor follows.
@@ -57,6 +60,7 @@ impl Cursor {
             tail: None,
             max_time_left: None,
             examined: (0, 0),
+            change_stream: None,
         }
     }
 
@@ -77,7 +81,9 @@ impl Cursor {
                 Some(d) => d,
                 None => match self.exec.next_doc()? {
                     Some(d) => d,
-                    None => return Ok((batch, self.tail.is_none())),
+                    None => {
+                        return Ok((batch, self.tail.is_none() && self.change_stream.is_none()))
+                    }
                 },
             };
             let len = doc.as_bytes().len();

@@ -56,6 +56,12 @@ fn run(config: Config) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&spill);
     engine.set_spill_dir(spill);
     engine.start_background_sync();
+    if config.repl_set.is_some() {
+        // A replica set member logs every write (`local.oplog.rs`); a standalone does not.
+        engine
+            .enable_oplog(config.oplog_size_mb)
+            .map_err(|e| e.to_string())?;
+    }
     nidus_engine::validation::set_warning_sink(Box::new(|ns, document, err_info| {
         log::warn(
             "STORAGE",

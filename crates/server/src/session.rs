@@ -351,6 +351,7 @@ impl Sessions {
             }
             check_transaction_read_concern(body)?;
             let txn = Transaction::begin(engine.kv());
+            txn.set_session(&session.id.bytes, n);
             TxnCounters::count(&session.counters.started);
             st.txn = TxnState::Active {
                 txn: txn.clone(),

@@ -32,26 +32,13 @@ pub struct Connections {
 /// The cluster time a replica set member reports (`operationTime`, `$clusterTime`): a
 /// timestamp of whole seconds and an increment, strictly increasing across calls.
 #[derive(Default)]
-pub struct ClusterClock {
-    last: parking_lot::Mutex<(u32, u32)>,
-}
+pub struct ClusterClock {}
 
 impl ClusterClock {
+    /// The engine's logical clock, which also gives oplog entries their `ts`: a reply's
+    /// `operationTime` is at or after every write it could have seen.
     pub fn tick(&self) -> bson::Timestamp {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as u32)
-            .unwrap_or(0);
-        let mut last = self.last.lock();
-        *last = if now > last.0 {
-            (now, 1)
-        } else {
-            (last.0, last.1.saturating_add(1))
-        };
-        bson::Timestamp {
-            time: last.0,
-            increment: last.1,
-        }
+        nidus_engine::oplog::clock().tick()
     }
 }
 

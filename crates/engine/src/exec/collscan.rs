@@ -29,6 +29,9 @@ pub struct CollScan {
     /// A tailable cursor: the end of the records is not the end of the scan; the next
     /// `work` reads again after the last record returned.
     tailable: bool,
+    /// The oplog: the scan reads no entry past its visibility point (a hole below it could
+    /// still be filled by a writer that has not committed).
+    oplog: Option<Arc<crate::oplog::Oplog>>,
 }
 
 impl CollScan {
@@ -54,6 +57,7 @@ impl CollScan {
             docs_examined: 0,
             capped: false,
             tailable: false,
+            oplog: None,
         }
     }
 
@@ -64,6 +68,11 @@ impl CollScan {
 
     pub fn tailable(mut self, tailable: bool) -> CollScan {
         self.tailable = tailable;
+        self
+    }
+
+    pub fn visible_through(mut self, oplog: Option<Arc<crate::oplog::Oplog>>) -> CollScan {
+        self.oplog = oplog;
         self
     }
 
@@ -85,11 +94,16 @@ impl CollScan {
     }
 
     fn refill(&mut self) -> Result<()> {
+        // The visibility point is read before the snapshot is taken: every entry at or
+        // below it committed before it was published.
+        let upper = match &self.oplog {
+            Some(o) => keys::with_id(self.coll_id, o.visible_u64().saturating_add(1)).to_vec(),
+            None => keys::prefix_end(self.coll_id).to_vec(),
+        };
         let src = self.src.clone();
         let snap = src.view()?;
         self.check_position(&snap)?;
         let lower = keys::u64_be(self.coll_id);
-        let upper = keys::prefix_end(self.coll_id);
         let mut c = snap.cursor(Space::Records, &lower, &upper);
         match (self.resume, self.forward) {
             (None, true) => c.seek_to_first(),

@@ -21,6 +21,7 @@ mod stream;
 mod add_fields;
 mod bucket;
 mod bucket_auto;
+pub mod change_stream;
 mod count;
 mod densify;
 mod documents;

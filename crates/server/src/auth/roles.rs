@@ -324,6 +324,7 @@ const CLUSTER_ADMIN: &[&str] = &[
     "killop",
     "replSetConfigure",
     "replSetStateChange",
+    "replSetResizeOplog",
     "setParameter",
     "shutdown",
 ];

@@ -37,6 +37,9 @@ struct Request {
 }
 
 pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
+    if super::change_stream::is_change_stream(&ctx.body) {
+        return super::change_stream::aggregate(ctx);
+    }
     let req = parse(ctx, false)?;
     if req.explain {
         let mut reply = explain_request(&req, Verbosity::QueryPlanner)?;

@@ -449,6 +449,9 @@ pub fn coll_mod(ctx: &mut Ctx) -> Result<Document> {
             "validator" | "validationLevel" | "validationAction" => {
                 changes.insert(k.clone(), v.clone());
             }
+            "changeStreamPreAndPostImages" => {
+                changes.insert(k.clone(), pre_and_post_images(v)?);
+            }
             "viewOn" => match v {
                 Bson::String(s) => view_on = Some(s.clone()),
                 other => return Err(wrong_type("collMod", k, other, "string")),
@@ -493,6 +496,41 @@ pub fn coll_mod(ctx: &mut Ctx) -> Result<Document> {
     }
     ctx.state.engine.set_validation_options(&ns, &changes)?;
     Ok(Document::new())
+}
+
+/// `changeStreamPreAndPostImages: {enabled: <bool>}` as `collMod` takes it.
+fn pre_and_post_images(v: &Bson) -> Result<Bson> {
+    let Bson::Document(d) = v else {
+        return Err(wrong_type(
+            "collMod",
+            "changeStreamPreAndPostImages",
+            v,
+            "object",
+        ));
+    };
+    for (k, _) in d {
+        if k != "enabled" {
+            return Err(Error::new(
+                ErrorCode::Location(40415),
+                format!(
+                    "BSON field 'collMod.changeStreamPreAndPostImages.{k}' is an unknown field."
+                ),
+            ));
+        }
+    }
+    match d.get("enabled") {
+        Some(Bson::Boolean(b)) => Ok(Bson::Document(doc! { "enabled": *b })),
+        Some(other) => Err(wrong_type(
+            "collMod.changeStreamPreAndPostImages",
+            "enabled",
+            other,
+            "bool",
+        )),
+        None => Err(Error::new(
+            ErrorCode::Location(40414),
+            "BSON field 'collMod.changeStreamPreAndPostImages.enabled' is missing but a required field",
+        )),
+    }
 }
 
 pub fn drop(ctx: &mut Ctx) -> Result<Document> {

@@ -250,6 +250,15 @@ pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
             format!("Requested getMore on namespace '{ns}', but cursor belongs to a different namespace {}", cursor.ns),
         ));
     }
+    if let Some(state) = cursor.change_stream.clone() {
+        let result = super::change_stream::get_more(ctx, id, &mut cursor, &state, batch_size);
+        cursor.last_used = Instant::now();
+        drop(cursor);
+        if !matches!(result, Ok((_, false))) {
+            ctx.state.cursors.remove(id);
+        }
+        return result.map(|(reply, _)| reply);
+    }
     let await_data = cursor.tail.as_ref().is_some_and(|t| t.await_data);
     if ctx.body.contains_key("maxTimeMS") && !await_data {
         return Err(Error::bad_value(

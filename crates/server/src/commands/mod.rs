@@ -7,6 +7,7 @@
 mod aggregate;
 mod auth;
 mod bulk_write;
+mod change_stream;
 mod ddl;
 mod explain;
 mod explain_write;
@@ -14,6 +15,7 @@ mod find;
 mod find_and_modify;
 mod hello;
 mod info;
+mod oplog;
 mod plan_cache;
 mod profile;
 mod repl_set;
@@ -230,6 +232,11 @@ static COMMANDS: &[Command] = &[
     cmd("createIndexes", ddl::create_indexes, coll(&["createIndex"])),
     cmd("listIndexes", ddl::list_indexes, coll(&["listIndexes"])),
     cmd("dropIndexes", ddl::drop_indexes, coll(&["dropIndex"])),
+    cmd(
+        "replSetResizeOplog",
+        oplog::repl_set_resize_oplog,
+        cluster(&["replSetResizeOplog"]),
+    ),
     cmd("deleteIndexes", ddl::drop_indexes, coll(&["dropIndex"])),
     cmd("dbStats", stats::db_stats, database(&["dbStats"])),
     cmd("dbstats", stats::db_stats, database(&["dbStats"])),

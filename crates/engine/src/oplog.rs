@@ -1,0 +1,966 @@
+//! The oplog: MongoDB-format entries describing every write of a replica set member,
+//! written in the same storage transaction as the change they describe.
+//!
+//! # Layout
+//! The oplog is the capped collection `local.oplog.rs` (no indexes, as MongoDB's), whose
+//! RecordId is the entry's `ts` as a u64 (`seconds << 32 | increment`), so its record-store
+//! key range (`collection id ++ ts`, big-endian) is ordered by `ts` and `find`, `$natural`
+//! order both ways, and tailable cursors read it like any capped collection. Only servers
+//! started with `--replSet` have one ([`Engine::enable_oplog`]); a standalone writes none.
+//!
+//! # Writing
+//! Writers collect [`OplogEntry`] values (no `ts` yet) while they write; when the storage
+//! transaction is about to commit, [`Engine::commit_logged`] reserves consecutive `ts`
+//! values ([`Oplog::reserve`]), puts the entries into the same transaction, commits, and
+//! releases the reservation. A multi-document transaction logs one `applyOps` `c` entry at
+//! commit; DDL logs `c` entries (`create`, `drop`, `renameCollection`, `dropDatabase`,
+//! `createIndexes`, `dropIndexes`, `collMod`). Nothing in the `local` database is logged.
+//!
+//! # Visibility
+//! Writers commit in any order, so an entry with a larger `ts` can be committed while a
+//! smaller one is still in flight. [`Oplog::visible`] is MongoDB's oplog visibility point:
+//! the highest `ts` at or below which every reservation has committed or aborted. Readers
+//! (collection scans of `local.oplog.rs`, change streams, [`Oplog::read_after`], the
+//! replication layer) never read past it, so what they have read never gains a hole later.
+//! Read the point *before* taking the storage snapshot: everything at or below it was
+//! committed before it was published.
+//!
+//! # Waiting
+//! Every advance of the visibility point wakes [`Oplog::wait_visible_after`] waiters and
+//! the tailable cursors on `local.oplog.rs` (a condition variable; nobody polls).
+//!
+//! # For the replication layer
+//! - [`Oplog::read_after`]: entries with `ts` > X up to the visible point, in `ts` order.
+//! - [`Oplog::last_visible`]: the optime (`ts`, `t`) of the newest visible entry.
+//! - [`Oplog::set_term`] / [`Oplog::term`]: the `t` new entries carry.
+//! - [`Oplog::wait_visible_after`]: blocks until an entry after a `ts` is visible;
+//!   [`Oplog::generation`] / [`Oplog::wait_for_advance`]: wait for any advance.
+//! - [`Oplog::set_commit_point`]: the majority commit point; change streams read up to
+//!   [`Oplog::majority_readable_u64`] (until it is set, the visibility point).
+//! - [`Oplog::append_replicated`]: writes an entry with a given `ts` (a secondary's copy)
+//!   into a storage transaction; [`clock`] `.advance_to` keeps the local clock ahead of it.
+//!
+//! # Size
+//! The oplog is bounded by `--oplogSizeMB` (`replSetResizeOplog` changes it): a background
+//! thread, woken when an insert passes the bound, deletes the oldest entries (never past
+//! the visibility point) off the write path.
+
+use crate::catalog::{CollectionMeta, CollectionRef};
+use crate::namespace::Namespace;
+use crate::{Collection, Engine};
+use bson::{doc, Bson, Document, RawDocumentBuf, Timestamp};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_storage::{keys, KvTxn, Space};
+use parking_lot::{Condvar, Mutex};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+pub const OPLOG_DB: &str = "local";
+pub const OPLOG_COLL: &str = "oplog.rs";
+
+/// Default `--oplogSizeMB` (mongod's minimum default; its default is 5% of the disk).
+pub const DEFAULT_OPLOG_SIZE_MB: i64 = 990;
+/// Bounds of `replSetResizeOplog`'s `size` (MB), as MongoDB's.
+pub const MIN_OPLOG_SIZE_MB: f64 = 990.0;
+pub const MAX_OPLOG_SIZE_MB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// Entries deleted per storage transaction when truncating.
+const TRUNCATE_BATCH: usize = 1000;
+
+/// `Timestamp(s, i)` as the u64 `s << 32 | i` (the oplog's RecordId and key order).
+pub fn ts_to_u64(ts: Timestamp) -> u64 {
+    ((ts.time as u64) << 32) | ts.increment as u64
+}
+
+pub fn u64_to_ts(v: u64) -> Timestamp {
+    Timestamp {
+        time: (v >> 32) as u32,
+        increment: v as u32,
+    }
+}
+
+/// The logical clock behind oplog `ts` values and the cluster time replies report: whole
+/// seconds of the wall clock and an increment, strictly increasing across calls.
+#[derive(Default)]
+pub struct LogicalClock {
+    last: Mutex<u64>,
+}
+
+/// The process's clock (one member per process).
+pub fn clock() -> &'static LogicalClock {
+    static CLOCK: OnceLock<LogicalClock> = OnceLock::new();
+    CLOCK.get_or_init(LogicalClock::default)
+}
+
+impl LogicalClock {
+    /// A new time, later than every earlier one.
+    pub fn tick(&self) -> Timestamp {
+        u64_to_ts(self.reserve(1))
+    }
+
+    /// `n` consecutive new times; returns the first.
+    fn reserve(&self, n: u64) -> u64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let mut last = self.last.lock();
+        let first = if now > *last >> 32 {
+            (now << 32) | 1
+        } else {
+            *last + 1
+        };
+        *last = first + n - 1;
+        first
+    }
+
+    /// The latest time given out.
+    pub fn now(&self) -> Timestamp {
+        u64_to_ts(*self.last.lock())
+    }
+
+    /// Moves the clock to at least `ts` (an entry read at start-up or from another member).
+    pub fn advance_to(&self, ts: Timestamp) {
+        let mut last = self.last.lock();
+        *last = (*last).max(ts_to_u64(ts));
+    }
+}
+
+/// MongoDB's optime: a `ts` and the term it was written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpTime {
+    pub ts: Timestamp,
+    pub t: i64,
+}
+
+impl OpTime {
+    /// `{ts: Timestamp(0, 0), t: -1}`: before the first entry.
+    pub const NULL: OpTime = OpTime {
+        ts: Timestamp {
+            time: 0,
+            increment: 0,
+        },
+        t: -1,
+    };
+
+    pub fn to_document(self) -> Document {
+        doc! { "ts": self.ts, "t": self.t }
+    }
+}
+
+/// The session fields of an entry of a retryable write or transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionInfo {
+    pub lsid: Document,
+    pub txn_number: i64,
+}
+
+impl SessionInfo {
+    /// `lsid: {id: UUID(..)}` from the session id's bytes.
+    pub fn new(lsid_uuid: &[u8], txn_number: i64) -> SessionInfo {
+        let id = bson::Binary {
+            subtype: bson::spec::BinarySubtype::Uuid,
+            bytes: lsid_uuid.to_vec(),
+        };
+        SessionInfo {
+            lsid: doc! { "id": id },
+            txn_number,
+        }
+    }
+}
+
+/// One entry before it has its `ts`: what changed, where.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OplogEntry {
+    /// `i`, `u`, `d`, `c` or `n`.
+    pub op: &'static str,
+    pub ns: String,
+    pub ui: Option<bson::Uuid>,
+    pub o: Document,
+    pub o2: Option<Document>,
+    /// A retryable write's session and statement number.
+    pub session: Option<SessionInfo>,
+    pub stmt_id: Option<i32>,
+    /// The document before the change, kept for change streams' `fullDocumentBeforeChange`
+    /// on collections with `changeStreamPreAndPostImages` (not part of the entry).
+    pub pre_image: Option<Document>,
+    /// The document after an update, kept likewise for `fullDocument: "whenAvailable"`.
+    pub post_image: Option<Document>,
+}
+
+impl OplogEntry {
+    fn new(op: &'static str, ns: &Namespace, ui: bson::Uuid, o: Document) -> OplogEntry {
+        OplogEntry {
+            op,
+            ns: ns.full(),
+            ui: Some(ui),
+            o,
+            o2: None,
+            session: None,
+            stmt_id: None,
+            pre_image: None,
+            post_image: None,
+        }
+    }
+
+    fn id_of(doc: &Document) -> Document {
+        match doc.get("_id") {
+            Some(id) => doc! { "_id": id.clone() },
+            None => Document::new(),
+        }
+    }
+
+    /// `{op: "i", o: doc, o2: {_id}}`.
+    pub fn insert(ns: &Namespace, ui: bson::Uuid, doc: Document) -> OplogEntry {
+        let mut e = OplogEntry::new("i", ns, ui, Document::new());
+        e.o2 = Some(Self::id_of(&doc));
+        e.o = doc;
+        e
+    }
+
+    /// `{op: "u", o: {$v: 2, diff}, o2: {_id}}`, or the replacement form `o: new` for a
+    /// replacement (or a pipeline update whose diff would be larger than the new document).
+    pub fn update(
+        ns: &Namespace,
+        ui: bson::Uuid,
+        old: &Document,
+        new: &Document,
+        update: &nidus_query::update::Update,
+    ) -> OplogEntry {
+        use nidus_query::update::Update;
+        // A pipeline's diff is bounded by the document's size, as MongoDB's.
+        let diff = match update {
+            Update::Replacement(_) => None,
+            Update::Operators(_) => crate::oplog_diff::diff(old, new),
+            Update::Pipeline(_) => crate::oplog_diff::diff_with_limit(old, new, true),
+        };
+        let o = match diff {
+            Some(diff) => doc! { "$v": 2, "diff": diff },
+            None => new.clone(),
+        };
+        let mut e = OplogEntry::new("u", ns, ui, o);
+        e.o2 = Some(Self::id_of(old));
+        e
+    }
+
+    /// `{op: "d", o: {_id}}`.
+    pub fn delete(ns: &Namespace, ui: bson::Uuid, old: &Document) -> OplogEntry {
+        OplogEntry::new("d", ns, ui, Self::id_of(old))
+    }
+
+    /// A command entry on `<db>.$cmd`.
+    pub fn command(db: &str, ui: Option<bson::Uuid>, o: Document) -> OplogEntry {
+        OplogEntry {
+            op: "c",
+            ns: format!("{db}.$cmd"),
+            ui,
+            o,
+            o2: None,
+            session: None,
+            stmt_id: None,
+            pre_image: None,
+            post_image: None,
+        }
+    }
+
+    pub fn with_o2(mut self, o2: Document) -> OplogEntry {
+        self.o2 = Some(o2);
+        self
+    }
+
+    /// The entry as stored, in MongoDB's field order.
+    pub fn to_document(
+        &self,
+        optime: OpTime,
+        wall: bson::DateTime,
+        prev: Option<OpTime>,
+    ) -> Document {
+        let mut d = Document::new();
+        if let Some(s) = &self.session {
+            d.insert("lsid", s.lsid.clone());
+            d.insert("txnNumber", s.txn_number);
+        }
+        d.insert("op", self.op);
+        d.insert("ns", self.ns.clone());
+        if let Some(ui) = self.ui {
+            d.insert("ui", ui);
+        }
+        d.insert("o", self.o.clone());
+        if let Some(o2) = &self.o2 {
+            d.insert("o2", o2.clone());
+        }
+        if let Some(stmt) = self.stmt_id {
+            d.insert("stmtId", stmt);
+        }
+        d.insert("ts", optime.ts);
+        d.insert("t", optime.t);
+        d.insert("v", 2i64);
+        d.insert("wall", wall);
+        if let Some(prev) = prev {
+            d.insert("prevOpTime", prev.to_document());
+        }
+        d
+    }
+
+    /// The form of this entry inside a transaction's `applyOps` array.
+    fn to_apply_ops_item(&self) -> Document {
+        let mut d = doc! { "op": self.op, "ns": self.ns.clone() };
+        if let Some(ui) = self.ui {
+            d.insert("ui", ui);
+        }
+        d.insert("o", self.o.clone());
+        if let Some(o2) = &self.o2 {
+            d.insert("o2", o2.clone());
+        }
+        d
+    }
+}
+
+/// In-flight `ts` reservations.
+#[derive(Default)]
+struct Slots {
+    /// First `ts` of every reservation not yet committed or aborted.
+    in_flight: BTreeSet<u64>,
+    /// Last `ts` reserved.
+    last_reserved: u64,
+}
+
+/// The oplog of this member (see the module documentation).
+pub struct Oplog {
+    coll: CollectionRef,
+    slots: Mutex<Slots>,
+    visible: AtomicU64,
+    /// The majority commit point set by the replication layer (u64::MAX: none, every
+    /// visible entry counts as committed, as on a one-member set).
+    commit_point: AtomicU64,
+    /// Generation counter for waiters, bumped with every visibility advance.
+    advanced: Mutex<u64>,
+    advanced_cv: Condvar,
+    term: AtomicI64,
+    max_bytes: AtomicI64,
+    /// Set when the oplog may be over its size; the truncation thread waits on it.
+    over: Mutex<bool>,
+    over_cv: Condvar,
+    /// The optime of the last entry of each retryable write (session id bytes and
+    /// txnNumber), for the `prevOpTime` chain.
+    chains: Mutex<std::collections::HashMap<Vec<u8>, (i64, OpTime)>>,
+}
+
+/// Reserved `ts` values; released (committed or aborted) when dropped.
+pub struct Reservation<'a> {
+    oplog: &'a Oplog,
+    first: u64,
+    n: u64,
+}
+
+impl Reservation<'_> {
+    /// The `i`-th reserved `ts`.
+    pub fn ts(&self, i: u64) -> Timestamp {
+        debug_assert!(i < self.n);
+        u64_to_ts(self.first + i)
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.oplog.release(self.first);
+    }
+}
+
+impl Oplog {
+    fn new(coll: CollectionRef, last: u64, term: i64, max_bytes: i64) -> Oplog {
+        Oplog {
+            coll,
+            slots: Mutex::new(Slots {
+                in_flight: BTreeSet::new(),
+                last_reserved: last,
+            }),
+            visible: AtomicU64::new(last),
+            commit_point: AtomicU64::new(u64::MAX),
+            advanced: Mutex::new(0),
+            advanced_cv: Condvar::new(),
+            term: AtomicI64::new(term),
+            max_bytes: AtomicI64::new(max_bytes),
+            over: Mutex::new(false),
+            over_cv: Condvar::new(),
+            chains: Mutex::new(Default::default()),
+        }
+    }
+
+    /// The collection `local.oplog.rs`.
+    pub fn collection(&self) -> &CollectionRef {
+        &self.coll
+    }
+
+    /// Reserves `n` consecutive `ts` values, later than every earlier one.
+    pub fn reserve(&self, n: u64) -> Reservation<'_> {
+        let n = n.max(1);
+        let mut slots = self.slots.lock();
+        let first = clock().reserve(n);
+        slots.in_flight.insert(first);
+        slots.last_reserved = first + n - 1;
+        Reservation {
+            oplog: self,
+            first,
+            n,
+        }
+    }
+
+    fn release(&self, first: u64) {
+        let visible = {
+            let mut slots = self.slots.lock();
+            slots.in_flight.remove(&first);
+            let v = match slots.in_flight.first() {
+                Some(f) => f - 1,
+                None => slots.last_reserved,
+            };
+            if v <= self.visible.load(Ordering::Acquire) {
+                return;
+            }
+            self.visible.store(v, Ordering::Release);
+            v
+        };
+        let _ = visible;
+        self.wake();
+    }
+
+    fn wake(&self) {
+        *self.advanced.lock() += 1;
+        self.advanced_cv.notify_all();
+        self.coll.capped.notify();
+    }
+
+    /// Sets the majority commit point (the replication layer's); change streams read no
+    /// entry past it. Wakes waiters.
+    pub fn set_commit_point(&self, ts: Timestamp) {
+        self.commit_point.store(ts_to_u64(ts), Ordering::Release);
+        self.wake();
+    }
+
+    /// The highest `ts` majority-committed readers (change streams) may read: the
+    /// visibility point, bounded by the commit point once the replication layer sets one.
+    pub fn majority_readable_u64(&self) -> u64 {
+        self.visible_u64()
+            .min(self.commit_point.load(Ordering::Acquire))
+    }
+
+    /// The oplog visibility point: every entry at or below it is committed (or was aborted).
+    pub fn visible(&self) -> Timestamp {
+        u64_to_ts(self.visible.load(Ordering::Acquire))
+    }
+
+    pub fn visible_u64(&self) -> u64 {
+        self.visible.load(Ordering::Acquire)
+    }
+
+    pub fn term(&self) -> i64 {
+        self.term.load(Ordering::Acquire)
+    }
+
+    /// The term new entries carry (the replication layer drives it).
+    pub fn set_term(&self, t: i64) {
+        self.term.store(t, Ordering::Release);
+    }
+
+    /// The size bound in bytes.
+    pub fn max_bytes(&self) -> i64 {
+        self.max_bytes.load(Ordering::Relaxed)
+    }
+
+    /// A counter that changes with every visibility advance (compare before and after a
+    /// read, then [`Oplog::wait_for_advance`]).
+    pub fn generation(&self) -> u64 {
+        *self.advanced.lock()
+    }
+
+    /// Blocks until the visibility point advances past generation `seen` or `deadline`
+    /// passes; true when it advanced.
+    pub fn wait_for_advance(&self, seen: u64, deadline: Instant) -> bool {
+        let mut g = self.advanced.lock();
+        while *g == seen {
+            if self.advanced_cv.wait_until(&mut g, deadline).timed_out() {
+                return *g != seen;
+            }
+        }
+        true
+    }
+
+    /// Blocks until an entry after `ts` may be visible (the visibility point passed it) or
+    /// `deadline` passes; true when the point is past `ts`.
+    pub fn wait_visible_after(&self, ts: Timestamp, deadline: Instant) -> bool {
+        let target = ts_to_u64(ts);
+        loop {
+            let seen = self.generation();
+            if self.visible_u64() > target {
+                return true;
+            }
+            if !self.wait_for_advance(seen, deadline) && self.visible_u64() <= target {
+                return false;
+            }
+        }
+    }
+
+    fn key(&self, ts: u64) -> [u8; 16] {
+        keys::with_id(self.coll.id, ts)
+    }
+
+    /// Entries with `ts` > `after` up to the visibility point, at most `limit`, oldest first.
+    pub fn read_after(
+        &self,
+        kv: &dyn nidus_storage::KvEngine,
+        after: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<RawDocumentBuf>> {
+        let visible = self.visible_u64();
+        let start = ts_to_u64(after).saturating_add(1);
+        if start > visible {
+            return Ok(Vec::new());
+        }
+        let snap = kv.snapshot();
+        let mut c = snap.cursor(Space::Records, &self.key(start), &self.key(visible + 1));
+        c.seek_to_first();
+        let mut out = Vec::new();
+        while c.valid() && out.len() < limit {
+            out.push(RawDocumentBuf::from_bytes(c.value().to_vec())?);
+            c.next();
+        }
+        c.status()?;
+        Ok(out)
+    }
+
+    /// The `ts` of the oldest entry (None when the oplog is empty).
+    pub fn first_ts(&self, kv: &dyn nidus_storage::KvEngine) -> Result<Option<Timestamp>> {
+        let snap = kv.snapshot();
+        let mut c = snap.cursor(
+            Space::Records,
+            &keys::u64_be(self.coll.id),
+            &keys::prefix_end(self.coll.id),
+        );
+        c.seek_to_first();
+        let ts = c
+            .valid()
+            .then(|| u64_to_ts(keys::read_u64(&c.key()[8..]).unwrap_or(0)));
+        c.status()?;
+        Ok(ts)
+    }
+
+    /// The optime of the newest visible entry ([`OpTime::NULL`] when there is none).
+    pub fn last_visible(&self, kv: &dyn nidus_storage::KvEngine) -> Result<OpTime> {
+        let visible = self.visible_u64();
+        let snap = kv.snapshot();
+        let mut c = snap.cursor(
+            Space::Records,
+            &keys::u64_be(self.coll.id),
+            &self.key(visible.saturating_add(1)),
+        );
+        c.seek_to_last();
+        let out = if c.valid() {
+            optime_of(c.value())?
+        } else {
+            OpTime::NULL
+        };
+        c.status()?;
+        Ok(out)
+    }
+
+    /// Writes an entry that already has its `ts` (a secondary's copy of the primary's
+    /// entry) into `txn`. The caller keeps the local clock ahead with `clock().advance_to`
+    /// and publishes visibility through a [`Reservation`] of its own if readers must wait.
+    pub fn append_replicated(&self, txn: &mut dyn KvTxn, entry: &RawDocumentBuf) -> Result<()> {
+        let ts = match entry.get("ts")? {
+            Some(bson::RawBsonRef::Timestamp(ts)) => ts,
+            _ => return Err(Error::bad_value("oplog entry without a ts")),
+        };
+        txn.put(Space::Records, &self.key(ts_to_u64(ts)), entry.as_bytes())?;
+        Ok(())
+    }
+
+    /// The previous optime of a retryable write's chain, recording `now` as its last.
+    fn chain(&self, session: &SessionInfo, now: OpTime) -> OpTime {
+        let key = bson::to_vec(&session.lsid).unwrap_or_default();
+        let mut chains = self.chains.lock();
+        if chains.len() > 100_000 {
+            chains.clear();
+        }
+        let prev = match chains.get(&key) {
+            Some((n, t)) if *n == session.txn_number => *t,
+            _ => OpTime::NULL,
+        };
+        chains.insert(key, (session.txn_number, now));
+        prev
+    }
+
+    pub(crate) fn note_written(&self, n: i64, bytes: i64) {
+        self.coll.adjust_stats(n, bytes);
+        if self.coll.data_size.load(Ordering::Relaxed) > self.max_bytes() {
+            *self.over.lock() = true;
+            self.over_cv.notify_one();
+        }
+    }
+}
+
+fn optime_of(bytes: &[u8]) -> Result<OpTime> {
+    let d = bson::RawDocument::from_bytes(bytes)?;
+    let ts = match d.get("ts")? {
+        Some(bson::RawBsonRef::Timestamp(ts)) => ts,
+        _ => return Err(Error::internal("oplog entry without a ts")),
+    };
+    let t = match d.get("t")? {
+        Some(bson::RawBsonRef::Int64(t)) => t,
+        Some(bson::RawBsonRef::Int32(t)) => t as i64,
+        _ => -1,
+    };
+    Ok(OpTime { ts, t })
+}
+
+impl Engine {
+    /// The oplog, on a replica set member.
+    pub fn oplog(&self) -> Option<&Arc<Oplog>> {
+        self.oplog.get()
+    }
+
+    /// The oplog when writes to `ns` are logged (not the `local` database).
+    pub(crate) fn oplog_for(&self, ns: &Namespace) -> Option<&Arc<Oplog>> {
+        self.oplog().filter(|_| ns.db != OPLOG_DB)
+    }
+
+    /// Opens (creating it if needed) `local.oplog.rs` with a bound of `size_mb`, moves the
+    /// clock past its last entry and starts the truncation thread. Called once at start-up
+    /// of a `--replSet` server.
+    pub fn enable_oplog(self: &Arc<Self>, size_mb: i64) -> Result<Arc<Oplog>> {
+        if let Some(o) = self.oplog.get() {
+            return Ok(o.clone());
+        }
+        let ns = Namespace::new(OPLOG_DB, OPLOG_COLL);
+        let max_bytes = size_mb.max(1).saturating_mul(1024 * 1024);
+        let coll = match self.collection(&ns) {
+            Some(c) => c,
+            None => self.create_oplog_collection(&ns, max_bytes)?,
+        };
+        // The stored size (set by `replSetResizeOplog`) wins over the default.
+        let stored = crate::capped::CappedLimits::of(&coll.meta.read().options).map(|l| l.size);
+        let (last, term) = {
+            let snap = self.kv.snapshot();
+            let mut c = snap.cursor(
+                Space::Records,
+                &keys::u64_be(coll.id),
+                &keys::prefix_end(coll.id),
+            );
+            c.seek_to_last();
+            let out = if c.valid() {
+                let op = optime_of(c.value())?;
+                (ts_to_u64(op.ts), op.t.max(1))
+            } else {
+                (0, 1)
+            };
+            c.status()?;
+            out
+        };
+        clock().advance_to(u64_to_ts(last));
+        let oplog = Arc::new(Oplog::new(coll, last, term, stored.unwrap_or(max_bytes)));
+        let _ = self.oplog.set(oplog.clone());
+        if last == 0 {
+            // A new set's first entry, as MongoDB's `replSetInitiate` writes it: change
+            // streams started at a time after it find their start point in the oplog.
+            let mut first = OplogEntry::command("", None, doc! { "msg": "initiating set" });
+            first.op = "n";
+            first.ns = String::new();
+            self.commit_logged(self.kv.begin(), vec![first])?;
+        }
+        self.start_oplog_truncation(&oplog);
+        Ok(oplog)
+    }
+
+    fn create_oplog_collection(&self, ns: &Namespace, max_bytes: i64) -> Result<CollectionRef> {
+        let _ddl = self.ddl.lock();
+        let mut txn = self.kv.begin();
+        let id = self.allocate_id(txn.as_mut())?;
+        let meta = CollectionMeta {
+            uuid: bson::Uuid::new(),
+            options: doc! { "capped": true, "size": max_bytes, "autoIndexId": false },
+            validator: None,
+            indexes: Vec::new(),
+            building: Vec::new(),
+            dropped: false,
+        };
+        let coll = Collection::new(id, ns.clone(), meta.clone(), 1);
+        self.write_entry(txn.as_mut(), &coll, &meta)?;
+        txn.commit()?;
+        let coll = Arc::new(coll);
+        self.collections.write().insert(ns.clone(), coll.clone());
+        Ok(coll)
+    }
+
+    /// `replSetResizeOplog`: a new size bound in bytes, persisted in the catalog entry.
+    pub fn resize_oplog(&self, max_bytes: i64) -> Result<()> {
+        let Some(oplog) = self.oplog() else {
+            return Err(Error::new(
+                ErrorCode::IllegalOperation,
+                "can't resize oplog as the oplog does not exist",
+            ));
+        };
+        let coll = oplog.coll.clone();
+        {
+            let _ddl = self.ddl.lock();
+            let mut meta = coll.meta.write();
+            let mut new_meta = meta.clone();
+            new_meta.options.insert("size", max_bytes);
+            let mut txn = self.kv.begin();
+            self.write_entry(txn.as_mut(), &coll, &new_meta)?;
+            txn.commit()?;
+            *meta = new_meta;
+        }
+        oplog.max_bytes.store(max_bytes, Ordering::Relaxed);
+        oplog.note_written(0, 0);
+        Ok(())
+    }
+
+    /// Commits `txn` with `ops` logged in it (see the module documentation). Without an
+    /// oplog, or with no entry, it just commits.
+    pub(crate) fn commit_logged(
+        &self,
+        mut txn: Box<dyn KvTxn>,
+        ops: Vec<OplogEntry>,
+    ) -> Result<()> {
+        let Some(oplog) = self.oplog().filter(|_| !ops.is_empty()) else {
+            txn.commit()?;
+            return Ok(());
+        };
+        let written = self.put_entries(oplog, txn.as_mut(), &ops)?;
+        txn.commit()?;
+        drop(written.0);
+        oplog.note_written(ops.len() as i64, written.1);
+        Ok(())
+    }
+
+    /// Reserves `ts` values for `ops` and puts the entries (and kept pre-images) into
+    /// `txn`. The reservation must live until `txn` committed or rolled back.
+    pub(crate) fn put_entries<'a>(
+        &self,
+        oplog: &'a Oplog,
+        txn: &mut dyn KvTxn,
+        ops: &[OplogEntry],
+    ) -> Result<(Reservation<'a>, i64)> {
+        let slot = oplog.reserve(ops.len() as u64);
+        let wall = bson::DateTime::now();
+        let t = oplog.term();
+        let mut bytes = 0i64;
+        for (i, op) in ops.iter().enumerate() {
+            let optime = OpTime {
+                ts: slot.ts(i as u64),
+                t,
+            };
+            let prev = op
+                .session
+                .as_ref()
+                .filter(|_| op.stmt_id.is_some())
+                .map(|s| oplog.chain(s, optime));
+            let doc = op.to_document(optime, wall, prev);
+            let raw =
+                RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?;
+            txn.put(
+                Space::Records,
+                &oplog.key(ts_to_u64(optime.ts)),
+                raw.as_bytes(),
+            )?;
+            bytes += raw.as_bytes().len() as i64;
+            if let Some(ui) = op.ui {
+                crate::preimages::put_images(txn, ui, optime.ts, 0, op)?;
+            }
+        }
+        Ok((slot, bytes))
+    }
+
+    /// The `applyOps` entry a multi-document transaction logs at commit.
+    pub(crate) fn transaction_entry(
+        ops: &[OplogEntry],
+        session: Option<&SessionInfo>,
+    ) -> OplogEntry {
+        let items: Vec<Bson> = ops
+            .iter()
+            .map(|o| Bson::Document(o.to_apply_ops_item()))
+            .collect();
+        let mut e = OplogEntry::command("admin", None, doc! { "applyOps": items });
+        e.session = session.cloned();
+        e
+    }
+
+    fn start_oplog_truncation(self: &Arc<Self>, oplog: &Arc<Oplog>) {
+        let engine = Arc::downgrade(self);
+        let oplog = Arc::downgrade(oplog);
+        std::thread::Builder::new()
+            .name("oplog-truncate".into())
+            .spawn(move || loop {
+                let Some(o) = oplog.upgrade() else { return };
+                {
+                    let mut over = o.over.lock();
+                    if !*over {
+                        // The timeout only bounds how long shutdown waits for this thread.
+                        o.over_cv.wait_for(&mut over, Duration::from_secs(1));
+                    }
+                    *over = false;
+                }
+                let Some(e) = engine.upgrade() else { return };
+                if e.stopping.load(Ordering::Relaxed) {
+                    return;
+                }
+                let _ = e.truncate_oplog(&o);
+            })
+            .ok();
+    }
+
+    /// Deletes the oldest entries while the oplog is over its bound, never past the
+    /// visibility point, in bounded transactions. Pre-images older than the oldest entry
+    /// kept go with them.
+    fn truncate_oplog(&self, oplog: &Oplog) -> Result<()> {
+        let coll = &oplog.coll;
+        while coll.data_size.load(Ordering::Relaxed) > oplog.max_bytes() {
+            let excess = coll.data_size.load(Ordering::Relaxed) - oplog.max_bytes();
+            let visible = oplog.visible_u64();
+            let mut txn = self.kv.begin();
+            let (mut n, mut bytes, mut last) = (0i64, 0i64, None);
+            {
+                let mut c = txn.cursor(Space::Records, &keys::u64_be(coll.id), &oplog.key(visible));
+                c.seek_to_first();
+                let mut victims = Vec::new();
+                while c.valid() && bytes < excess && victims.len() < TRUNCATE_BATCH {
+                    bytes += c.value().len() as i64;
+                    victims.push(c.key().to_vec());
+                    c.next();
+                }
+                c.status()?;
+                drop(c);
+                for k in &victims {
+                    txn.delete(Space::Records, k)?;
+                    n += 1;
+                    last = keys::read_u64(&k[8..]);
+                }
+            }
+            if n == 0 {
+                return Ok(());
+            }
+            if let Some(last) = last {
+                crate::preimages::delete_through(txn.as_mut(), u64_to_ts(last))?;
+            }
+            txn.commit()?;
+            coll.adjust_stats(-n, -bytes);
+        }
+        Ok(())
+    }
+}
+
+/// The `create` entry of a collection: `{create: <name>, <options>, idIndex}`.
+pub(crate) fn create_entry(coll: &Collection, meta: &CollectionMeta) -> OplogEntry {
+    let mut o = doc! { "create": coll.ns.coll.clone() };
+    for (k, v) in &meta.options {
+        o.insert(k.clone(), v.clone());
+    }
+    if let Some(id) = meta.indexes.iter().find(|ix| ix.is_id()) {
+        o.insert("idIndex", id.spec.clone());
+    }
+    OplogEntry::command(&coll.ns.db, Some(meta.uuid), o)
+}
+
+/// A `c` entry naming collection `coll`: `{<cmd>: <name>, <fields>}`.
+pub(crate) fn collection_command(
+    coll: &Collection,
+    uuid: bson::Uuid,
+    cmd: &str,
+    fields: Document,
+) -> OplogEntry {
+    let mut o = doc! { cmd: coll.ns.coll.clone() };
+    o.extend(fields);
+    OplogEntry::command(&coll.ns.db, Some(uuid), o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::write::{prepare_insert, WriteOpts};
+    use nidus_storage_rocks::RocksEngine;
+
+    fn engine() -> (tempfile::TempDir, Arc<Engine>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kv = Arc::new(RocksEngine::open(dir.path()).expect("rocks"));
+        (dir, Engine::open(kv).expect("engine"))
+    }
+
+    #[test]
+    fn clock_is_strictly_increasing() {
+        let mut last = ts_to_u64(clock().tick());
+        for _ in 0..10_000 {
+            let now = ts_to_u64(clock().tick());
+            assert!(now > last);
+            last = now;
+        }
+        clock().advance_to(u64_to_ts(last + 1000));
+        assert!(ts_to_u64(clock().tick()) > last + 1000);
+    }
+
+    #[test]
+    fn visibility_waits_for_every_earlier_reservation() {
+        let (_dir, engine) = engine();
+        let oplog = engine.enable_oplog(1).expect("oplog").clone();
+        let before = oplog.visible_u64();
+        let a = oplog.reserve(1);
+        let b = oplog.reserve(2);
+        let (ta, tb) = (ts_to_u64(a.ts(0)), ts_to_u64(b.ts(1)));
+        assert!(ta > before && tb > ta);
+        drop(b);
+        // `a` is still in flight: nothing at or after it is visible.
+        assert_eq!(oplog.visible_u64(), before.max(ta - 1));
+        let seen = oplog.generation();
+        drop(a);
+        assert_eq!(oplog.visible_u64(), tb);
+        assert!(oplog.wait_for_advance(seen, Instant::now()));
+    }
+
+    #[test]
+    fn concurrent_writers_entries_read_in_ts_order_without_holes() {
+        let (_dir, engine) = engine();
+        let oplog = engine.enable_oplog(64).expect("oplog").clone();
+        let ns = Namespace::new("t", "c");
+        let coll = engine.ensure_collection(&ns).expect("coll");
+        let start = oplog.visible();
+        let threads: Vec<_> = (0..4)
+            .map(|k| {
+                let (engine, coll) = (engine.clone(), coll.clone());
+                std::thread::spawn(move || {
+                    for i in 0..200 {
+                        let doc = prepare_insert(
+                            &RawDocumentBuf::from_document(&doc! { "_id": format!("{k}-{i}") })
+                                .expect("doc"),
+                        )
+                        .expect("prepare");
+                        engine
+                            .insert_one(&coll, &doc, &WriteOpts::default())
+                            .expect("insert");
+                    }
+                })
+            })
+            .collect();
+        // A reader following the visibility point sees every entry once, in ts order.
+        let mut seen = Vec::new();
+        let mut after = start;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while seen.len() < 800 && Instant::now() < deadline {
+            for e in oplog.read_after(engine.kv(), after, 64).expect("read") {
+                let ts = match e.get("ts").expect("ts") {
+                    Some(bson::RawBsonRef::Timestamp(ts)) => ts,
+                    _ => panic!("no ts"),
+                };
+                assert!(ts_to_u64(ts) > ts_to_u64(after));
+                after = ts;
+                seen.push(e);
+            }
+            oplog.wait_visible_after(after, Instant::now() + Duration::from_millis(50));
+        }
+        for t in threads {
+            t.join().expect("writer");
+        }
+        assert_eq!(seen.len(), 800);
+        assert_eq!(oplog.last_visible(engine.kv()).expect("last").ts, after);
+    }
+}

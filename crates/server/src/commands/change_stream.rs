@@ -1,0 +1,278 @@
+//! `aggregate` with a leading `$changeStream` and the `getMore`s of its cursor.
+//!
+//! The pipeline runs over the engine's change event source
+//! (`nidus_engine::pipeline::change_stream`); the cursor stays open until an invalidate
+//! event, and each `getMore` that finds nothing waits on the oplog's visibility signal (no
+//! polling) for `maxTimeMS` (1 s by default), then returns an empty batch. Every reply
+//! carries the `postBatchResumeToken` drivers resume from.
+
+use super::find::{batch_reply, check_fields};
+use super::{wrong_type, Ctx};
+use crate::cursor::{Cursor, DEFAULT_FIRST_BATCH};
+use bson::{Bson, Document, RawDocumentBuf};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_engine::namespace::Namespace;
+use nidus_engine::pipeline::change_stream::{
+    ChangeStreamSource, ChangeStreamSpec, Scope, SharedState,
+};
+use nidus_engine::pipeline::{self, run, ExpCtx, ParseCtx};
+use std::time::{Duration, Instant};
+
+/// The stages a change stream pipeline may hold after `$changeStream`.
+const ALLOWED: &[&str] = &[
+    "$match",
+    "$project",
+    "$addFields",
+    "$set",
+    "$unset",
+    "$replaceRoot",
+    "$replaceWith",
+    "$redact",
+];
+
+/// How long a `getMore` without `maxTimeMS` waits for events.
+const AWAIT_DEFAULT: Duration = Duration::from_secs(1);
+
+fn invalid_ns(msg: String) -> Error {
+    Error::new(ErrorCode::InvalidNamespace, msg)
+}
+
+/// The scope of a stream opened by `ctx`, with MongoDB's refusals.
+fn scope(ctx: &Ctx, spec: &ChangeStreamSpec) -> Result<Scope> {
+    let coll = match ctx.body.get("aggregate") {
+        Some(Bson::String(_)) => Some(ctx.namespace("aggregate")?),
+        _ => None,
+    };
+    let db = ctx.db.as_str();
+    if spec.all_changes_for_cluster {
+        if db != "admin" || coll.is_some() {
+            return Err(invalid_ns(
+                "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name".into(),
+            ));
+        }
+        return Ok(Scope::Cluster);
+    }
+    if matches!(db, "admin" | "config" | "local") {
+        return Err(invalid_ns(format!(
+            "$changeStream may not be opened on the internal {db} database"
+        )));
+    }
+    match coll {
+        Some(ns) if ns.is_system() => Err(invalid_ns(format!(
+            "$changeStream may not be opened on the internal {ns} collection"
+        ))),
+        Some(ns) => Ok(Scope::Collection(ns)),
+        None => Ok(Scope::Database(db.to_string())),
+    }
+}
+
+pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
+    check_fields(
+        ctx,
+        &[
+            "aggregate",
+            "pipeline",
+            "cursor",
+            "explain",
+            "allowDiskUse",
+            "collation",
+            "hint",
+            "let",
+            "bypassDocumentValidation",
+        ],
+    )?;
+    if ctx.state.engine.oplog().is_none() {
+        return Err(Error::new(
+            ErrorCode::Location(40573),
+            "The $changeStream stage is only supported on replica sets",
+        ));
+    }
+    if ctx.txn.is_some() {
+        return Err(Error::new(
+            ErrorCode::OperationNotSupportedInTransaction,
+            "Operation not permitted in transaction :: caused by :: $changeStream cannot run in a multi-document transaction",
+        ));
+    }
+    let items = match ctx.body.get("pipeline") {
+        Some(Bson::Array(a)) => a.clone(),
+        Some(other) => return Err(wrong_type("aggregate", "pipeline", other, "array")),
+        None => {
+            return Err(Error::new(
+                ErrorCode::Location(40414),
+                "BSON field 'aggregate.pipeline' is missing but a required field",
+            ))
+        }
+    };
+    let batch_size =
+        match ctx.body.get("cursor") {
+            Some(Bson::Document(c)) => super::opt_i64("aggregate", c, "batchSize")?,
+            Some(other) => return Err(wrong_type("aggregate", "cursor", other, "object")),
+            None => return Err(Error::new(
+                ErrorCode::FailedToParse,
+                "The 'cursor' option is required, except for aggregate with the explain argument",
+            )),
+        };
+    if let Some(n) = batch_size.filter(|n| *n < 0) {
+        return Err(Error::new(
+            ErrorCode::BadValue,
+            format!("BSON field 'batchSize' value must be >= 0, actual value '{n}'"),
+        ));
+    }
+    let spec_arg = items
+        .first()
+        .and_then(Bson::as_document)
+        .and_then(|d| d.get("$changeStream"))
+        .cloned()
+        .unwrap_or(Bson::Null);
+    let spec = ChangeStreamSpec::parse(&spec_arg)?;
+    let scope = scope(ctx, &spec)?;
+    for item in &items[1..] {
+        let name = item
+            .as_document()
+            .and_then(|d| d.keys().next())
+            .cloned()
+            .unwrap_or_default();
+        if name == "$changeStream" {
+            return Err(Error::new(
+                ErrorCode::Location(40602),
+                "$changeStream is only valid as the first stage in a pipeline",
+            ));
+        }
+        if name.starts_with('$') && !ALLOWED.contains(&name.as_str()) {
+            return Err(Error::new(
+                ErrorCode::IllegalOperation,
+                format!("{name} is not permitted in a $changeStream pipeline"),
+            ));
+        }
+    }
+    let mut exp = ExpCtx::new(ctx.state.engine.clone(), &ctx.db);
+    let pcx = ParseCtx::new(&ctx.db).with_views(ctx.state.engine.clone());
+    if let Some(lets) = ctx.opt_document("let")? {
+        pcx.define_command_let(&lets, &exp)?;
+    }
+    let stages = pipeline::parse_pipeline(&items[1..], &pcx)?;
+    exp = exp.with_bindings(&pcx);
+    let (source, state) = ChangeStreamSource::open(ctx.state.engine.clone(), scope.clone(), spec)?;
+    let opened = run::open(&exp, None, &stages, Some(Box::new(source)))?;
+    let cursor_ns = match &scope {
+        Scope::Collection(ns) => ns.clone(),
+        _ => Namespace::new(&ctx.db, "$cmd.aggregate"),
+    };
+    let mut cursor = Cursor::new(cursor_ns.clone(), opened.into_executor(None));
+    cursor.change_stream = Some(state.clone());
+    let first = batch_size
+        .map(|n| n.max(0) as u64)
+        .unwrap_or(DEFAULT_FIRST_BATCH);
+    let (batch, done) = next_batch(&mut cursor, &state, Some(first))?;
+    let id = if done {
+        0
+    } else {
+        ctx.state
+            .cursors
+            .register(cursor, ctx.conn.auth.owner(), super::find::session_id(ctx))
+    };
+    Ok(reply(&cursor_ns, id, "firstBatch", batch, &state))
+}
+
+/// A batch of events (at most `batch_size`), checking that the pipeline kept each event's
+/// `_id`; done once the stream was invalidated.
+fn next_batch(
+    cursor: &mut Cursor,
+    state: &SharedState,
+    batch_size: Option<u64>,
+) -> Result<(Vec<RawDocumentBuf>, bool)> {
+    let (batch, _) = cursor.next_batch(batch_size)?;
+    let mut st = state.lock();
+    for doc in &batch {
+        let id = doc
+            .get_document("_id")
+            .ok()
+            .and_then(|d| d.to_raw_document_buf().to_document().ok());
+        // Each output is one of the source's events, in order, with its `_id` unchanged.
+        let found = id.is_some_and(|id| {
+            while let Some(t) = st.emitted.pop_front() {
+                if t == id {
+                    return true;
+                }
+            }
+            false
+        });
+        if !found {
+            return Err(Error::new(
+                ErrorCode::ChangeStreamFatalError,
+                "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. Modifying the _id field of an event makes it impossible to resume the stream from that point. Only transformations that retain the unmodified _id field are allowed.",
+            ));
+        }
+    }
+    if cursor.pending.is_none() {
+        // Everything the source produced went out or was filtered out.
+        st.emitted.clear();
+    }
+    drop(st);
+    let done = state.lock().invalidated && cursor.pending.is_none();
+    Ok((batch, done))
+}
+
+fn reply(
+    ns: &Namespace,
+    id: i64,
+    field: &str,
+    batch: Vec<RawDocumentBuf>,
+    state: &SharedState,
+) -> Document {
+    let mut r = batch_reply(ns, id, field, batch);
+    if let Ok(c) = r.get_document_mut("cursor") {
+        c.insert(
+            "postBatchResumeToken",
+            state.lock().resume_token.to_document(),
+        );
+    }
+    r
+}
+
+/// The `getMore` of a change stream cursor: the events there are now, else those the next
+/// visible oplog entries bring, waiting until `maxTimeMS` (default 1 s) passes.
+pub fn get_more(
+    ctx: &Ctx,
+    id: i64,
+    cursor: &mut Cursor,
+    state: &SharedState,
+    batch_size: Option<u64>,
+) -> Result<(Document, bool)> {
+    let Some(oplog) = ctx.state.engine.oplog().cloned() else {
+        return Err(Error::internal("change stream without an oplog"));
+    };
+    let until = ctx
+        .deadline
+        .unwrap_or_else(|| Instant::now() + AWAIT_DEFAULT);
+    let (batch, done) = loop {
+        let seen = oplog.generation();
+        let (batch, done) = next_batch(cursor, state, batch_size)?;
+        if !batch.is_empty() || done || Instant::now() >= until {
+            break (batch, done);
+        }
+        if ctx
+            .state
+            .shutting_down
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            break (batch, done);
+        }
+        // Wake at least every second to notice shutdown and killed operations.
+        let wait_until = until.min(Instant::now() + Duration::from_secs(1));
+        oplog.wait_for_advance(seen, wait_until);
+        nidus_engine::opctx::check_interrupt()?;
+    };
+    let ns = cursor.ns.clone();
+    let out_id = if done { 0 } else { id };
+    Ok((reply(&ns, out_id, "nextBatch", batch, state), done))
+}
+
+/// Whether an `aggregate`'s pipeline opens with `$changeStream`.
+pub fn is_change_stream(body: &Document) -> bool {
+    body.get_array("pipeline")
+        .ok()
+        .and_then(|p| p.first())
+        .and_then(Bson::as_document)
+        .is_some_and(|d| d.contains_key("$changeStream"))
+}

@@ -1,0 +1,353 @@
+"""Change streams ($changeStream) on a one-member replica set: every event type and option,
+checked against the events MongoDB 8.0 sends for the same operations."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from bson import Timestamp
+from pymongo.errors import OperationFailure
+
+
+@pytest.fixture(scope="module")
+def rs(tmp_path_factory, nidus_binary):
+    from nidus_harness import NidusServer
+
+    s = NidusServer(dbpath=tmp_path_factory.mktemp("cs") / "db", binary=nidus_binary,
+                    extra_args=["--replSet", "rs0"], log_name="nidus-change-streams")
+    s.start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def rsc(rs):
+    c = rs.client()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def db(rsc, request):
+    name = ("t_" + request.node.name.replace("[", "_").replace("]", "_"))[:60]
+    rsc.drop_database(name)
+    return rsc[name]
+
+
+def drain(stream, n, timeout=5.0):
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        ev = stream.try_next()
+        if ev is not None:
+            out.append(ev)
+    return out
+
+
+def strip(ev, *keep):
+    """The event fields that do not vary between runs (no token, times, UUIDs)."""
+    return {k: v for k, v in ev.items() if k not in ("_id", "clusterTime", "wallTime", "collectionUUID")
+            or k in keep}
+
+
+def test_crud_events(db):
+    c = db.c
+    c.insert_one({"_id": 0})
+    with c.watch() as s:
+        c.insert_one({"_id": 1, "a": 1, "arr": [1, 2, 3]})
+        c.update_one({"_id": 1}, {"$set": {"a": 2, "n.x": 1}, "$unset": {"zz": ""}})
+        c.update_one({"_id": 1}, {"$unset": {"a": ""}})
+        c.update_one({"_id": 1}, {"$pop": {"arr": 1}})
+        c.replace_one({"_id": 1}, {"b": 1})
+        c.delete_one({"_id": 1})
+        evs = drain(s, 6)
+    ns = {"db": db.name, "coll": "c"}
+    assert [strip(e) for e in evs] == [
+        {"operationType": "insert", "fullDocument": {"_id": 1, "a": 1, "arr": [1, 2, 3]},
+         "ns": ns, "documentKey": {"_id": 1}},
+        {"operationType": "update", "ns": ns, "documentKey": {"_id": 1},
+         "updateDescription": {"updatedFields": {"a": 2, "n": {"x": 1}}, "removedFields": [],
+                               "truncatedArrays": []}},
+        {"operationType": "update", "ns": ns, "documentKey": {"_id": 1},
+         "updateDescription": {"updatedFields": {}, "removedFields": ["a"], "truncatedArrays": []}},
+        {"operationType": "update", "ns": ns, "documentKey": {"_id": 1},
+         "updateDescription": {"updatedFields": {}, "removedFields": [],
+                               "truncatedArrays": [{"field": "arr", "newSize": 2}]}},
+        {"operationType": "replace", "fullDocument": {"_id": 1, "b": 1}, "ns": ns,
+         "documentKey": {"_id": 1}},
+        {"operationType": "delete", "ns": ns, "documentKey": {"_id": 1}},
+    ]
+    for e in evs:
+        assert isinstance(e["clusterTime"], Timestamp) and "wallTime" in e
+        assert set(e["_id"]) == {"_data"} and isinstance(e["_id"]["_data"], str)
+    tokens = [e["_id"]["_data"] for e in evs]
+    assert tokens == sorted(tokens)
+
+
+def test_array_element_update_paths(db):
+    c = db.c
+    c.insert_one({"_id": 1, "arr": [{"q": 1}, 2], "o": {"1": "x"}})
+    with c.watch(show_expanded_events=True) as s:
+        c.update_one({"_id": 1}, {"$set": {"arr.0.q": 5, "arr.1": 3, "o.1": "y"}})
+        ev = drain(s, 1)[0]
+    ud = ev["updateDescription"]
+    assert ud["updatedFields"] == {"arr.0.q": 5, "arr.1": 3, "o.1": "y"}
+    assert ud["disambiguatedPaths"] == {"o.1": ["o", "1"]}
+    assert "collectionUUID" in ev
+
+
+def test_full_document_update_lookup(db):
+    c = db.c
+    c.insert_one({"_id": 1, "a": 1})
+    with c.watch(full_document="updateLookup") as s:
+        c.update_one({"_id": 1}, {"$inc": {"a": 1}})
+        ev = drain(s, 1)[0]
+    assert ev["fullDocument"] == {"_id": 1, "a": 2}
+
+
+def test_pre_and_post_images(db):
+    db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
+    c = db.c
+    c.insert_one({"_id": 1, "a": 1})
+    with c.watch(full_document="whenAvailable", full_document_before_change="required") as s:
+        c.update_one({"_id": 1}, {"$set": {"a": 2}})
+        c.replace_one({"_id": 1}, {"a": 3})
+        c.delete_one({"_id": 1})
+        evs = drain(s, 3)
+    assert [e.get("fullDocumentBeforeChange") for e in evs] == [
+        {"_id": 1, "a": 1}, {"_id": 1, "a": 2}, {"_id": 1, "a": 3}]
+    assert evs[0]["fullDocument"] == {"_id": 1, "a": 2}
+    # Without images on the collection: whenAvailable gives null, required fails.
+    d = db.d
+    d.insert_one({"_id": 1})
+    with d.watch(full_document_before_change="whenAvailable", full_document="whenAvailable") as s:
+        d.update_one({"_id": 1}, {"$set": {"x": 1}})
+        ev = drain(s, 1)[0]
+    assert ev["fullDocumentBeforeChange"] is None and ev["fullDocument"] is None
+    with d.watch(full_document_before_change="required") as s:
+        d.delete_one({"_id": 1})
+        with pytest.raises(OperationFailure) as e:
+            drain(s, 1)
+    assert e.value.code == 47
+
+
+def test_coll_mod_enables_pre_images(db):
+    db.c.insert_one({"_id": 1, "a": 1})
+    db.command("collMod", "c", changeStreamPreAndPostImages={"enabled": True})
+    with db.c.watch(full_document_before_change="required") as s:
+        db.c.delete_one({"_id": 1})
+        ev = drain(s, 1)[0]
+    assert ev["fullDocumentBeforeChange"] == {"_id": 1, "a": 1}
+
+
+def test_drop_invalidates_collection_stream(db):
+    db.c.insert_one({})
+    with db.c.watch() as s:
+        db.c.drop()
+        evs = drain(s, 2)
+        assert [e["operationType"] for e in evs] == ["drop", "invalidate"]
+        assert evs[0]["ns"] == {"db": db.name, "coll": "c"}
+        assert not s.alive
+    # startAfter the invalidate opens a new stream after it.
+    with db.c.watch(start_after=evs[1]["_id"]) as s2:
+        db.c.insert_one({"_id": 7})
+        assert drain(s2, 1)[0]["documentKey"] == {"_id": 7}
+    with pytest.raises(OperationFailure) as e:
+        db.c.watch(resume_after=evs[1]["_id"])
+    assert e.value.code == 260
+
+
+def test_rename_and_drop_database(db, rsc):
+    db.c.insert_one({})
+    with db.watch() as dbs, db.c.watch() as cs:
+        rsc.admin.command("renameCollection", f"{db.name}.c", to=f"{db.name}.d")
+        assert [e["operationType"] for e in drain(cs, 2)] == ["rename", "invalidate"]
+        ev = drain(dbs, 1)[0]
+        assert ev["operationType"] == "rename"
+        assert ev["ns"] == {"db": db.name, "coll": "c"} and ev["to"] == {"db": db.name, "coll": "d"}
+        rsc.drop_database(db.name)
+        evs = drain(dbs, 3)
+        assert [e["operationType"] for e in evs] == ["drop", "dropDatabase", "invalidate"]
+        assert evs[1]["ns"] == {"db": db.name}
+
+
+def test_expanded_ddl_events(db):
+    with db.watch(show_expanded_events=True) as s:
+        db.create_collection("c")
+        db.c.create_index("a")
+        db.command("collMod", "c", validator={"a": {"$type": "int"}})
+        db.c.drop_index("a_1")
+        evs = drain(s, 4)
+    assert [e["operationType"] for e in evs] == ["create", "createIndexes", "modify", "dropIndexes"]
+    assert evs[1]["operationDescription"] == {"indexes": [{"v": 2, "key": {"a": 1}, "name": "a_1"}]}
+    assert evs[2]["operationDescription"] == {"validator": {"a": {"$type": "int"}}}
+    assert all("collectionUUID" in e for e in evs)
+    with db.watch() as s:
+        db.create_collection("e")
+        db.e.insert_one({"_id": 1})
+        assert [e["operationType"] for e in drain(s, 1)] == ["insert"]
+
+
+def test_database_and_cluster_streams(rsc, db):
+    other = rsc[db.name + "_o"]
+    rsc.drop_database(other.name)
+    with db.watch() as dbs, rsc.watch() as cl:
+        db.a.insert_one({"_id": 1})
+        other.b.insert_one({"_id": 2})
+        assert [e["ns"]["coll"] for e in drain(dbs, 1)] == ["a"]
+        got = [(e["ns"]["db"], e["documentKey"]["_id"]) for e in drain(cl, 2)]
+        assert got == [(db.name, 1), (other.name, 2)]
+        assert dbs.try_next() is None
+    rsc.drop_database(other.name)
+
+
+def test_transactions_events_after_commit_only(rsc, db):
+    db.c.insert_one({"_id": 0})
+    with db.c.watch() as s:
+        with rsc.start_session() as sess:
+            with sess.start_transaction():
+                db.c.insert_one({"_id": 1}, session=sess)
+                db.c.update_one({"_id": 0}, {"$set": {"x": 1}}, session=sess)
+                assert s.try_next() is None
+            sess.start_transaction()
+            db.c.insert_one({"_id": 2}, session=sess)
+            sess.abort_transaction()
+            lsid = sess.session_id
+        db.c.insert_one({"_id": 3})
+        evs = drain(s, 3)
+    assert [e["operationType"] for e in evs] == ["insert", "update", "insert"]
+    assert evs[0]["lsid"] == lsid and evs[1]["lsid"] == lsid and "txnNumber" in evs[0]
+    assert evs[0]["clusterTime"] == evs[1]["clusterTime"]
+    assert evs[0]["_id"]["_data"] < evs[1]["_id"]["_data"]
+    assert evs[2]["documentKey"] == {"_id": 3} and "lsid" not in evs[2]
+
+
+def test_resume_after_start_after_and_operation_time(rsc, db):
+    c = db.c
+    optime = rsc.admin.command("ping")["operationTime"]
+    c.insert_many([{"_id": i} for i in range(4)])
+    with c.watch(start_at_operation_time=optime) as s:
+        evs = drain(s, 4)
+    assert [e["documentKey"]["_id"] for e in evs] == [0, 1, 2, 3]
+    with c.watch(resume_after=evs[1]["_id"]) as s:
+        assert [e["documentKey"]["_id"] for e in drain(s, 2)] == [2, 3]
+    with c.watch(start_after=evs[2]["_id"]) as s:
+        assert [e["documentKey"]["_id"] for e in drain(s, 1)] == [3]
+    with pytest.raises(OperationFailure) as e:
+        db.command("aggregate", "c", cursor={}, pipeline=[
+            {"$changeStream": {"resumeAfter": evs[0]["_id"], "startAfter": evs[0]["_id"]}}])
+    assert e.value.code == 40674
+
+
+def test_history_lost(rsc, db):
+    with pytest.raises(OperationFailure) as e:
+        db.c.watch(start_at_operation_time=Timestamp(1, 1))
+    assert e.value.code == 286
+
+
+def test_later_stages_and_errors(db):
+    c = db.c
+    with c.watch([{"$match": {"operationType": "insert", "fullDocument.keep": True}},
+                  {"$project": {"fullDocument.keep": 0}},
+                  {"$addFields": {"extra": 1}}]) as s:
+        c.insert_many([{"_id": 1, "keep": True}, {"_id": 2, "keep": False}])
+        c.delete_one({"_id": 1})
+        evs = drain(s, 1)
+        assert [(e["fullDocument"], e["extra"]) for e in evs] == [({"_id": 1}, 1)]
+        assert s.try_next() is None
+    for stage, code in [({"$group": {"_id": 1}}, 20), ({"$changeStream": {}}, 40602),
+                        ({"$sort": {"a": 1}}, 20)]:
+        with pytest.raises(OperationFailure) as e:
+            c.watch([stage])
+        assert e.value.code == code, stage
+    with pytest.raises(OperationFailure) as e:
+        c.watch(full_document="bogus")
+    assert e.value.code == 2
+    with c.watch([{"$project": {"_id": 0}}]) as s:
+        c.insert_one({"_id": 5})
+        with pytest.raises(OperationFailure) as e:
+            drain(s, 1)
+        assert e.value.code == 280
+
+
+def test_namespace_errors(rsc):
+    for target, kwargs, code in [(rsc.admin, {}, 73), (rsc.local, {}, 73), (rsc.t.x, {"full_document": "default"}, None)]:
+        if code is None:
+            target.watch(**kwargs).close()
+            continue
+        with pytest.raises(OperationFailure) as e:
+            target.watch(**kwargs)
+        assert e.value.code == code
+    with pytest.raises(OperationFailure) as e:
+        rsc.t.command("aggregate", 1, pipeline=[{"$changeStream": {"allChangesForCluster": True}}],
+                      cursor={})
+    assert e.value.code == 73
+
+
+def test_standalone_refuses(start_nidus):
+    s = start_nidus()
+    c = s.client()
+    with pytest.raises(OperationFailure) as e:
+        c.t.c.watch()
+    assert e.value.code == 40573
+    c.close()
+
+
+def test_get_more_waits_and_wakes(db):
+    c = db.c
+    c.insert_one({"_id": 0})
+    with c.watch(max_await_time_ms=3000) as s:
+        # Nothing happens: an empty batch after the await time, with a resume token.
+        t0 = time.monotonic()
+        assert s.try_next() is None
+        waited = time.monotonic() - t0
+        assert 2.5 < waited < 6
+        token = s.resume_token
+        assert token is not None and "_data" in token
+
+        def later():
+            time.sleep(0.3)
+            c.insert_one({"_id": 1})
+
+        th = threading.Thread(target=later)
+        th.start()
+        t0 = time.monotonic()
+        ev = s.try_next()
+        th.join()
+        assert ev is not None and ev["documentKey"] == {"_id": 1}
+        assert time.monotonic() - t0 < 2.5
+        assert s.resume_token["_data"] >= token["_data"]
+
+
+def test_post_batch_resume_token_and_batch_size(rsc, db):
+    c = db.c
+    c.insert_one({"_id": -1})
+    reply = db.command("aggregate", "c", pipeline=[{"$changeStream": {}}], cursor={"batchSize": 0})
+    cur = reply["cursor"]
+    assert cur["firstBatch"] == [] and cur["id"] != 0 and "_data" in cur["postBatchResumeToken"]
+    c.insert_many([{"_id": i} for i in range(5)])
+    more = db.command("getMore", cur["id"], collection="c", batchSize=2, maxTimeMS=1000)["cursor"]
+    assert [e["documentKey"]["_id"] for e in more["nextBatch"]] == [0, 1]
+    assert more["postBatchResumeToken"] == more["nextBatch"][-1]["_id"]
+    more = db.command("getMore", cur["id"], collection="c", maxTimeMS=1000)["cursor"]
+    assert [e["documentKey"]["_id"] for e in more["nextBatch"]] == [2, 3, 4]
+    db.command("killCursors", "c", cursors=[cur["id"]])
+
+
+def test_resume_after_restart(start_nidus):
+    s = start_nidus(extra_args=["--replSet", "rs0"])
+    c = s.client()
+    coll = c.t.c
+    with coll.watch() as cs:
+        coll.insert_one({"_id": 1})
+        token = drain(cs, 1)[0]["_id"]
+    coll.insert_one({"_id": 2})
+    c.close()
+    s.stop()
+    s.start()
+    c = s.client()
+    with c.t.c.watch(resume_after=token) as cs:
+        assert [e["documentKey"]["_id"] for e in drain(cs, 1)] == [2]
+    c.close()
