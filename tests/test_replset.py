@@ -214,9 +214,9 @@ def test_initiate_errors(rs):
         assert e.value.code == 95
     with rs.members[1].client() as c:
         rs.wait_for_state(rs.members[1], "SECONDARY")
-        with pytest.raises(OperationFailure) as e:
+        with pytest.raises(NotPrimaryError) as e:
             c.admin.command("replSetStepDown", 10)
-        assert e.value.code == 10107
+        assert e.value.details["code"] == 10107
 
 
 def test_step_down_hands_over_and_freeze_holds_it(rs):
@@ -275,3 +275,92 @@ def test_kill_primary_fails_over_and_old_primary_rejoins(rs):
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
         assert c.primary == ("127.0.0.1", primary.port)
+
+
+def member_docs(m, coll="c", db="test"):
+    with m.client() as c:
+        return sorted(c[db][coll].find({}), key=lambda d: str(d["_id"]))
+
+
+def wait_same_data(rs, members, coll="c", timeout=15.0):
+    want = None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = [member_docs(m, coll) for m in members]
+        if all(g == got[0] for g in got):
+            return got[0]
+        time.sleep(0.1)
+    raise AssertionError(f"members differ: {got!r}")
+
+
+def test_writes_replicate_to_every_member(rs):
+    from pymongo import WriteConcern
+    from pymongo.errors import WriteConcernError
+
+    primary = initiated(rs)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=15000)) as c:
+        maj = c.test.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=10000))
+        maj.insert_many([{"_id": i, "v": i, "tags": ["a", "b"], "sub": {"x": i}} for i in range(20)])
+        maj.update_one({"_id": 3}, {"$set": {"v": 33, "sub.y": 1}, "$push": {"tags": "c"}})
+        maj.update_many({"_id": {"$gte": 15}}, {"$inc": {"v": 100}, "$unset": {"sub": ""}})
+        maj.replace_one({"_id": 4}, {"replaced": True})
+        maj.delete_one({"_id": 5})
+        maj.delete_many({"_id": {"$in": [6, 7]}})
+        maj.create_index([("v", 1)], name="v_1")
+        w3 = c.test.get_collection("c", write_concern=WriteConcern(w=3, wtimeout=10000))
+        w3.insert_one({"_id": "w3"})
+        expected = sorted(c.test.c.find({}), key=lambda d: str(d["_id"]))
+        # Majority-acknowledged writes are on a majority at once; all members converge.
+        assert len(expected) == 18
+        assert wait_same_data(rs, rs.members) == expected
+        for m in rs.members:
+            with m.client() as mc:
+                assert "v_1" in [ix["name"] for ix in mc.test.c.list_indexes()]
+                # The secondary recorded the primary's entries in its own oplog.
+                last = mc.local["oplog.rs"].find_one({"ns": "test.c", "op": "i", "o._id": "w3"})
+                assert last is not None and last["op"] == "i"
+        with pytest.raises(WriteConcernError) as e:
+            c.test.get_collection("c", write_concern=WriteConcern(w=5)).insert_one({"_id": "w5"})
+        assert e.value.code == 100
+        assert c.test.c.find_one({"_id": "w5"}) == {"_id": "w5"}
+        # With one secondary gone, w:3 times out (the write is kept), w:"majority" succeeds.
+        rs.members[2].kill()
+        with pytest.raises(WriteConcernError) as e:
+            c.test.get_collection("c", write_concern=WriteConcern(w=3, wtimeout=500)).insert_one({"_id": "t"})
+        assert e.value.code == 64
+        assert e.value.details["errmsg"] == "waiting for replication timed out"
+        assert c.test.c.find_one({"_id": "t"}) == {"_id": "t"}
+        maj.insert_one({"_id": "after-kill"})
+
+
+def test_majority_writes_survive_failover(rs):
+    from pymongo import WriteConcern
+
+    primary = initiated(rs)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    acked = []
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=20000, retryWrites="true")) as c:
+        coll = c.test.get_collection("h", write_concern=WriteConcern(w="majority", wtimeout=15000))
+        for i in range(50):
+            coll.insert_one({"_id": i})
+            acked.append(i)
+        primary.kill()
+        deadline = time.monotonic() + 30
+        i = 50
+        while time.monotonic() < deadline and i < 80:
+            try:
+                coll.insert_one({"_id": i})
+                acked.append(i)
+                i += 1
+            except PyMongoError:
+                time.sleep(0.05)
+        assert i == 80, "writes did not resume after the failover"
+    primary.restart()
+    rs.wait_for_state(primary, "PRIMARY", 30)
+    for m in rs.members:
+        got = wait_until(lambda m=m: (lambda ids: ids if set(acked) <= ids else None)(
+            {d["_id"] for d in member_docs(m, "h")}), 20, f"{rs.host(m)} holds every acknowledged write")
+        assert set(acked) <= got

@@ -101,6 +101,9 @@ pub(crate) fn spawn(
         applied: applied_optime,
         durable: durable_optime,
         last_takeover_check: Instant::now(),
+        proposed_through: None,
+        index_ts: Default::default(),
+        was_writable: false,
     };
     coord.observe_timestamp(driver.applied.ts);
     coord.observe_timestamp(driver.durable.ts);
@@ -145,6 +148,12 @@ struct Driver {
     applied: OpTime,
     durable: OpTime,
     last_takeover_check: Instant,
+    /// On a writable primary: the newest local oplog entry proposed to Raft.
+    proposed_through: Option<bson::Timestamp>,
+    /// On the primary: the Raft index of each proposed entry's `ts` (pruned as members
+    /// acknowledge them), for `w: N`.
+    index_ts: std::collections::BTreeMap<u64, u64>,
+    was_writable: bool,
 }
 
 impl Driver {
@@ -194,6 +203,7 @@ impl Driver {
                 self.last_tick = Instant::now();
                 self.tick(&coord);
             }
+            self.propose_new_entries(&coord);
             if let Err(e) = self.on_ready(&coord) {
                 // MongoDB stops a member that cannot persist its replication state; this one
                 // stops taking part (it no longer votes, leads or acknowledges).
@@ -254,6 +264,7 @@ impl Driver {
             Input::Freeze(d) => {
                 self.frozen_until = (!d.is_zero()).then(|| Instant::now() + d);
             }
+            Input::Wake => {}
             Input::Unreachable(id) => self.raw.report_unreachable(id),
             Input::SnapshotDone(id, ok) => self.raw.report_snapshot(
                 id,
@@ -388,7 +399,18 @@ impl Driver {
         for e in &entries {
             match e.get_entry_type() {
                 EntryType::EntryNormal => {
-                    if let Some(op) = entry_optime(e) {
+                    if e.data.is_empty() {
+                        continue;
+                    }
+                    let raw = bson::RawDocumentBuf::from_bytes(e.data.to_vec())
+                        .map_err(|err| store_error(format!("entry {}: {err}", e.index)))?;
+                    let doc = Document::try_from(raw.as_ref())
+                        .map_err(|err| store_error(format!("entry {}: {err}", e.index)))?;
+                    // MongoDB stops a member that cannot apply an entry; so does this one.
+                    crate::apply::apply_entry(coord.engine(), &raw, &doc).map_err(|err| {
+                        store_error(format!("cannot apply oplog entry {}: {}", doc, err.message))
+                    })?;
+                    if let Some(op) = OpTime::of_entry(&doc) {
                         self.applied = op;
                         coord.observe_timestamp(op.ts);
                     }
@@ -418,6 +440,12 @@ impl Driver {
         if let Some((c, _)) = new_config {
             self.set_config(coord, c);
         }
+        // Everything applied here is committed: the majority commit point.
+        if let Some(oplog) = coord.engine().oplog() {
+            if self.applied.term >= 0 {
+                oplog.set_commit_point(self.applied.ts);
+            }
+        }
         Ok(())
     }
 
@@ -440,8 +468,47 @@ impl Driver {
         };
         self.election_date = Some(wall);
         self.election_optime = OpTime { ts, term, wall };
+        if let Some(oplog) = coord.engine().oplog() {
+            oplog.set_term(term);
+        }
         if let Ok(bytes) = bson::to_vec(&entry) {
             let _ = self.raw.propose(Vec::new(), bytes);
+        }
+        // Writable once the no-op (and so everything before it) is applied.
+        self.leader_first_index = self.raw.raft.raft_log.last_index();
+    }
+
+    /// On a writable primary: proposes the local oplog entries written since the last
+    /// proposal, in `ts` order (the visibility point guarantees no hole is skipped).
+    fn propose_new_entries(&mut self, coord: &Coordinator) {
+        let Some(after) = self.proposed_through else {
+            return;
+        };
+        if self.raw.raft.state != StateRole::Leader || self.raw.raft.lead_transferee.is_some() {
+            return;
+        }
+        let Some(oplog) = coord.engine().oplog() else {
+            return;
+        };
+        let Ok(entries) = oplog.read_after(coord.engine().kv(), after, 256) else {
+            return;
+        };
+        for raw in entries {
+            let ts = match raw.get("ts") {
+                Ok(Some(bson::RawBsonRef::Timestamp(ts))) => ts,
+                _ => continue,
+            };
+            if self
+                .raw
+                .propose(Vec::new(), raw.as_bytes().to_vec())
+                .is_err()
+            {
+                return;
+            }
+            let index = self.raw.raft.raft_log.last_index();
+            self.index_ts
+                .insert(index, ((ts.time as u64) << 32) | ts.increment as u64);
+            self.proposed_through = Some(ts);
         }
     }
 
@@ -463,7 +530,7 @@ impl Driver {
         let writable = leader
             && raft.lead_transferee.is_none()
             && raft.raft_log.applied >= self.leader_first_index;
-        let progress = if leader {
+        let progress: std::collections::BTreeMap<u64, (u64, bool)> = if leader {
             raft.prs()
                 .iter()
                 .map(|(id, p)| (*id, (p.matched, p.recent_active)))
@@ -471,6 +538,44 @@ impl Driver {
         } else {
             Default::default()
         };
+        let mut member_ts = std::collections::BTreeMap::new();
+        if leader {
+            let min_matched = progress.values().map(|p| p.0).min().unwrap_or(0);
+            for (id, (matched, _)) in &progress {
+                let ts = if *id == raft.id {
+                    // The primary's own writes are in its oplog when they are proposed.
+                    self.proposed_through
+                        .map_or(0, |t| ((t.time as u64) << 32) | t.increment as u64)
+                } else {
+                    self.index_ts
+                        .range(..=*matched)
+                        .next_back()
+                        .map_or(0, |(_, ts)| *ts)
+                };
+                member_ts.insert(*id, ts);
+            }
+            // Entries every member holds are no longer needed (keep the newest of them).
+            let keep_from = self
+                .index_ts
+                .range(..=min_matched)
+                .next_back()
+                .map(|(i, _)| *i);
+            if let Some(k) = keep_from {
+                self.index_ts = self.index_ts.split_off(&k);
+            }
+        } else {
+            self.index_ts.clear();
+        }
+        if writable && !self.was_writable {
+            self.proposed_through = coord
+                .engine()
+                .oplog()
+                .and_then(|o| o.last_visible(coord.engine().kv()).ok())
+                .map(|op| op.ts);
+        } else if !writable {
+            self.proposed_through = None;
+        }
+        self.was_writable = writable;
         coord.publish(View {
             state,
             config: self.config.clone(),
@@ -487,9 +592,14 @@ impl Driver {
             durable: self.durable.max_by_ts(self.applied),
             committed: self.applied,
             progress,
+            member_ts,
             frozen_until: self.frozen_until.filter(|t| Instant::now() < *t),
         });
     }
+}
+
+fn store_error(msg: String) -> raft::Error {
+    raft::Error::Store(raft::StorageError::Other(msg.into()))
 }
 
 fn transport_stopping(coord: &Coordinator) -> bool {

@@ -13,6 +13,7 @@
 //! is initiated (`replSetInitiate`) or a member of an initiated set reaches it; from then on it
 //! runs Raft and its state comes from there.
 
+pub mod apply;
 pub mod config;
 pub mod diff;
 mod driver;
@@ -56,6 +57,8 @@ pub struct View {
     pub committed: OpTime,
     /// On the primary: each member's replicated index and whether it was heard from lately.
     pub progress: BTreeMap<u64, (u64, bool)>,
+    /// On the primary: the newest oplog `ts` (as u64) each member holds durably.
+    pub member_ts: BTreeMap<u64, u64>,
     pub frozen_until: Option<Instant>,
 }
 
@@ -77,9 +80,19 @@ impl View {
             durable: OpTime::default(),
             committed: OpTime::default(),
             progress: BTreeMap::new(),
+            member_ts: BTreeMap::new(),
             frozen_until: None,
         }
     }
+}
+
+/// How a write concern wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicationWait {
+    Satisfied,
+    TimedOut,
+    /// This member stopped being primary while waiting.
+    NotPrimary,
 }
 
 /// What this member last learned about a peer from heartbeats.
@@ -125,10 +138,14 @@ impl Default for PeerInfo {
 pub(crate) enum Input {
     Messages(Vec<Message>),
     Campaign,
-    StepDown { freeze: Duration },
+    StepDown {
+        freeze: Duration,
+    },
     Freeze(Duration),
     Unreachable(u64),
     SnapshotDone(u64, bool),
+    /// The oplog advanced: the primary proposes its new entries.
+    Wake,
 }
 
 /// The replication coordinator of one member.
@@ -141,6 +158,9 @@ pub struct Coordinator {
     view: RwLock<View>,
     topology: Mutex<i64>,
     topology_changed: Condvar,
+    /// Bumped with every published view (write concern waiters re-check).
+    progress: Mutex<u64>,
+    progress_changed: Condvar,
     inbox: Mutex<Option<mpsc::Sender<Input>>>,
     links: Mutex<HashMap<u64, transport::Link>>,
     peers: RwLock<HashMap<u64, PeerInfo>>,
@@ -170,6 +190,8 @@ impl Coordinator {
             view: RwLock::new(View::empty()),
             topology: Mutex::new(0),
             topology_changed: Condvar::new(),
+            progress: Mutex::new(0),
+            progress_changed: Condvar::new(),
             inbox: Mutex::new(None),
             links: Mutex::new(HashMap::new()),
             peers: RwLock::new(HashMap::new()),
@@ -192,8 +214,11 @@ impl Coordinator {
         Ok(coord)
     }
 
-    /// A timestamp after every one issued or seen: wall-clock seconds and an increment.
+    /// A timestamp after every one issued or seen: the oplog's clock when there is one.
     pub fn next_timestamp(&self) -> bson::Timestamp {
+        if self.engine.oplog().is_some() {
+            return nidus_engine::oplog::clock().tick();
+        }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as u32)
@@ -217,6 +242,72 @@ impl Coordinator {
         let mut last = self.clock.lock();
         if (ts.time, ts.increment) > (last.time, last.increment) {
             *last = ts;
+        }
+    }
+
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Members that hold data (every member: arbiters are not supported).
+    pub fn data_bearing_members(&self) -> usize {
+        if self.implicit() {
+            return 1;
+        }
+        self.view
+            .read()
+            .config
+            .as_ref()
+            .map_or(1, |c| c.members.len())
+    }
+
+    /// Waits until the entry at `ts` is majority-committed (`majority`) or held by `nodes`
+    /// members, until `deadline`.
+    pub fn wait_for_replication(
+        &self,
+        ts: bson::Timestamp,
+        majority: bool,
+        nodes: i64,
+        deadline: Option<Instant>,
+    ) -> ReplicationWait {
+        if self.implicit() {
+            return ReplicationWait::Satisfied;
+        }
+        let target = ((ts.time as u64) << 32) | ts.increment as u64;
+        loop {
+            let seen = *self.progress.lock();
+            {
+                let v = self.view.read();
+                if v.state != MemberState::Primary {
+                    return ReplicationWait::NotPrimary;
+                }
+                let committed =
+                    ((v.committed.ts.time as u64) << 32) | v.committed.ts.increment as u64;
+                let majority_ok = !majority || committed >= target;
+                let holding = v.member_ts.values().filter(|t| **t >= target).count() as i64;
+                if majority_ok && holding >= nodes {
+                    return ReplicationWait::Satisfied;
+                }
+            }
+            if self.stopping.load(Ordering::SeqCst) {
+                return ReplicationWait::NotPrimary;
+            }
+            let mut g = self.progress.lock();
+            if *g != seen {
+                continue;
+            }
+            let slice = Duration::from_millis(100);
+            let wait = match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return ReplicationWait::TimedOut;
+                    }
+                    (d - now).min(slice)
+                }
+                None => slice,
+            };
+            self.progress_changed.wait_for(&mut g, wait);
         }
     }
 
@@ -360,6 +451,25 @@ impl Coordinator {
             .upgrade()
             .ok_or_else(|| Error::internal("stopping"))?;
         let tx = driver::spawn(coord, self.store.clone(), id).map_err(store_error)?;
+        if let Some(oplog) = self.engine.oplog().cloned() {
+            // Wakes the driver when the oplog advances, so the primary proposes new entries
+            // at once.
+            let wake = tx.clone();
+            let weak = self.weak.clone();
+            let _ = std::thread::Builder::new()
+                .name("repl-oplog-watch".to_string())
+                .spawn(move || loop {
+                    let seen = oplog.generation();
+                    oplog.wait_for_advance(seen, Instant::now() + Duration::from_millis(500));
+                    match weak.upgrade() {
+                        Some(c) if !c.stopping.load(Ordering::SeqCst) => {}
+                        _ => return,
+                    }
+                    if wake.send(Input::Wake).is_err() {
+                        return;
+                    }
+                });
+        }
         *inbox = Some(tx);
         drop(inbox);
         self.bump_topology();
@@ -535,6 +645,8 @@ impl Coordinator {
         if changed {
             self.bump_topology();
         }
+        *self.progress.lock() += 1;
+        self.progress_changed.notify_all();
     }
 
     pub(crate) fn config_applied(&self, config: &ReplSetConfig) {

@@ -608,6 +608,8 @@ fn run_handler(
         ));
     }
     let write_concern = WriteConcern::parse(&req.body)?;
+    // This thread's last logged write belongs to an earlier command until the handler runs.
+    let _ = nidus_engine::oplog::take_last_write_ts();
     let session = state.sessions.bind(
         &state.engine,
         state.config.repl_set.is_some(),
@@ -661,13 +663,21 @@ fn run_handler(
     if let Some(s) = &ctx.snapshot {
         crate::read_concern::annotate_reply(&mut body, s.at);
     }
-    if let Some(wce) = write_concern.error(state.config.repl_set.is_some()) {
+    let last_write = nidus_engine::oplog::take_last_write_ts();
+    let members = state.repl.as_ref().map_or(1, |r| r.data_bearing_members());
+    if let Some(wce) = write_concern.error(state.config.repl_set.is_some(), members) {
         if !body.contains_key("writeConcernError") {
             body.insert("writeConcernError", wce);
         }
     }
     if write_concern.journal {
         state.engine.sync()?;
+    }
+    if let Some(wce) = repl_set::wait_for_write_concern(state, &write_concern, last_write, deadline)
+    {
+        if !body.contains_key("writeConcernError") {
+            body.insert("writeConcernError", wce);
+        }
     }
     let auth_collection = matches!(ctx.body.get(name),
         Some(Bson::String(c)) if c == "system.users" || c == "system.roles");
@@ -720,6 +730,12 @@ pub struct WriteConcern {
     pub journal: bool,
     /// A numeric `w` (how many members must acknowledge).
     pub nodes: Option<i64>,
+    /// `w: "majority"`.
+    pub majority: bool,
+    /// `wtimeout` in milliseconds (0 or absent: no limit).
+    pub wtimeout_ms: Option<i64>,
+    /// The `writeConcern` document as the client gave it (for `errInfo`).
+    pub spec: Option<Document>,
 }
 
 impl WriteConcern {
@@ -728,6 +744,9 @@ impl WriteConcern {
             return Ok(WriteConcern {
                 journal: false,
                 nodes: None,
+                majority: false,
+                wtimeout_ms: None,
+                spec: None,
             });
         };
         let Bson::Document(wc) = wc else {
@@ -786,17 +805,27 @@ impl WriteConcern {
             Some(Bson::Double(f)) => Some(*f as i64),
             _ => None,
         };
+        let wtimeout_ms = match wc.get("wtimeout") {
+            Some(Bson::Int32(n)) => Some(*n as i64),
+            Some(Bson::Int64(n)) => Some(*n),
+            Some(Bson::Double(f)) => Some(*f as i64),
+            _ => None,
+        }
+        .filter(|ms| *ms > 0);
         Ok(WriteConcern {
             journal: j || majority,
             nodes,
+            majority,
+            wtimeout_ms,
+            spec: Some(wc.clone()),
         })
     }
 
-    /// A one-member replica set cannot satisfy `w` above 1: the write is done and the reply
-    /// carries MongoDB's write concern error.
-    pub fn error(&self, replica_set: bool) -> Option<Document> {
+    /// A `w` above the number of data-bearing members cannot be satisfied: the write is done
+    /// and the reply carries MongoDB's write concern error.
+    pub fn error(&self, replica_set: bool, members: usize) -> Option<Document> {
         match self.nodes {
-            Some(n) if n > 1 && replica_set => Some(bson::doc! {
+            Some(n) if n > members as i64 && replica_set => Some(bson::doc! {
                 "code": ErrorCode::UnsatisfiableWriteConcern.code(),
                 "codeName": "UnsatisfiableWriteConcern",
                 "errmsg": "Not enough data-bearing nodes",

@@ -193,3 +193,44 @@ pub fn check_member_state(
     }
     Ok(())
 }
+
+/// Waits for `w: "majority"` / `w: N` (N > 1) after a write that logged `last_write`, until
+/// `wtimeout` (or the command's `maxTimeMS`). The write stays done either way; a timeout is
+/// MongoDB's write concern error 64.
+pub fn wait_for_write_concern(
+    state: &crate::state::ServerState,
+    wc: &super::WriteConcern,
+    last_write: Option<bson::Timestamp>,
+    deadline: Option<std::time::Instant>,
+) -> Option<Document> {
+    let repl = state.repl.as_ref()?;
+    let ts = last_write?;
+    let nodes = wc.nodes.unwrap_or(1);
+    if (!wc.majority && nodes <= 1) || nodes > repl.data_bearing_members() as i64 {
+        return None;
+    }
+    let until = wc
+        .wtimeout_ms
+        .map(|ms| std::time::Instant::now() + Duration::from_millis(ms as u64))
+        .into_iter()
+        .chain(deadline)
+        .min();
+    match repl.wait_for_replication(ts, wc.majority, nodes, until) {
+        nidus_repl::ReplicationWait::Satisfied => None,
+        nidus_repl::ReplicationWait::TimedOut => {
+            let mut spec = wc.spec.clone().unwrap_or_default();
+            spec.insert("provenance", "clientSupplied");
+            Some(bson::doc! {
+                "code": ErrorCode::WriteConcernTimeout.code(),
+                "codeName": "WriteConcernTimeout",
+                "errmsg": "waiting for replication timed out",
+                "errInfo": { "wtimeout": true, "writeConcern": spec },
+            })
+        }
+        nidus_repl::ReplicationWait::NotPrimary => Some(bson::doc! {
+            "code": ErrorCode::InterruptedDueToReplStateChange.code(),
+            "codeName": "InterruptedDueToReplStateChange",
+            "errmsg": "operation was interrupted because a node stepped down while waiting for replication",
+        }),
+    }
+}
