@@ -528,7 +528,9 @@ impl Coordinator {
 
     /// The status a member sends with every message and heartbeat.
     fn status_document(&self) -> Document {
-        let v = self.view.read();
+        // A copy: `sync_source` reads the view again, and a second read lock while the driver
+        // waits to publish would deadlock.
+        let v = self.view();
         let mut d = doc! {
             "state": v.state.code(),
             "term": v.term,

@@ -376,11 +376,12 @@ mod tests {
     }
 
     fn entry(index: u64, term: u64) -> Entry {
-        let mut e = Entry::default();
-        e.index = index;
-        e.term = term;
-        e.data = vec![index as u8].into();
-        e
+        Entry {
+            index,
+            term,
+            data: vec![index as u8].into(),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -389,15 +390,19 @@ mod tests {
         {
             let s = open(dir.path());
             assert!(!s.initialized());
-            let mut cs = ConfState::default();
-            cs.voters = vec![1, 2, 3];
+            let cs = ConfState {
+                voters: vec![1, 2, 3],
+                ..Default::default()
+            };
             s.bootstrap(1, cs, b"cfg".to_vec()).unwrap();
             s.append(&[entry(2, 1), entry(3, 1), entry(4, 1)], None)
                 .unwrap();
-            let mut hs = HardState::default();
-            hs.term = 2;
-            hs.vote = 2;
-            hs.commit = 3;
+            let hs = HardState {
+                term: 2,
+                vote: 2,
+                commit: 3,
+                ..Default::default()
+            };
             s.append(&[entry(3, 2)], Some(&hs)).unwrap();
             assert_eq!(s.last_index().unwrap(), 3);
         }

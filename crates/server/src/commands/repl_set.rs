@@ -171,8 +171,12 @@ pub fn check_member_state(
     if db == "local" || repl.writable() {
         return Ok(());
     }
+    // The errors carry the member's topologyVersion, as MongoDB's, so a driver can tell
+    // them from stale ones (SDAM) and its monitor does not wait out an awaitable hello.
+    let tv = bson::doc! { "processId": state.process_id, "counter": repl.topology_version() };
     if is_write(name, body) {
-        return Err(Error::new(ErrorCode::NotWritablePrimary, "not primary"));
+        return Err(Error::new(ErrorCode::NotWritablePrimary, "not primary")
+            .with_extra("topologyVersion", tv));
     }
     if is_read(name) {
         if repl.view().state == nidus_repl::MemberState::Primary {
@@ -188,7 +192,8 @@ pub fn check_member_state(
             return Err(Error::new(
                 ErrorCode::NotPrimaryNoSecondaryOk,
                 "not primary and secondaryOk=false",
-            ));
+            )
+            .with_extra("topologyVersion", tv));
         }
     }
     Ok(())
