@@ -239,3 +239,99 @@ class NidusServer:
             self.stop()
         except NidusError:
             pass
+
+
+class ReplicaSet:
+    """`n` nidus processes started with `--replSet NAME` on free loopback ports, each with its
+    own dbpath. Only ever signals its own processes."""
+
+    def __init__(self, n: int = 3, name: str = "rs0", extra_args: list[str] | None = None):
+        self.name = name
+        stamp = f"{os.getpid()}-{int(time.time() * 1000)}"
+        self.members = [
+            NidusServer(
+                port=free_port(),
+                extra_args=["--replSet", name] + list(extra_args or []),
+                log_name=f"rs-{name}-{i}-{stamp}",
+            )
+            for i in range(n)
+        ]
+
+    def start(self) -> "ReplicaSet":
+        for m in self.members:
+            m.start()
+        return self
+
+    def stop(self) -> None:
+        for m in self.members:
+            try:
+                m.stop(timeout=15)
+            except NidusError:
+                pass
+
+    def host(self, m: NidusServer) -> str:
+        return f"{HOST}:{m.port}"
+
+    def config(self, priorities: list[float] | None = None, settings: dict | None = None,
+               member_options: list[dict] | None = None) -> dict:
+        members = []
+        for i, m in enumerate(self.members):
+            d = {"_id": i, "host": self.host(m)}
+            if priorities is not None:
+                d["priority"] = priorities[i]
+            if member_options is not None:
+                d.update(member_options[i])
+            members.append(d)
+        conf = {"_id": self.name, "members": members}
+        if settings:
+            conf["settings"] = settings
+        return conf
+
+    def initiate(self, via: int = 0, **kw) -> dict:
+        with self.members[via].client() as c:
+            return c.admin.command("replSetInitiate", self.config(**kw))
+
+    def uri(self, **options) -> str:
+        hosts = ",".join(self.host(m) for m in self.members)
+        opts = {"replicaSet": self.name, **options}
+        return f"mongodb://{hosts}/?" + "&".join(f"{k}={v}" for k, v in opts.items())
+
+    def hello(self, m: NidusServer) -> dict | None:
+        """`hello` from one member, or None when it does not answer."""
+        if not m.is_running():
+            return None
+        from pymongo.errors import PyMongoError
+
+        try:
+            with m.client(serverSelectionTimeoutMS=1000, connectTimeoutMS=1000) as c:
+                return c.admin.command("hello")
+        except PyMongoError:
+            return None
+
+    def wait_for_primary(self, timeout: float = 30.0, exclude: NidusServer | None = None) -> NidusServer:
+        """The member that reports itself writable primary (and that every other running
+        member names as primary), within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for m in self.members:
+                if m is exclude:
+                    continue
+                h = self.hello(m)
+                if h and h.get("isWritablePrimary"):
+                    return m
+            time.sleep(0.05)
+        raise NidusError(f"no primary within {timeout}s: " + repr([self.hello(m) for m in self.members]))
+
+    def wait_for_state(self, m: NidusServer, state: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            h = self.hello(m)
+            last = h
+            if h is not None:
+                if state == "PRIMARY" and h.get("isWritablePrimary"):
+                    return
+                if state == "SECONDARY" and h.get("secondary"):
+                    return
+            time.sleep(0.05)
+        raise NidusError(f"{self.host(m)} not {state} within {timeout}s: {last!r}")

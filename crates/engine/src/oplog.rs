@@ -409,6 +409,31 @@ impl Oplog {
         }
     }
 
+    /// Reserves the given `ts` (a replicated entry's, later than every local one: a
+    /// secondary writes nothing of its own).
+    fn reserve_at(&self, ts: u64) -> Reservation<'_> {
+        let mut slots = self.slots.lock();
+        clock().advance_to(u64_to_ts(ts));
+        slots.in_flight.insert(ts);
+        slots.last_reserved = slots.last_reserved.max(ts);
+        Reservation {
+            oplog: self,
+            first: ts,
+            n: 1,
+        }
+    }
+
+    /// The stored entry at `ts`, if this member's oplog holds one.
+    pub fn entry_at(
+        &self,
+        kv: &dyn nidus_storage::KvEngine,
+        ts: Timestamp,
+    ) -> Result<Option<Vec<u8>>> {
+        Ok(kv
+            .snapshot()
+            .get(Space::Records, &self.key(ts_to_u64(ts)))?)
+    }
+
     fn release(&self, first: u64) {
         let visible = {
             let mut slots = self.slots.lock();
@@ -765,6 +790,9 @@ impl Engine {
         mut txn: Box<dyn KvTxn>,
         ops: Vec<OplogEntry>,
     ) -> Result<()> {
+        if REPLICATED.with(|r| r.borrow().is_some()) {
+            return self.commit_replicated(txn);
+        }
         let Some(oplog) = self.oplog().filter(|_| !ops.is_empty()) else {
             txn.commit()?;
             return Ok(());
@@ -776,6 +804,57 @@ impl Engine {
         oplog.note_written(ops.len() as i64, written.1);
         images.committed();
         Ok(())
+    }
+
+    /// Inside [`Engine::apply_replicated`]: the first commit carries the replicated entry,
+    /// the writes' own entries are not logged.
+    fn commit_replicated(&self, mut txn: Box<dyn KvTxn>) -> Result<()> {
+        let entry = REPLICATED.with(|r| r.borrow_mut().as_mut().and_then(Option::take));
+        let (Some(entry), Some(oplog)) = (entry, self.oplog()) else {
+            txn.commit()?;
+            return Ok(());
+        };
+        let ts = match entry.get("ts")? {
+            Some(bson::RawBsonRef::Timestamp(ts)) => ts,
+            _ => return Err(Error::bad_value("oplog entry without a ts")),
+        };
+        let slot = oplog.reserve_at(ts_to_u64(ts));
+        oplog.append_replicated(txn.as_mut(), &entry)?;
+        let bytes = entry.as_bytes().len() as i64;
+        if let Err(e) = txn.commit() {
+            // The entry goes with the next attempt of the write.
+            REPLICATED.with(|r| {
+                if let Some(slot) = r.borrow_mut().as_mut() {
+                    *slot = Some(entry);
+                }
+            });
+            return Err(e.into());
+        }
+        drop(slot);
+        oplog.note_written(1, bytes);
+        Ok(())
+    }
+
+    /// Applies a replicated oplog entry (a secondary's): `apply` makes the entry's change
+    /// through the ordinary write paths, and the entry itself, with the primary's `ts`, is
+    /// written in the same storage transaction as the first write `apply` commits (in one of
+    /// its own when `apply` writes nothing, e.g. a no-op or an already applied delete).
+    pub fn apply_replicated<T>(
+        &self,
+        entry: &RawDocumentBuf,
+        apply: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        REPLICATED.with(|r| *r.borrow_mut() = Some(Some(entry.clone())));
+        let out = apply();
+        let left = REPLICATED.with(|r| r.borrow_mut().take()).flatten();
+        let out = out?;
+        if let Some(entry) = left {
+            REPLICATED.with(|r| *r.borrow_mut() = Some(Some(entry)));
+            let done = self.commit_replicated(self.kv.begin());
+            REPLICATED.with(|r| r.borrow_mut().take());
+            done?;
+        }
+        Ok(out)
     }
 
     /// Reserves `ts` values for `ops` and puts the entries (and kept pre-images) into
@@ -813,6 +892,10 @@ impl Engine {
             if let Some(ui) = op.ui {
                 self.put_images(txn, (ui, optime.ts, 0), op, wall, images)?;
             }
+        }
+        if !ops.is_empty() {
+            let last = slot.ts(ops.len() as u64 - 1);
+            LAST_WRITE.with(|c| c.set(Some(last)));
         }
         Ok((slot, bytes))
     }
@@ -893,6 +976,20 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// The `ts` of the newest entry this thread logged since the last call (the write concern
+/// of a command waits for it to replicate).
+pub fn take_last_write_ts() -> Option<Timestamp> {
+    LAST_WRITE.with(|c| c.take())
+}
+
+thread_local! {
+    static LAST_WRITE: std::cell::Cell<Option<Timestamp>> = const { std::cell::Cell::new(None) };
+    /// Set while this thread applies a replicated entry (`Some`), holding the entry until a
+    /// commit has written it.
+    static REPLICATED: std::cell::RefCell<Option<Option<RawDocumentBuf>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// The `create` entry of a collection: `{create: <name>, <options>, idIndex}`.

@@ -333,11 +333,13 @@ fn awaitable_hello(state: &ServerState, body: &Document) -> Option<std::time::Du
         _ => return None,
     };
     let tv = body.get_document("topologyVersion").ok()?;
-    let same = tv.get_object_id("processId").ok() == Some(state.process_id);
+    let counter = state.repl.as_ref().map_or(0, |r| r.topology_version());
+    let same = tv.get_object_id("processId").ok() == Some(state.process_id)
+        && tv.get_i64("counter").ok() == Some(counter);
     (same && ms > 0).then(|| std::time::Duration::from_millis(ms as u64))
 }
 
-/// Waits out an awaitable `hello` (the topology never changes on a standalone server).
+/// Waits out an awaitable `hello`: until `wait` passes or the replica set's topology changes.
 /// False when the client went away or the server is shutting down.
 fn await_topology_change(
     state: &ServerState,
@@ -345,11 +347,20 @@ fn await_topology_change(
     wait: std::time::Duration,
 ) -> bool {
     let until = std::time::Instant::now() + wait;
+    let seen = state.repl.as_ref().map(|r| r.topology_version());
     while std::time::Instant::now() < until {
         if tx.is_closed() || state.shutting_down.load(Ordering::Relaxed) {
             return false;
         }
-        std::thread::sleep(std::time::Duration::from_millis(50).min(wait));
+        let slice = std::time::Duration::from_millis(50).min(wait);
+        match (&state.repl, seen) {
+            (Some(repl), Some(seen)) => {
+                if repl.wait_topology_change(seen, slice) {
+                    return true;
+                }
+            }
+            _ => std::thread::sleep(slice),
+        }
     }
     true
 }

@@ -219,6 +219,9 @@ async fn serve(state: Arc<ServerState>) -> Result<(), String> {
     state
         .shutting_down
         .store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(repl) = &state.repl {
+        repl.shutdown();
+    }
     log::info(
         "CONTROL",
         23377,
@@ -326,6 +329,10 @@ async fn ttl_monitor(state: Arc<ServerState>) {
             state.params.get("ttlMonitorEnabled"),
             Some(bson::Bson::Boolean(true))
         ) {
+            continue;
+        }
+        // Only a primary deletes expired documents (secondaries get the deletes replicated).
+        if state.repl.as_ref().is_some_and(|r| !r.writable()) {
             continue;
         }
         let engine = state.engine.clone();

@@ -66,12 +66,25 @@ pub struct ServerState {
     pub top: crate::top::Top,
     /// When the server started, as a date (`$indexStats` `accesses.since`).
     pub started_at: bson::DateTime,
+    /// The replication coordinator (`--replSet`).
+    pub repl: Option<Arc<nidus_repl::Coordinator>>,
     next_connection_id: AtomicU64,
 }
 
 impl ServerState {
     pub fn new(engine: Arc<Engine>, config: Config) -> Result<ServerState, String> {
         let params = Parameters::from_config(&config.set_parameters)?;
+        let repl = match &config.repl_set {
+            Some(set) => Some(
+                nidus_repl::Coordinator::start(
+                    set,
+                    &crate::commands::member_address(&config),
+                    engine.clone(),
+                )
+                .map_err(|e| e.message.clone())?,
+            ),
+            None => None,
+        };
         Ok(ServerState {
             engine,
             config: config.clone(),
@@ -95,6 +108,7 @@ impl ServerState {
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             top: Default::default(),
             started_at: bson::DateTime::now(),
+            repl,
             next_connection_id: AtomicU64::new(1),
         })
     }

@@ -310,6 +310,8 @@ const CLUSTER_MONITOR: &[&str] = &[
     "listDatabases",
     "listSessions",
     "netstat",
+    "replSetGetConfig",
+    "replSetGetStatus",
     "serverStatus",
     "top",
 ];
@@ -320,6 +322,8 @@ const CLUSTER_ADMIN: &[&str] = &[
     "killAnyCursor",
     "killAnySession",
     "killop",
+    "replSetConfigure",
+    "replSetStateChange",
     "replSetResizeOplog",
     "setParameter",
     "shutdown",

@@ -23,9 +23,10 @@ fn handshake(ctx: &mut Ctx, primary_field: &str) -> Result<Document> {
         reply.insert("helloOk", true);
     }
     reply.insert(primary_field, true);
+    let counter = ctx.state.repl.as_ref().map_or(0, |r| r.topology_version());
     reply.insert(
         "topologyVersion",
-        doc! { "processId": ctx.state.process_id, "counter": 0i64 },
+        doc! { "processId": ctx.state.process_id, "counter": counter },
     );
     reply.insert("maxBsonObjectSize", nidus_wire::MAX_BSON_OBJECT_SIZE as i32);
     reply.insert(
@@ -40,7 +41,10 @@ fn handshake(ctx: &mut Ctx, primary_field: &str) -> Result<Document> {
     reply.insert("maxWireVersion", MAX_WIRE_VERSION);
     reply.insert("readOnly", false);
     if let Some(set) = &ctx.state.config.repl_set {
-        add_replica_set_fields(ctx, set, &mut reply);
+        match &ctx.state.repl {
+            Some(repl) if !repl.implicit() => repl.hello_fields(primary_field, &mut reply),
+            _ => add_replica_set_fields(ctx, set, &mut reply),
+        }
     }
     if let Some(list) = negotiate_compression(ctx)? {
         reply.insert("compression", list);
@@ -54,7 +58,8 @@ fn handshake(ctx: &mut Ctx, primary_field: &str) -> Result<Document> {
     Ok(reply)
 }
 
-/// A one-member replica set whose only member is this primary.
+/// The implicit one-member replica set (started with `--replSet`, never initiated nor joined)
+/// whose only member is this primary.
 fn add_replica_set_fields(ctx: &Ctx, set: &str, reply: &mut Document) {
     let me = member_address(&ctx.state.config);
     let now = bson::DateTime::now();

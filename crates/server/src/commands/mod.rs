@@ -19,11 +19,14 @@ pub mod info;
 mod oplog;
 mod plan_cache;
 mod profile;
+mod repl_set;
 mod stats;
 mod transaction;
 mod users;
 mod views;
 mod write;
+
+pub use hello::member_address;
 
 use crate::auth::{needs, Need};
 use crate::connection::ConnState;
@@ -116,6 +119,38 @@ static COMMANDS: &[Command] = &[
     cmd("isMaster", hello::is_master, NONE),
     cmd("ismaster", hello::is_master, NONE),
     cmd("ping", info::ping, NONE),
+    cmd(
+        "replSetInitiate",
+        repl_set::initiate,
+        cluster(&["replSetConfigure"]),
+    ),
+    cmd(
+        "replSetGetConfig",
+        repl_set::get_config,
+        cluster(&["replSetGetConfig"]),
+    ),
+    cmd(
+        "replSetGetStatus",
+        repl_set::get_status,
+        cluster(&["replSetGetStatus"]),
+    ),
+    cmd(
+        "replSetStepDown",
+        repl_set::step_down,
+        cluster(&["replSetStateChange"]),
+    ),
+    cmd(
+        "replSetFreeze",
+        repl_set::freeze,
+        cluster(&["replSetStateChange"]),
+    ),
+    // Members' Raft traffic; under --auth only a user with the cluster's internal action
+    // (MongoDB's __system) may send it.
+    cmd(
+        "replSetRaftMessages",
+        repl_set::raft_messages,
+        cluster(&["internal"]),
+    ),
     cmd("buildInfo", info::build_info, NONE),
     cmd("buildinfo", info::build_info, NONE),
     cmd("saslStart", auth::sasl_start, NONE),
@@ -603,6 +638,7 @@ fn run_handler(
         &req.body,
         &req.sequences,
     )?;
+    repl_set::check_member_state(state, name, &db, &req.body)?;
     let deadline = parse_max_time(&req.body)?;
     if deadline.is_some() && state.fail_points.max_time_always_times_out() {
         return Err(Error::new(
@@ -611,6 +647,8 @@ fn run_handler(
         ));
     }
     let write_concern = WriteConcern::parse(&req.body)?;
+    // This thread's last logged write belongs to an earlier command until the handler runs.
+    let _ = nidus_engine::oplog::take_last_write_ts();
     let session = state.sessions.bind(
         &state.engine,
         state.config.repl_set.is_some(),
@@ -664,13 +702,21 @@ fn run_handler(
     if let Some(s) = &ctx.snapshot {
         crate::read_concern::annotate_reply(&mut body, s.at);
     }
-    if let Some(wce) = write_concern.error(state.config.repl_set.is_some()) {
+    let last_write = nidus_engine::oplog::take_last_write_ts();
+    let members = state.repl.as_ref().map_or(1, |r| r.data_bearing_members());
+    if let Some(wce) = write_concern.error(state.config.repl_set.is_some(), members) {
         if !body.contains_key("writeConcernError") {
             body.insert("writeConcernError", wce);
         }
     }
     if write_concern.journal {
         state.engine.sync()?;
+    }
+    if let Some(wce) = repl_set::wait_for_write_concern(state, &write_concern, last_write, deadline)
+    {
+        if !body.contains_key("writeConcernError") {
+            body.insert("writeConcernError", wce);
+        }
     }
     let auth_collection = matches!(ctx.body.get(name),
         Some(Bson::String(c)) if c == "system.users" || c == "system.roles");
@@ -723,6 +769,12 @@ pub struct WriteConcern {
     pub journal: bool,
     /// A numeric `w` (how many members must acknowledge).
     pub nodes: Option<i64>,
+    /// `w: "majority"`.
+    pub majority: bool,
+    /// `wtimeout` in milliseconds (0 or absent: no limit).
+    pub wtimeout_ms: Option<i64>,
+    /// The `writeConcern` document as the client gave it (for `errInfo`).
+    pub spec: Option<Document>,
 }
 
 impl WriteConcern {
@@ -731,6 +783,9 @@ impl WriteConcern {
             return Ok(WriteConcern {
                 journal: false,
                 nodes: None,
+                majority: false,
+                wtimeout_ms: None,
+                spec: None,
             });
         };
         let Bson::Document(wc) = wc else {
@@ -789,17 +844,27 @@ impl WriteConcern {
             Some(Bson::Double(f)) => Some(*f as i64),
             _ => None,
         };
+        let wtimeout_ms = match wc.get("wtimeout") {
+            Some(Bson::Int32(n)) => Some(*n as i64),
+            Some(Bson::Int64(n)) => Some(*n),
+            Some(Bson::Double(f)) => Some(*f as i64),
+            _ => None,
+        }
+        .filter(|ms| *ms > 0);
         Ok(WriteConcern {
             journal: j || majority,
             nodes,
+            majority,
+            wtimeout_ms,
+            spec: Some(wc.clone()),
         })
     }
 
-    /// A one-member replica set cannot satisfy `w` above 1: the write is done and the reply
-    /// carries MongoDB's write concern error.
-    pub fn error(&self, replica_set: bool) -> Option<Document> {
+    /// A `w` above the number of data-bearing members cannot be satisfied: the write is done
+    /// and the reply carries MongoDB's write concern error.
+    pub fn error(&self, replica_set: bool, members: usize) -> Option<Document> {
         match self.nodes {
-            Some(n) if n > 1 && replica_set => Some(bson::doc! {
+            Some(n) if n > members as i64 && replica_set => Some(bson::doc! {
                 "code": ErrorCode::UnsatisfiableWriteConcern.code(),
                 "codeName": "UnsatisfiableWriteConcern",
                 "errmsg": "Not enough data-bearing nodes",

@@ -1,0 +1,215 @@
+//! The oplog applier: a member applies a committed entry it does not hold yet (a secondary's
+//! copy of the primary's write) through the engine's ordinary write paths, with the entry
+//! written to its own oplog in the same storage transaction ([`Engine::apply_replicated`]).
+//!
+//! Application is idempotent, as MongoDB's oplog application mode: an insert of an existing
+//! `_id` replaces it, an update or delete of a missing document does nothing, `create` of an
+//! existing collection and `drop` of a missing one are no-ops; an entry the member's oplog
+//! already holds (its own write as primary, or one applied before a restart) is not applied
+//! again.
+
+use crate::diff::apply_diff;
+use bson::{doc, Bson, Document, RawDocumentBuf};
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_engine::namespace::Namespace;
+use nidus_engine::write::{UpdateSpec, WriteOpts};
+use nidus_engine::Engine;
+use nidus_query::update::Update;
+
+/// Applies one committed entry unless this member already holds it.
+pub fn apply_entry(engine: &Engine, raw: &RawDocumentBuf, entry: &Document) -> Result<()> {
+    let Some(oplog) = engine.oplog() else {
+        return Ok(());
+    };
+    let ts = entry
+        .get_timestamp("ts")
+        .map_err(|_| Error::bad_value("oplog entry without a ts"))?;
+    // The same entry (byte for byte) is already here; a different one at this `ts` is a
+    // local entry that was never replicated (another member's clock) and is replaced.
+    if oplog
+        .entry_at(engine.kv(), ts)?
+        .is_some_and(|held| held == raw.as_bytes())
+    {
+        return Ok(());
+    }
+    nidus_engine::oplog::clock().advance_to(ts);
+    // The collection a CRUD entry needs is created first, on its own, so the entry goes with
+    // the document write itself.
+    if matches!(entry.get_str("op"), Ok("i" | "u" | "d")) {
+        let ns = Namespace::parse(entry.get_str("ns").unwrap_or_default())?;
+        engine.ensure_collection(&ns)?;
+    }
+    engine.apply_replicated(raw, || apply_op(engine, entry))
+}
+
+fn ns_of(entry: &Document) -> Result<Namespace> {
+    Namespace::parse(entry.get_str("ns").unwrap_or_default())
+}
+
+fn id_filter(d: &Document) -> Result<Document> {
+    match d.get("_id") {
+        Some(id) => Ok(doc! { "_id": id.clone() }),
+        None => Err(Error::bad_value("oplog entry without an _id")),
+    }
+}
+
+fn ignore(e: Error, codes: &[ErrorCode]) -> Result<()> {
+    if codes.contains(&e.code) {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}
+
+/// One operation (an entry, or an item of an `applyOps`).
+fn apply_op(engine: &Engine, entry: &Document) -> Result<()> {
+    let opts = WriteOpts {
+        bypass_document_validation: true,
+        ..WriteOpts::default()
+    };
+    let o = entry.get_document("o").cloned().unwrap_or_default();
+    match entry.get_str("op").unwrap_or("n") {
+        "n" => Ok(()),
+        "i" => {
+            let ns = ns_of(entry)?;
+            let coll = engine.ensure_collection(&ns)?;
+            let spec = UpdateSpec {
+                filter: id_filter(&o)?,
+                update: Update::Replacement(o),
+                multi: false,
+                upsert: true,
+                sort: None,
+                hint: None,
+            };
+            engine.update(&coll, &spec, &opts).map(|_| ())
+        }
+        "u" => {
+            let ns = ns_of(entry)?;
+            let Some(coll) = engine.collection(&ns) else {
+                return Ok(());
+            };
+            let filter = id_filter(entry.get_document("o2").unwrap_or(&Document::new()))?;
+            let new = if o.contains_key("$v") {
+                let diff = o.get_document("diff").cloned().unwrap_or_default();
+                let Some(current) = find_one(engine, &coll, &filter)? else {
+                    return Ok(());
+                };
+                apply_diff(&current, &diff)
+            } else {
+                o
+            };
+            let spec = UpdateSpec {
+                filter,
+                update: Update::Replacement(new),
+                multi: false,
+                upsert: false,
+                sort: None,
+                hint: None,
+            };
+            engine.update(&coll, &spec, &opts).map(|_| ())
+        }
+        "d" => {
+            let ns = ns_of(entry)?;
+            let Some(coll) = engine.collection(&ns) else {
+                return Ok(());
+            };
+            engine
+                .delete(&coll, &id_filter(&o)?, false, None, &opts)
+                .map(|_| ())
+        }
+        "c" => apply_command(engine, entry, &o),
+        other => Err(Error::bad_value(format!("unknown oplog op '{other}'"))),
+    }
+}
+
+fn find_one(
+    engine: &Engine,
+    coll: &nidus_engine::catalog::CollectionRef,
+    filter: &Document,
+) -> Result<Option<Document>> {
+    let spec = nidus_engine::find::FindSpec {
+        filter: filter.clone(),
+        limit: 1,
+        ..Default::default()
+    };
+    let mut exec = engine.plan_find(Some(coll), &spec)?;
+    match exec.get_next()? {
+        Some(m) => Ok(Some(
+            Document::try_from(m.doc()?.as_ref()).map_err(|e| Error::internal(e.to_string()))?,
+        )),
+        None => Ok(None),
+    }
+}
+
+fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> {
+    let db = entry
+        .get_str("ns")
+        .unwrap_or_default()
+        .split('.')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let Some((cmd, target)) = o.iter().next() else {
+        return Ok(());
+    };
+    let coll_ns = || match target {
+        Bson::String(c) => Ok(Namespace::new(&db, c)),
+        _ => Err(Error::bad_value(format!("bad {cmd} oplog entry"))),
+    };
+    match cmd.as_str() {
+        "create" => {
+            let mut options = o.clone();
+            options.remove("create");
+            options.remove("idIndex");
+            engine
+                .create_collection(&coll_ns()?, options)
+                .map(|_| ())
+                .or_else(|e| ignore(e, &[ErrorCode::NamespaceExists]))
+        }
+        "drop" => engine.drop_collection(&coll_ns()?).map(|_| ()),
+        "dropDatabase" => engine.drop_database(&db),
+        "createIndexes" => {
+            let mut spec = o.clone();
+            spec.remove("createIndexes");
+            engine
+                .create_indexes(&coll_ns()?, &[spec])
+                .map(|_| ())
+                .or_else(|e| ignore(e, &[ErrorCode::IndexAlreadyExists]))
+        }
+        "dropIndexes" => {
+            let name = o.get("index").cloned().unwrap_or(Bson::Null);
+            engine
+                .drop_indexes(&coll_ns()?, &name)
+                .map(|_| ())
+                .or_else(|e| ignore(e, &[ErrorCode::IndexNotFound, ErrorCode::NamespaceNotFound]))
+        }
+        "collMod" => {
+            let mut changes = o.clone();
+            changes.remove("collMod");
+            engine
+                .set_validation_options(&coll_ns()?, &changes)
+                .or_else(|e| ignore(e, &[ErrorCode::NamespaceNotFound]))
+        }
+        "renameCollection" => {
+            let from = Namespace::parse(o.get_str("renameCollection").unwrap_or_default())?;
+            let to = Namespace::parse(o.get_str("to").unwrap_or_default())?;
+            engine
+                .rename_collection(&from, &to, o.get_bool("dropTarget").unwrap_or(false))
+                .or_else(|e| ignore(e, &[ErrorCode::NamespaceNotFound]))
+        }
+        "applyOps" => {
+            for op in o
+                .get_array("applyOps")
+                .map_err(|_| Error::bad_value("bad applyOps"))?
+            {
+                if let Bson::Document(op) = op {
+                    apply_op(engine, op)?;
+                }
+            }
+            Ok(())
+        }
+        other => Err(Error::bad_value(format!(
+            "oplog command '{other}' is not applied by this member"
+        ))),
+    }
+}

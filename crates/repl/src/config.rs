@@ -1,0 +1,515 @@
+//! The replica set configuration (`rs.conf()`): members and settings, parsed and validated
+//! as MongoDB does for `replSetInitiate`, and written back in MongoDB's shape.
+
+use bson::{doc, oid::ObjectId, Bson, Document};
+use nidus_common::{Error, ErrorCode, Result};
+
+/// MongoDB's limits on a configuration.
+pub const MAX_MEMBERS: usize = 50;
+pub const MAX_VOTING_MEMBERS: usize = 7;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberConfig {
+    pub id: i64,
+    pub host: String,
+    pub priority: f64,
+    pub votes: i32,
+    pub hidden: bool,
+    pub secondary_delay_secs: i64,
+    pub build_indexes: bool,
+    pub tags: Document,
+}
+
+impl MemberConfig {
+    /// The member's Raft node id (Raft reserves 0 for "none"; MongoDB's `_id` may be 0).
+    pub fn raft_id(&self) -> u64 {
+        self.id as u64 + 1
+    }
+
+    /// Priority 0 members never become primary.
+    pub fn electable(&self) -> bool {
+        self.priority > 0.0 && self.votes > 0
+    }
+
+    /// Raft's election priority: MongoDB priorities are 0..=1000 with fractions; scaled so
+    /// that the order is kept.
+    pub fn raft_priority(&self) -> i64 {
+        (self.priority * 1000.0).round() as i64
+    }
+
+    fn to_document(&self) -> Document {
+        doc! {
+            "_id": self.id as i32,
+            "host": &self.host,
+            "arbiterOnly": false,
+            "buildIndexes": self.build_indexes,
+            "hidden": self.hidden,
+            "priority": self.priority,
+            "tags": self.tags.clone(),
+            "secondaryDelaySecs": self.secondary_delay_secs,
+            "votes": self.votes,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub chaining_allowed: bool,
+    pub heartbeat_interval_millis: i64,
+    pub heartbeat_timeout_secs: i64,
+    pub election_timeout_millis: i64,
+    pub catch_up_timeout_millis: i64,
+    pub catch_up_takeover_delay_millis: i64,
+    pub replica_set_id: ObjectId,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            chaining_allowed: true,
+            heartbeat_interval_millis: 2000,
+            heartbeat_timeout_secs: 10,
+            election_timeout_millis: 10000,
+            catch_up_timeout_millis: -1,
+            catch_up_takeover_delay_millis: 30000,
+            replica_set_id: ObjectId::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplSetConfig {
+    pub set_name: String,
+    pub version: i64,
+    pub term: i64,
+    pub members: Vec<MemberConfig>,
+    pub settings: Settings,
+    pub write_concern_majority_journal_default: bool,
+}
+
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::new(ErrorCode::InvalidReplicaSetConfig, msg)
+}
+
+fn number(v: &Bson) -> Option<f64> {
+    match v {
+        Bson::Int32(n) => Some(*n as f64),
+        Bson::Int64(n) => Some(*n as f64),
+        Bson::Double(f) => Some(*f),
+        _ => None,
+    }
+}
+
+fn int_field(d: &Document, field: &str, ctx: &str) -> Result<Option<i64>> {
+    match d.get(field) {
+        None => Ok(None),
+        Some(v) => match number(v) {
+            Some(f) if f.fract() == 0.0 => Ok(Some(f as i64)),
+            _ => Err(Error::type_mismatch(format!(
+                "Expected field \"{field}\" in {ctx} to be a number, found {}",
+                nidus_common_type(v)
+            ))),
+        },
+    }
+}
+
+fn bool_field(d: &Document, field: &str, default: bool) -> Result<bool> {
+    match d.get(field) {
+        None => Ok(default),
+        Some(Bson::Boolean(b)) => Ok(*b),
+        Some(v) => match number(v) {
+            Some(f) => Ok(f != 0.0),
+            None => Err(Error::type_mismatch(format!(
+                "Expected boolean for field \"{field}\", found {}",
+                nidus_common_type(v)
+            ))),
+        },
+    }
+}
+
+fn nidus_common_type(v: &Bson) -> &'static str {
+    match v {
+        Bson::String(_) => "string",
+        Bson::Document(_) => "object",
+        Bson::Array(_) => "array",
+        Bson::Boolean(_) => "bool",
+        Bson::Null => "null",
+        _ => "a value of another type",
+    }
+}
+
+impl ReplSetConfig {
+    /// A configuration of this member alone (`replSetInitiate` without a config).
+    pub fn single(set_name: &str, me: &str) -> ReplSetConfig {
+        ReplSetConfig {
+            set_name: set_name.to_string(),
+            version: 1,
+            term: 0,
+            members: vec![MemberConfig {
+                id: 0,
+                host: me.to_string(),
+                priority: 1.0,
+                votes: 1,
+                hidden: false,
+                secondary_delay_secs: 0,
+                build_indexes: true,
+                tags: Document::new(),
+            }],
+            settings: Settings::default(),
+            write_concern_majority_journal_default: true,
+        }
+    }
+
+    /// Parses and validates a configuration document as `replSetInitiate` receives it.
+    pub fn parse(d: &Document) -> Result<ReplSetConfig> {
+        let set_name = match d.get("_id") {
+            Some(Bson::String(s)) if !s.is_empty() => s.clone(),
+            Some(Bson::String(_)) => {
+                return Err(invalid("Replica set configuration _id must not be empty"))
+            }
+            Some(v) => {
+                return Err(Error::type_mismatch(format!(
+                    "Expected field \"_id\" in replica set configuration to be a string, found {}",
+                    nidus_common_type(v)
+                )))
+            }
+            None => {
+                return Err(Error::new(
+                    ErrorCode::NoSuchKey,
+                    "Missing expected field \"_id\"",
+                ))
+            }
+        };
+        let version = int_field(d, "version", "replica set configuration")?.unwrap_or(1);
+        if version < 1 {
+            return Err(invalid(format!(
+                "version field value of {version} is out of range"
+            )));
+        }
+        let term = int_field(d, "term", "replica set configuration")?.unwrap_or(0);
+        let members = match d.get("members") {
+            Some(Bson::Array(a)) => a,
+            Some(v) => {
+                return Err(Error::type_mismatch(format!(
+                "Expected field \"members\" in replica set configuration to be an array, found {}",
+                nidus_common_type(v)
+            )))
+            }
+            None => {
+                return Err(Error::new(
+                    ErrorCode::NoSuchKey,
+                    "Missing expected field \"members\"",
+                ))
+            }
+        };
+        let mut parsed = Vec::new();
+        for (i, m) in members.iter().enumerate() {
+            let Bson::Document(m) = m else {
+                return Err(Error::type_mismatch(format!(
+                    "Expected type of members.{i} in replica set configuration to be an object"
+                )));
+            };
+            parsed.push(parse_member(m)?);
+        }
+        let settings = parse_settings(d.get_document("settings").ok())?;
+        let config = ReplSetConfig {
+            set_name,
+            version,
+            term,
+            members: parsed,
+            settings,
+            write_concern_majority_journal_default: bool_field(
+                d,
+                "writeConcernMajorityJournalDefault",
+                true,
+            )?,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// MongoDB's `ReplSetConfig::validate` rules this implementation supports.
+    pub fn validate(&self) -> Result<()> {
+        if self.members.is_empty() {
+            return Err(invalid(
+                "Replica set configuration must contain at least one non-arbiter member with priority > 0",
+            ));
+        }
+        if self.members.len() > MAX_MEMBERS {
+            return Err(invalid(format!(
+                "Replica set configuration contains {} members, but must have at most {MAX_MEMBERS}",
+                self.members.len()
+            )));
+        }
+        for (i, a) in self.members.iter().enumerate() {
+            for (j, b) in self.members.iter().enumerate().skip(i + 1) {
+                if a.id == b.id {
+                    return Err(invalid(format!(
+                        "Found two member configurations with same _id field, members.{i}._id == members.{j}._id == {}",
+                        a.id
+                    )));
+                }
+                if a.host == b.host {
+                    return Err(invalid(format!(
+                        "Found two member configurations with same host field, members.{i}.host == members.{j}.host == {}",
+                        a.host
+                    )));
+                }
+            }
+        }
+        let voters = self.members.iter().filter(|m| m.votes > 0).count();
+        if voters > MAX_VOTING_MEMBERS {
+            return Err(invalid(format!(
+                "Replica set configuration contains {voters} voting members, but must be at least 1 and no more than {MAX_VOTING_MEMBERS}"
+            )));
+        }
+        if voters == 0 || !self.members.iter().any(MemberConfig::electable) {
+            return Err(invalid(
+                "Replica set configuration must contain at least one non-arbiter member with priority > 0",
+            ));
+        }
+        if self.settings.election_timeout_millis <= 0 {
+            return Err(Error::bad_value(
+                "electionTimeoutMillis field value must be positive",
+            ));
+        }
+        if self.settings.heartbeat_interval_millis <= 0 {
+            return Err(Error::bad_value(
+                "heartbeatIntervalMillis field value must be positive",
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn member_by_raft_id(&self, id: u64) -> Option<&MemberConfig> {
+        self.members.iter().find(|m| m.raft_id() == id)
+    }
+
+    pub fn member_by_host(&self, host: &str) -> Option<&MemberConfig> {
+        self.members.iter().find(|m| m.host == host)
+    }
+
+    /// Voting members needed for a majority (`w: "majority"`).
+    pub fn majority(&self) -> usize {
+        self.members.iter().filter(|m| m.votes > 0).count() / 2 + 1
+    }
+
+    /// What `replSetGetConfig` returns and `local.system.replset` holds.
+    pub fn to_document(&self) -> Document {
+        let s = &self.settings;
+        doc! {
+            "_id": &self.set_name,
+            "version": self.version as i32,
+            "term": self.term as i32,
+            "members": self.members.iter().map(|m| Bson::Document(m.to_document())).collect::<Vec<_>>(),
+            "protocolVersion": 1i64,
+            "writeConcernMajorityJournalDefault": self.write_concern_majority_journal_default,
+            "settings": {
+                "chainingAllowed": s.chaining_allowed,
+                "heartbeatIntervalMillis": s.heartbeat_interval_millis as i32,
+                "heartbeatTimeoutSecs": s.heartbeat_timeout_secs as i32,
+                "electionTimeoutMillis": s.election_timeout_millis as i32,
+                "catchUpTimeoutMillis": s.catch_up_timeout_millis as i32,
+                "catchUpTakeoverDelayMillis": s.catch_up_takeover_delay_millis as i32,
+                "getLastErrorModes": {},
+                "getLastErrorDefaults": { "w": 1, "wtimeout": 0 },
+                "replicaSetId": s.replica_set_id,
+            },
+        }
+    }
+
+    /// Reads back what [`to_document`](Self::to_document) wrote.
+    pub fn from_stored(d: &Document) -> Result<ReplSetConfig> {
+        let mut c = ReplSetConfig::parse(d)?;
+        if let Ok(id) = d
+            .get_document("settings")
+            .and_then(|s| s.get_object_id("replicaSetId"))
+        {
+            c.settings.replica_set_id = id;
+        }
+        Ok(c)
+    }
+}
+
+fn parse_member(m: &Document) -> Result<MemberConfig> {
+    let ctx = "replica set member config";
+    let id = int_field(m, "_id", ctx)?
+        .ok_or_else(|| Error::new(ErrorCode::NoSuchKey, "Missing expected field \"_id\""))?;
+    if !(0..=255).contains(&id) {
+        return Err(Error::bad_value(format!(
+            "_id field value of {id} is out of range."
+        )));
+    }
+    let host = match m.get("host") {
+        Some(Bson::String(h)) if !h.is_empty() => h.clone(),
+        Some(Bson::String(_)) => return Err(invalid("Empty host field")),
+        Some(v) => {
+            return Err(Error::type_mismatch(format!(
+                "Expected field \"host\" in {ctx} to be a string, found {}",
+                nidus_common_type(v)
+            )))
+        }
+        None => {
+            return Err(Error::new(
+                ErrorCode::NoSuchKey,
+                "Missing expected field \"host\"",
+            ))
+        }
+    };
+    let host = if host.contains(':') {
+        host
+    } else {
+        format!("{host}:27017")
+    };
+    if bool_field(m, "arbiterOnly", false)? {
+        return Err(invalid(format!(
+            "Arbiters are not supported; member {host} must hold data"
+        )));
+    }
+    let priority = match m.get("priority") {
+        None => 1.0,
+        Some(v) => number(v).ok_or_else(|| {
+            Error::type_mismatch(format!(
+                "Expected field \"priority\" in {ctx} to be a number"
+            ))
+        })?,
+    };
+    if !(0.0..=1000.0).contains(&priority) {
+        return Err(Error::bad_value(format!(
+            "priority field value of {priority} is out of range"
+        )));
+    }
+    let votes = int_field(m, "votes", ctx)?.unwrap_or(1);
+    if votes != 0 && votes != 1 {
+        return Err(Error::bad_value(format!(
+            "votes field value is {votes} but must be 0 or 1"
+        )));
+    }
+    let hidden = bool_field(m, "hidden", false)?;
+    let secondary_delay_secs = int_field(m, "secondaryDelaySecs", ctx)?.unwrap_or(0);
+    if secondary_delay_secs < 0 {
+        return Err(Error::bad_value(format!(
+            "secondaryDelaySecs field value of {secondary_delay_secs} is out of range"
+        )));
+    }
+    if priority != 0.0 && votes == 0 {
+        return Err(invalid(format!(
+            "priority must be 0 when non-voting (votes:0); member {host} has priority {priority}"
+        )));
+    }
+    if priority != 0.0 && hidden {
+        return Err(invalid(format!(
+            "priority must be 0 when hidden=true; member {host} has priority {priority}"
+        )));
+    }
+    if priority != 0.0 && secondary_delay_secs > 0 {
+        return Err(invalid(format!(
+            "priority must be 0 when secondaryDelaySecs is used; member {host} has priority {priority}"
+        )));
+    }
+    let build_indexes = bool_field(m, "buildIndexes", true)?;
+    if !build_indexes && priority != 0.0 {
+        return Err(invalid("priority must be 0 when buildIndexes=false"));
+    }
+    Ok(MemberConfig {
+        id,
+        host,
+        priority,
+        votes: votes as i32,
+        hidden,
+        secondary_delay_secs,
+        build_indexes,
+        tags: m.get_document("tags").cloned().unwrap_or_default(),
+    })
+}
+
+fn parse_settings(s: Option<&Document>) -> Result<Settings> {
+    let mut out = Settings::default();
+    let Some(s) = s else { return Ok(out) };
+    let ctx = "settings";
+    if let Some(v) = int_field(s, "heartbeatIntervalMillis", ctx)? {
+        out.heartbeat_interval_millis = v;
+    }
+    if let Some(v) = int_field(s, "heartbeatTimeoutSecs", ctx)? {
+        out.heartbeat_timeout_secs = v;
+    }
+    if let Some(v) = int_field(s, "electionTimeoutMillis", ctx)? {
+        out.election_timeout_millis = v;
+    }
+    if let Some(v) = int_field(s, "catchUpTimeoutMillis", ctx)? {
+        out.catch_up_timeout_millis = v;
+    }
+    if let Some(v) = int_field(s, "catchUpTakeoverDelayMillis", ctx)? {
+        out.catch_up_takeover_delay_millis = v;
+    }
+    out.chaining_allowed = bool_field(s, "chainingAllowed", true)?;
+    if let Ok(id) = s.get_object_id("replicaSetId") {
+        out.replica_set_id = id;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn three() -> Document {
+        doc! { "_id": "rs0", "members": [
+            { "_id": 0, "host": "h1:1", "priority": 3 },
+            { "_id": 1, "host": "h2:2", "priority": 2 },
+            { "_id": 2, "host": "h3:3", "priority": 0, "votes": 0 },
+        ], "settings": { "electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500 } }
+    }
+
+    #[test]
+    fn parses_members_and_settings() {
+        let c = ReplSetConfig::parse(&three()).unwrap();
+        assert_eq!(c.members.len(), 3);
+        assert_eq!(c.members[0].raft_id(), 1);
+        assert!(c.members[0].raft_priority() > c.members[1].raft_priority());
+        assert!(!c.members[2].electable());
+        assert_eq!(c.settings.election_timeout_millis, 2000);
+        assert_eq!(c.majority(), 2);
+        let back = ReplSetConfig::from_stored(&c.to_document()).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn rejects_invalid_configs() {
+        let cases: Vec<(Document, i32)> = vec![
+            (doc! { "_id": "rs0", "members": [] }, 93),
+            (
+                doc! { "_id": "rs0", "members": [{ "_id": 0, "host": "a:1" }, { "_id": 0, "host": "b:1" }] },
+                93,
+            ),
+            (
+                doc! { "_id": "rs0", "members": [{ "_id": 0, "host": "a:1" }, { "_id": 1, "host": "a:1" }] },
+                93,
+            ),
+            (
+                doc! { "_id": "rs0", "members": [{ "_id": 0, "host": "a:1", "votes": 0 }] },
+                93,
+            ),
+            (
+                doc! { "_id": "rs0", "members": [{ "_id": 0, "host": "a:1", "hidden": true }] },
+                93,
+            ),
+            (
+                doc! { "_id": "rs0", "members": [{ "_id": 0, "host": "a:1", "arbiterOnly": true }] },
+                93,
+            ),
+            (
+                doc! { "_id": "rs0", "members": [{ "_id": 0, "host": "a:1", "votes": 2 }] },
+                2,
+            ),
+            (
+                doc! { "_id": "rs0", "members": [{ "_id": 0, "host": "a:1", "priority": 0 }] },
+                93,
+            ),
+        ];
+        for (d, code) in cases {
+            let e = ReplSetConfig::parse(&d).expect_err(&format!("{d}"));
+            assert_eq!(e.code.code(), code, "{d}: {}", e.message);
+        }
+    }
+}

@@ -1,0 +1,618 @@
+//! The Raft driver: one thread per member owns the `RawNode`, ticks it, steps incoming
+//! messages, persists and sends what each `Ready` holds, applies committed entries and
+//! publishes the member's state.
+
+use crate::config::ReplSetConfig;
+use crate::state::{MemberState, OpTime};
+use crate::storage::LogStore;
+use crate::{Coordinator, Input, View};
+use bson::{doc, Document};
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeV2, ConfState, Entry, EntryType};
+use raft::{RawNode, SnapshotStatus, StateRole, Storage};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// Raft's election timeout in ticks; a tick is `electionTimeoutMillis / ELECTION_TICKS`.
+const ELECTION_TICKS: usize = 20;
+/// The leader's Raft heartbeat every `electionTimeoutMillis / 5`.
+const HEARTBEAT_TICKS: usize = 4;
+/// Campaigning starts between `ELECTION_TICKS + 2` and `ELECTION_TICKS * 1.2 + 2` ticks
+/// without a leader (MongoDB adds up to 15% random offset to `electionTimeoutMillis`). The 2
+/// spare ticks let a member that must not campaign (priority 0, frozen) leave the leader
+/// lease, so it still votes, while its election clock is held below its timeout.
+const MIN_ELECTION_TICKS: usize = ELECTION_TICKS + 2;
+const MAX_ELECTION_TICKS: usize = ELECTION_TICKS + ELECTION_TICKS / 5 + 2;
+/// How far behind (in log entries) a member may be and still be handed the primary role;
+/// Raft's leader transfer brings it fully up to date before it campaigns.
+const TRANSFER_LAG: u64 = 1000;
+
+pub(crate) fn conf_state(config: &ReplSetConfig) -> ConfState {
+    let mut cs = ConfState::default();
+    for m in &config.members {
+        if m.votes > 0 {
+            cs.voters.push(m.raft_id());
+        } else {
+            cs.learners.push(m.raft_id());
+        }
+    }
+    cs
+}
+
+fn parse_config(bytes: &[u8]) -> Option<ReplSetConfig> {
+    let d = Document::from_reader(bytes).ok()?;
+    ReplSetConfig::from_stored(&d).ok()
+}
+
+fn entry_optime(e: &Entry) -> Option<OpTime> {
+    if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
+        return None;
+    }
+    OpTime::of_entry(&Document::from_reader(&e.data[..]).ok()?)
+}
+
+pub(crate) fn spawn(
+    coord: Arc<Coordinator>,
+    store: LogStore,
+    id: u64,
+) -> raft::Result<mpsc::Sender<Input>> {
+    let config = store.config()?.and_then(|b| parse_config(&b));
+    let applied = store.applied()?;
+    let priority = config
+        .as_ref()
+        .and_then(|c| c.member_by_raft_id(id))
+        .map_or(0, |m| m.raft_priority());
+    let cfg = raft::Config {
+        id,
+        election_tick: ELECTION_TICKS,
+        heartbeat_tick: HEARTBEAT_TICKS,
+        min_election_tick: MIN_ELECTION_TICKS,
+        max_election_tick: MAX_ELECTION_TICKS,
+        applied,
+        check_quorum: true,
+        pre_vote: true,
+        max_size_per_msg: 1 << 20,
+        max_inflight_msgs: 256,
+        priority,
+        ..Default::default()
+    };
+    cfg.validate()?;
+    let logger = slog::Logger::root(slog::Discard, slog::o!());
+    let raw = RawNode::new(&cfg, store.clone(), &logger)?;
+    let (tx, rx) = mpsc::channel();
+    let applied_optime = optime_at_or_before(&store, applied);
+    let durable_optime = optime_at_or_before(&store, store.last_index_cached());
+    if let Some(c) = &config {
+        coord.ensure_links(c, id);
+    }
+    let mut driver = Driver {
+        coord: Arc::downgrade(&coord),
+        raw,
+        store,
+        rx,
+        config,
+        last_tick: Instant::now(),
+        frozen_until: None,
+        leader_since: None,
+        leader_first_index: 0,
+        election_date: None,
+        election_optime: OpTime::default(),
+        applied: applied_optime,
+        durable: durable_optime,
+        last_takeover_check: Instant::now(),
+        proposed_through: None,
+        index_ts: Default::default(),
+        was_writable: false,
+    };
+    coord.observe_timestamp(driver.applied.ts);
+    coord.observe_timestamp(driver.durable.ts);
+    driver.publish(&coord);
+    drop(coord);
+    std::thread::Builder::new()
+        .name("repl-raft".to_string())
+        .spawn(move || driver.run())
+        .map_err(|e| raft::Error::Store(raft::StorageError::Other(Box::new(e))))?;
+    Ok(tx)
+}
+
+/// The optime of the newest oplog entry at or before `index` (a short look back: entries
+/// without an optime are Raft's own and configuration changes).
+fn optime_at_or_before(store: &LogStore, index: u64) -> OpTime {
+    let first = store.first_index().unwrap_or(1);
+    let mut i = index;
+    while i >= first && index - i < 256 {
+        if let Ok(Some(e)) = store.entry(i) {
+            if let Some(op) = entry_optime(&e) {
+                return op;
+            }
+        }
+        i -= 1;
+    }
+    OpTime::default()
+}
+
+struct Driver {
+    coord: Weak<Coordinator>,
+    raw: RawNode<LogStore>,
+    store: LogStore,
+    rx: Receiver<Input>,
+    config: Option<ReplSetConfig>,
+    last_tick: Instant,
+    frozen_until: Option<Instant>,
+    leader_since: Option<Instant>,
+    /// The first index of this member's term as leader: once applied, it may accept writes.
+    leader_first_index: u64,
+    election_date: Option<bson::DateTime>,
+    election_optime: OpTime,
+    applied: OpTime,
+    durable: OpTime,
+    last_takeover_check: Instant,
+    /// On a writable primary: the newest local oplog entry proposed to Raft.
+    proposed_through: Option<bson::Timestamp>,
+    /// On the primary: the Raft index of each proposed entry's `ts` (pruned as members
+    /// acknowledge them), for `w: N`.
+    index_ts: std::collections::BTreeMap<u64, u64>,
+    was_writable: bool,
+}
+
+impl Driver {
+    fn tick_interval(&self) -> Duration {
+        let ms = self
+            .config
+            .as_ref()
+            .map_or(10_000, |c| c.settings.election_timeout_millis);
+        Duration::from_millis((ms as u64 / ELECTION_TICKS as u64).max(5))
+    }
+
+    fn id(&self) -> u64 {
+        self.raw.raft.id
+    }
+
+    fn run(mut self) {
+        loop {
+            let tick = self.tick_interval();
+            // A proposal made while publishing (the new primary's no-op) is handled at once.
+            let wait = if self.raw.has_ready() {
+                Duration::ZERO
+            } else {
+                tick.saturating_sub(self.last_tick.elapsed())
+            };
+            match self.rx.recv_timeout(wait) {
+                Ok(input) => {
+                    self.handle(input);
+                    let mut n = 0;
+                    while let Ok(more) = self.rx.try_recv() {
+                        self.handle(more);
+                        n += 1;
+                        if n > 4096 {
+                            break;
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            let Some(coord) = self.coord.upgrade() else {
+                return;
+            };
+            if transport_stopping(&coord) {
+                return;
+            }
+            if self.last_tick.elapsed() >= tick {
+                self.last_tick = Instant::now();
+                self.tick(&coord);
+            }
+            self.propose_new_entries(&coord);
+            if let Err(e) = self.on_ready(&coord) {
+                // MongoDB stops a member that cannot persist its replication state; this one
+                // stops taking part (it no longer votes, leads or acknowledges).
+                eprintln!("replication: stopping the Raft driver: {e}");
+                return;
+            }
+            self.publish(&coord);
+        }
+    }
+
+    fn me(&self) -> Option<&crate::config::MemberConfig> {
+        self.config.as_ref()?.member_by_raft_id(self.id())
+    }
+
+    fn frozen(&self) -> bool {
+        self.frozen_until.is_some_and(|t| Instant::now() < t)
+    }
+
+    fn tick(&mut self, coord: &Coordinator) {
+        let leader = self.raw.raft.state == StateRole::Leader;
+        let may_campaign = self.me().is_some_and(|m| m.electable()) && !self.frozen();
+        if !leader && !may_campaign {
+            let timeout = self.raw.raft.randomized_election_timeout();
+            if self.raw.raft.election_elapsed + 1 >= timeout {
+                self.raw.raft.election_elapsed = timeout.saturating_sub(2);
+            }
+        }
+        self.raw.tick();
+        if leader {
+            self.maybe_priority_takeover(coord);
+        }
+    }
+
+    fn handle(&mut self, input: Input) {
+        match input {
+            Input::Messages(msgs) => {
+                let id = self.id();
+                for m in msgs.into_iter().filter(|m| m.to == id) {
+                    // Errors are messages from unknown peers or stale terms: dropped.
+                    let _ = self.raw.step(m);
+                }
+            }
+            Input::Campaign => {
+                let _ = self.raw.campaign();
+            }
+            Input::StepDown { freeze } => {
+                if self.raw.raft.state == StateRole::Leader {
+                    if let Some(target) = self
+                        .coord
+                        .upgrade()
+                        .and_then(|c| self.transfer_target(&c, None))
+                    {
+                        self.frozen_until = Some(Instant::now() + freeze);
+                        self.raw.transfer_leader(target);
+                    }
+                }
+            }
+            Input::Freeze(d) => {
+                self.frozen_until = (!d.is_zero()).then(|| Instant::now() + d);
+            }
+            Input::Wake => {}
+            Input::Unreachable(id) => self.raw.report_unreachable(id),
+            Input::SnapshotDone(id, ok) => self.raw.report_snapshot(
+                id,
+                if ok {
+                    SnapshotStatus::Finish
+                } else {
+                    SnapshotStatus::Failure
+                },
+            ),
+        }
+    }
+
+    /// The member to hand the primary role to: electable, heard from lately, not frozen,
+    /// nearly caught up, of priority above `above` when given; the highest priority wins,
+    /// then the most entries.
+    fn transfer_target(&self, coord: &Coordinator, above: Option<i64>) -> Option<u64> {
+        let config = self.config.as_ref()?;
+        let last = self.raw.raft.raft_log.last_index();
+        let prs = self.raw.raft.prs();
+        let mut best: Option<(i64, u64, u64)> = None;
+        for m in &config.members {
+            let id = m.raft_id();
+            if id == self.id() || !m.electable() {
+                continue;
+            }
+            if above.is_some_and(|p| m.raft_priority() <= p) {
+                continue;
+            }
+            let Some(pr) = prs.get(id) else { continue };
+            if !pr.recent_active || pr.matched + TRANSFER_LAG < last {
+                continue;
+            }
+            let peer = coord.peer_info(id).unwrap_or_default();
+            if !peer.healthy || peer.frozen_until.is_some_and(|t| Instant::now() < t) {
+                continue;
+            }
+            let key = (m.raft_priority(), pr.matched, id);
+            if best.is_none_or(|b| (key.0, key.1) > (b.0, b.1)) {
+                best = Some(key);
+            }
+        }
+        best.map(|b| b.2)
+    }
+
+    /// MongoDB's priority takeover: a primary that sees a caught-up member of higher priority
+    /// hands it the role (here by Raft leader transfer).
+    fn maybe_priority_takeover(&mut self, coord: &Coordinator) {
+        let interval = self
+            .config
+            .as_ref()
+            .map_or(2000, |c| c.settings.heartbeat_interval_millis)
+            .max(10) as u64;
+        if self.last_takeover_check.elapsed() < Duration::from_millis(interval) {
+            return;
+        }
+        self.last_takeover_check = Instant::now();
+        if self.raw.raft.lead_transferee.is_some()
+            || self
+                .leader_since
+                .is_none_or(|t| t.elapsed() < Duration::from_millis(interval))
+        {
+            return;
+        }
+        let mine = self.me().map_or(0, |m| m.raft_priority());
+        if let Some(target) = self.transfer_target(coord, Some(mine)) {
+            let caught_up = self
+                .raw
+                .raft
+                .prs()
+                .get(target)
+                .is_some_and(|p| p.matched >= self.raw.raft.raft_log.last_index());
+            if caught_up {
+                self.raw.transfer_leader(target);
+            }
+        }
+    }
+
+    fn on_ready(&mut self, coord: &Coordinator) -> raft::Result<()> {
+        if !self.raw.has_ready() {
+            return Ok(());
+        }
+        let mut ready = self.raw.ready();
+        if !ready.messages().is_empty() {
+            coord.send_messages(ready.take_messages());
+        }
+        if !ready.snapshot().is_empty() {
+            let snap = ready.snapshot().clone();
+            self.store.apply_snapshot(&snap)?;
+            if let Some(c) = parse_config(&snap.data) {
+                self.set_config(coord, c);
+            }
+        }
+        let committed = ready.take_committed_entries();
+        self.apply(coord, committed)?;
+        if !ready.entries().is_empty() || ready.hs().is_some() {
+            self.store.append(ready.entries(), ready.hs())?;
+            if let Some(op) = ready.entries().iter().rev().find_map(entry_optime) {
+                self.durable = op;
+                coord.observe_timestamp(op.ts);
+            }
+        }
+        if !ready.persisted_messages().is_empty() {
+            coord.send_messages(ready.take_persisted_messages());
+        }
+        let mut light = self.raw.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            self.store.set_commit(commit)?;
+        }
+        coord.send_messages(light.take_messages());
+        let committed = light.take_committed_entries();
+        self.apply(coord, committed)?;
+        self.raw.advance_apply();
+        Ok(())
+    }
+
+    fn set_config(&mut self, coord: &Coordinator, config: ReplSetConfig) {
+        if let Some(m) = config.member_by_raft_id(self.id()) {
+            self.raw.raft.set_priority(m.raft_priority());
+        }
+        coord.ensure_links(&config, self.id());
+        coord.config_applied(&config);
+        self.config = Some(config);
+    }
+
+    /// Applies committed entries in order and records how far.
+    fn apply(&mut self, coord: &Coordinator, entries: Vec<Entry>) -> raft::Result<()> {
+        let Some(last) = entries.last().map(|e| e.index) else {
+            return Ok(());
+        };
+        let mut new_config: Option<(ReplSetConfig, Vec<u8>)> = None;
+        let mut conf_state = None;
+        for e in &entries {
+            match e.get_entry_type() {
+                EntryType::EntryNormal => {
+                    if e.data.is_empty() {
+                        continue;
+                    }
+                    let raw = bson::RawDocumentBuf::from_bytes(e.data.to_vec())
+                        .map_err(|err| store_error(format!("entry {}: {err}", e.index)))?;
+                    let doc = Document::try_from(raw.as_ref())
+                        .map_err(|err| store_error(format!("entry {}: {err}", e.index)))?;
+                    // MongoDB stops a member that cannot apply an entry; so does this one.
+                    crate::apply::apply_entry(coord.engine(), &raw, &doc).map_err(|err| {
+                        store_error(format!("cannot apply oplog entry {}: {}", doc, err.message))
+                    })?;
+                    if let Some(op) = OpTime::of_entry(&doc) {
+                        self.applied = op;
+                        coord.observe_timestamp(op.ts);
+                    }
+                }
+                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
+                    let cs = if e.get_entry_type() == EntryType::EntryConfChange {
+                        let cc = ConfChange::parse_from_bytes(&e.data)
+                            .map_err(raft::Error::CodecError)?;
+                        self.raw.apply_conf_change(&cc)?
+                    } else {
+                        let cc = ConfChangeV2::parse_from_bytes(&e.data)
+                            .map_err(raft::Error::CodecError)?;
+                        self.raw.apply_conf_change(&cc)?
+                    };
+                    conf_state = Some(cs);
+                    if let Some(c) = parse_config(&e.context) {
+                        new_config = Some((c, e.context.to_vec()));
+                    }
+                }
+            }
+        }
+        self.store.set_applied(
+            last,
+            new_config.as_ref().map(|(_, b)| b.as_slice()),
+            conf_state.as_ref(),
+        )?;
+        if let Some((c, _)) = new_config {
+            self.set_config(coord, c);
+        }
+        // Everything applied here is committed: the majority commit point.
+        if let Some(oplog) = coord.engine().oplog() {
+            if self.applied.term >= 0 {
+                oplog.set_commit_point(self.applied.ts);
+            }
+        }
+        Ok(())
+    }
+
+    /// A new primary writes MongoDB's "new primary" no-op, which also commits everything
+    /// before its term.
+    fn on_became_leader(&mut self, coord: &Coordinator) {
+        self.leader_since = Some(Instant::now());
+        self.leader_first_index = self.raw.raft.raft_log.last_index();
+        let term = self.raw.raft.term.saturating_sub(1) as i64;
+        let wall = bson::DateTime::now();
+        let ts = coord.next_timestamp();
+        let entry = doc! {
+            "op": "n",
+            "ns": "",
+            "o": { "msg": "new primary" },
+            "ts": ts,
+            "t": term,
+            "v": 2i64,
+            "wall": wall,
+        };
+        self.election_date = Some(wall);
+        self.election_optime = OpTime { ts, term, wall };
+        if let Some(oplog) = coord.engine().oplog() {
+            oplog.set_term(term);
+        }
+        if let Ok(bytes) = bson::to_vec(&entry) {
+            let _ = self.raw.propose(Vec::new(), bytes);
+        }
+        // Writable once the no-op (and so everything before it) is applied.
+        self.leader_first_index = self.raw.raft.raft_log.last_index();
+    }
+
+    /// On a writable primary: proposes the local oplog entries written since the last
+    /// proposal, in `ts` order (the visibility point guarantees no hole is skipped).
+    fn propose_new_entries(&mut self, coord: &Coordinator) {
+        let Some(after) = self.proposed_through else {
+            return;
+        };
+        if self.raw.raft.state != StateRole::Leader || self.raw.raft.lead_transferee.is_some() {
+            return;
+        }
+        let Some(oplog) = coord.engine().oplog() else {
+            return;
+        };
+        let Ok(entries) = oplog.read_after(coord.engine().kv(), after, 256) else {
+            return;
+        };
+        for raw in entries {
+            let ts = match raw.get("ts") {
+                Ok(Some(bson::RawBsonRef::Timestamp(ts))) => ts,
+                _ => continue,
+            };
+            if self
+                .raw
+                .propose(Vec::new(), raw.as_bytes().to_vec())
+                .is_err()
+            {
+                return;
+            }
+            let index = self.raw.raft.raft_log.last_index();
+            self.index_ts
+                .insert(index, ((ts.time as u64) << 32) | ts.increment as u64);
+            self.proposed_through = Some(ts);
+        }
+    }
+
+    fn publish(&mut self, coord: &Coordinator) {
+        let leader = self.raw.raft.state == StateRole::Leader;
+        if leader && self.leader_since.is_none() {
+            self.on_became_leader(coord);
+        } else if !leader && self.leader_since.is_some() {
+            self.leader_since = None;
+            self.election_date = None;
+        }
+        let raft = &self.raw.raft;
+        let state = match (&self.config, leader) {
+            (None, _) => MemberState::Startup2,
+            (Some(c), _) if c.member_by_raft_id(raft.id).is_none() => MemberState::Removed,
+            (_, true) => MemberState::Primary,
+            _ => MemberState::Secondary,
+        };
+        let writable = leader
+            && raft.lead_transferee.is_none()
+            && raft.raft_log.applied >= self.leader_first_index;
+        let progress: std::collections::BTreeMap<u64, (u64, bool)> = if leader {
+            raft.prs()
+                .iter()
+                .map(|(id, p)| (*id, (p.matched, p.recent_active)))
+                .collect()
+        } else {
+            Default::default()
+        };
+        let mut member_ts = std::collections::BTreeMap::new();
+        if leader {
+            let min_matched = progress.values().map(|p| p.0).min().unwrap_or(0);
+            for (id, (matched, _)) in &progress {
+                let ts = if *id == raft.id {
+                    // The primary's own writes are in its oplog when they are proposed.
+                    self.proposed_through
+                        .map_or(0, |t| ((t.time as u64) << 32) | t.increment as u64)
+                } else {
+                    self.index_ts
+                        .range(..=*matched)
+                        .next_back()
+                        .map_or(0, |(_, ts)| *ts)
+                };
+                member_ts.insert(*id, ts);
+            }
+            // Entries every member holds are no longer needed (keep the newest of them).
+            let keep_from = self
+                .index_ts
+                .range(..=min_matched)
+                .next_back()
+                .map(|(i, _)| *i);
+            if let Some(k) = keep_from {
+                self.index_ts = self.index_ts.split_off(&k);
+            }
+        } else {
+            self.index_ts.clear();
+        }
+        if writable && !self.was_writable {
+            self.proposed_through = coord
+                .engine()
+                .oplog()
+                .and_then(|o| o.last_visible(coord.engine().kv()).ok())
+                .map(|op| op.ts);
+        } else if !writable {
+            self.proposed_through = None;
+        }
+        self.was_writable = writable;
+        coord.publish(View {
+            state,
+            config: self.config.clone(),
+            id: raft.id,
+            leader: raft.leader_id,
+            term: raft.term.saturating_sub(1) as i64,
+            commit_index: raft.raft_log.committed,
+            applied_index: raft.raft_log.applied,
+            last_index: raft.raft_log.last_index(),
+            writable,
+            election_date: self.election_date,
+            election_optime: self.election_optime,
+            applied: self.applied,
+            durable: self.durable.max_by_ts(self.applied),
+            committed: self.applied,
+            progress,
+            member_ts,
+            frozen_until: self.frozen_until.filter(|t| Instant::now() < *t),
+        });
+    }
+}
+
+fn store_error(msg: String) -> raft::Error {
+    raft::Error::Store(raft::StorageError::Other(msg.into()))
+}
+
+fn transport_stopping(coord: &Coordinator) -> bool {
+    use crate::transport::LinkOwner;
+    coord.stopping()
+}
+
+impl OpTime {
+    fn max_by_ts(self, other: OpTime) -> OpTime {
+        if (other.ts.time, other.ts.increment) > (self.ts.time, self.ts.increment) {
+            other
+        } else {
+            self
+        }
+    }
+}

@@ -1,0 +1,1002 @@
+//! Replica sets: the replication coordinator between the server (commands, `hello`) and the
+//! engine.
+//!
+//! Consensus is TiKV's `raft` crate: its terms are MongoDB's terms (Raft's bootstrap term 1
+//! is reported as term 0, the state before the first election), its leader is the primary, its
+//! commit index is the majority commit point. Member `priority` is Raft's election priority
+//! (a voter refuses a lower-priority candidate whose log is no longer than its own), priority 0
+//! members never campaign, `votes: 0` members are Raft learners, and priority takeover and
+//! `replSetStepDown` are Raft leader transfers.
+//!
+//! A member started with `--replSet` and no stored configuration is the primary of an
+//! implicit one-member set (what a single-server deployment and the test suite use) until it
+//! is initiated (`replSetInitiate`) or a member of an initiated set reaches it; from then on it
+//! runs Raft and its state comes from there.
+
+pub mod apply;
+pub mod config;
+pub mod diff;
+mod driver;
+pub mod state;
+pub mod storage;
+pub mod transport;
+
+use bson::{doc, Bson, Document};
+use config::ReplSetConfig;
+use nidus_common::{Error, ErrorCode, Result};
+use nidus_engine::Engine;
+use parking_lot::{Condvar, Mutex, RwLock};
+use raft::eraftpb::Message;
+pub use state::{MemberState, OpTime};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Weak};
+use std::time::{Duration, Instant};
+use storage::LogStore;
+
+/// What the Raft driver publishes for commands and `hello` to read.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub state: MemberState,
+    pub config: Option<ReplSetConfig>,
+    /// This member's Raft id (0 before it joined a set).
+    pub id: u64,
+    /// The primary's Raft id, 0 when none is known.
+    pub leader: u64,
+    /// MongoDB's term.
+    pub term: i64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    pub last_index: u64,
+    /// A primary accepts writes once it applied everything committed before its election.
+    pub writable: bool,
+    pub election_date: Option<bson::DateTime>,
+    pub election_optime: OpTime,
+    pub applied: OpTime,
+    pub durable: OpTime,
+    pub committed: OpTime,
+    /// On the primary: each member's replicated index and whether it was heard from lately.
+    pub progress: BTreeMap<u64, (u64, bool)>,
+    /// On the primary: the newest oplog `ts` (as u64) each member holds durably.
+    pub member_ts: BTreeMap<u64, u64>,
+    pub frozen_until: Option<Instant>,
+}
+
+impl View {
+    fn empty() -> View {
+        View {
+            state: MemberState::Startup,
+            config: None,
+            id: 0,
+            leader: 0,
+            term: 0,
+            commit_index: 0,
+            applied_index: 0,
+            last_index: 0,
+            writable: false,
+            election_date: None,
+            election_optime: OpTime::default(),
+            applied: OpTime::default(),
+            durable: OpTime::default(),
+            committed: OpTime::default(),
+            progress: BTreeMap::new(),
+            member_ts: BTreeMap::new(),
+            frozen_until: None,
+        }
+    }
+}
+
+/// How a write concern wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicationWait {
+    Satisfied,
+    TimedOut,
+    /// This member stopped being primary while waiting.
+    NotPrimary,
+}
+
+/// What this member last learned about a peer from heartbeats.
+#[derive(Debug, Clone)]
+pub struct PeerInfo {
+    pub healthy: bool,
+    pub state: MemberState,
+    pub applied: OpTime,
+    pub durable: OpTime,
+    pub term: i64,
+    pub config_version: i64,
+    pub sync_source: String,
+    pub election_date: Option<bson::DateTime>,
+    pub last_heartbeat: Option<bson::DateTime>,
+    pub last_heartbeat_recv: Option<bson::DateTime>,
+    pub ping_ms: i64,
+    pub frozen_until: Option<Instant>,
+    pub last_message: String,
+    pub up_since: Option<Instant>,
+}
+
+impl Default for PeerInfo {
+    fn default() -> PeerInfo {
+        PeerInfo {
+            healthy: false,
+            state: MemberState::Unknown,
+            applied: OpTime::default(),
+            durable: OpTime::default(),
+            term: -1,
+            config_version: -1,
+            sync_source: String::new(),
+            election_date: None,
+            last_heartbeat: None,
+            last_heartbeat_recv: None,
+            ping_ms: 0,
+            frozen_until: None,
+            last_message: String::new(),
+            up_since: None,
+        }
+    }
+}
+
+pub(crate) enum Input {
+    Messages(Vec<Message>),
+    Campaign,
+    StepDown {
+        freeze: Duration,
+    },
+    Freeze(Duration),
+    Unreachable(u64),
+    SnapshotDone(u64, bool),
+    /// The oplog advanced: the primary proposes its new entries.
+    Wake,
+}
+
+/// The replication coordinator of one member.
+pub struct Coordinator {
+    set_name: String,
+    me: String,
+    started: Instant,
+    engine: Arc<Engine>,
+    store: LogStore,
+    view: RwLock<View>,
+    topology: Mutex<i64>,
+    topology_changed: Condvar,
+    /// Bumped with every published view (write concern waiters re-check).
+    progress: Mutex<u64>,
+    progress_changed: Condvar,
+    inbox: Mutex<Option<mpsc::Sender<Input>>>,
+    links: Mutex<HashMap<u64, transport::Link>>,
+    peers: RwLock<HashMap<u64, PeerInfo>>,
+    /// Hosts of members this one heard from before it knew the configuration.
+    known_hosts: RwLock<HashMap<u64, String>>,
+    stopping: AtomicBool,
+    /// The newest oplog timestamp this member issued or saw (`ts` only moves forward).
+    clock: Mutex<bson::Timestamp>,
+    weak: Weak<Coordinator>,
+}
+
+fn store_error(e: raft::Error) -> Error {
+    Error::internal(format!("replication storage: {e}"))
+}
+
+impl Coordinator {
+    /// The coordinator of a member of `set_name` reached at `me` (`host:port`). Resumes Raft
+    /// when this member already belongs to an initiated set.
+    pub fn start(set_name: &str, me: &str, engine: Arc<Engine>) -> Result<Arc<Coordinator>> {
+        let store = LogStore::open(engine.kv_arc()).map_err(store_error)?;
+        let coord = Arc::new_cyclic(|weak| Coordinator {
+            set_name: set_name.to_string(),
+            me: me.to_string(),
+            started: Instant::now(),
+            engine,
+            store,
+            view: RwLock::new(View::empty()),
+            topology: Mutex::new(0),
+            topology_changed: Condvar::new(),
+            progress: Mutex::new(0),
+            progress_changed: Condvar::new(),
+            inbox: Mutex::new(None),
+            links: Mutex::new(HashMap::new()),
+            peers: RwLock::new(HashMap::new()),
+            known_hosts: RwLock::new(HashMap::new()),
+            stopping: AtomicBool::new(false),
+            clock: Mutex::new(bson::Timestamp {
+                time: 0,
+                increment: 0,
+            }),
+            weak: weak.clone(),
+        });
+        if coord.store.initialized() {
+            let id = coord
+                .store
+                .node_id()
+                .map_err(store_error)?
+                .ok_or_else(|| Error::internal("replication state without a member id"))?;
+            coord.start_driver(id)?;
+        }
+        Ok(coord)
+    }
+
+    /// A timestamp after every one issued or seen: the oplog's clock when there is one.
+    pub fn next_timestamp(&self) -> bson::Timestamp {
+        if self.engine.oplog().is_some() {
+            return nidus_engine::oplog::clock().tick();
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as u32)
+            .unwrap_or(0);
+        let mut last = self.clock.lock();
+        *last = if now > last.time {
+            bson::Timestamp {
+                time: now,
+                increment: 1,
+            }
+        } else {
+            bson::Timestamp {
+                time: last.time,
+                increment: last.increment.saturating_add(1),
+            }
+        };
+        *last
+    }
+
+    pub(crate) fn observe_timestamp(&self, ts: bson::Timestamp) {
+        let mut last = self.clock.lock();
+        if (ts.time, ts.increment) > (last.time, last.increment) {
+            *last = ts;
+        }
+    }
+
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Members that hold data (every member: arbiters are not supported).
+    pub fn data_bearing_members(&self) -> usize {
+        if self.implicit() {
+            return 1;
+        }
+        self.view
+            .read()
+            .config
+            .as_ref()
+            .map_or(1, |c| c.members.len())
+    }
+
+    /// Waits until the entry at `ts` is majority-committed (`majority`) or held by `nodes`
+    /// members, until `deadline`.
+    pub fn wait_for_replication(
+        &self,
+        ts: bson::Timestamp,
+        majority: bool,
+        nodes: i64,
+        deadline: Option<Instant>,
+    ) -> ReplicationWait {
+        if self.implicit() {
+            return ReplicationWait::Satisfied;
+        }
+        let target = ((ts.time as u64) << 32) | ts.increment as u64;
+        loop {
+            let seen = *self.progress.lock();
+            {
+                let v = self.view.read();
+                if v.state != MemberState::Primary {
+                    return ReplicationWait::NotPrimary;
+                }
+                let committed =
+                    ((v.committed.ts.time as u64) << 32) | v.committed.ts.increment as u64;
+                let majority_ok = !majority || committed >= target;
+                let holding = v.member_ts.values().filter(|t| **t >= target).count() as i64;
+                if majority_ok && holding >= nodes {
+                    return ReplicationWait::Satisfied;
+                }
+            }
+            if self.stopping.load(Ordering::SeqCst) {
+                return ReplicationWait::NotPrimary;
+            }
+            let mut g = self.progress.lock();
+            if *g != seen {
+                continue;
+            }
+            let slice = Duration::from_millis(100);
+            let wait = match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return ReplicationWait::TimedOut;
+                    }
+                    (d - now).min(slice)
+                }
+                None => slice,
+            };
+            self.progress_changed.wait_for(&mut g, wait);
+        }
+    }
+
+    pub fn set_name(&self) -> &str {
+        &self.set_name
+    }
+
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    /// True while no set was initiated or joined: the implicit one-member set.
+    pub fn implicit(&self) -> bool {
+        self.inbox.lock().is_none()
+    }
+
+    pub fn view(&self) -> View {
+        self.view.read().clone()
+    }
+
+    pub fn peer_info(&self, id: u64) -> Option<PeerInfo> {
+        self.peers.read().get(&id).cloned()
+    }
+
+    pub fn uptime_secs(&self) -> i64 {
+        self.started.elapsed().as_secs() as i64
+    }
+
+    /// Writes are accepted (the primary, or the implicit one-member set).
+    pub fn writable(&self) -> bool {
+        self.implicit() || self.view.read().writable
+    }
+
+    /// Reads are served (primary or secondary, or the implicit set).
+    pub fn readable_state(&self) -> bool {
+        self.implicit() || self.view.read().state.readable()
+    }
+
+    /// `topologyVersion.counter`: changes whenever what `hello` reports changes.
+    pub fn topology_version(&self) -> i64 {
+        *self.topology.lock()
+    }
+
+    /// Waits until the topology version differs from `seen` (true) or `timeout` passes.
+    pub fn wait_topology_change(&self, seen: i64, timeout: Duration) -> bool {
+        let mut v = self.topology.lock();
+        if *v != seen {
+            return true;
+        }
+        self.topology_changed.wait_for(&mut v, timeout);
+        *v != seen
+    }
+
+    fn bump_topology(&self) {
+        *self.topology.lock() += 1;
+        self.topology_changed.notify_all();
+    }
+
+    pub fn shutdown(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.inbox.lock().take();
+        self.links.lock().clear();
+        self.topology_changed.notify_all();
+    }
+
+    /// `replSetInitiate`: starts a set from this member with `config` (or this member alone).
+    pub fn initiate(&self, config: Option<&Document>) -> Result<()> {
+        if !self.implicit() || self.store.initialized() {
+            return Err(Error::new(
+                ErrorCode::AlreadyInitialized,
+                "already initialized",
+            ));
+        }
+        let config = match config {
+            Some(d) => ReplSetConfig::parse(d)?,
+            None => ReplSetConfig::single(&self.set_name, &self.me),
+        };
+        if config.set_name != self.set_name {
+            return Err(Error::new(
+                ErrorCode::InvalidReplicaSetConfig,
+                format!(
+                    "Attempting to initiate a replica set with name {}, but command line reports {}; rejecting",
+                    config.set_name, self.set_name
+                ),
+            ));
+        }
+        let me = self.self_member(&config).ok_or_else(|| {
+            Error::new(
+                ErrorCode::InvalidReplicaSetConfig,
+                format!(
+                    "No host described in new configuration with {{version: {}, term: {}}} for replica set {} maps to this node",
+                    config.version, config.term, config.set_name
+                ),
+            )
+        })?;
+        let data =
+            bson::to_vec(&config.to_document()).map_err(|e| Error::internal(e.to_string()))?;
+        self.store
+            .bootstrap(me, driver::conf_state(&config), data)
+            .map_err(store_error)?;
+        self.save_config_document(&config)?;
+        self.start_driver(me)?;
+        self.send_input(Input::Campaign);
+        Ok(())
+    }
+
+    /// This member's Raft id in `config`: the member whose host is this member's address.
+    fn self_member(&self, config: &ReplSetConfig) -> Option<u64> {
+        let (my_host, my_port) = split_host(&self.me);
+        config
+            .members
+            .iter()
+            .find(|m| {
+                let (h, p) = split_host(&m.host);
+                p == my_port && (h == my_host || is_loopback(h) && is_loopback(my_host))
+            })
+            .map(|m| m.raft_id())
+    }
+
+    /// Keeps `local.system.replset` equal to the configuration in force.
+    fn save_config_document(&self, config: &ReplSetConfig) -> Result<()> {
+        use nidus_engine::namespace::Namespace;
+        use nidus_engine::write::WriteOpts;
+        let ns = Namespace::new("local", "system.replset");
+        let coll = self.engine.ensure_collection(&ns)?;
+        let opts = WriteOpts::default();
+        self.engine
+            .delete(&coll, &Document::new(), true, None, &opts)?;
+        let raw = bson::RawDocumentBuf::from_document(&config.to_document())
+            .map_err(|e| Error::internal(e.to_string()))?;
+        self.engine.insert_one(&coll, &raw, &opts)
+    }
+
+    fn start_driver(&self, id: u64) -> Result<()> {
+        let mut inbox = self.inbox.lock();
+        if inbox.is_some() {
+            return Ok(());
+        }
+        let coord = self
+            .weak
+            .upgrade()
+            .ok_or_else(|| Error::internal("stopping"))?;
+        let tx = driver::spawn(coord, self.store.clone(), id).map_err(store_error)?;
+        if let Some(oplog) = self.engine.oplog().cloned() {
+            // Wakes the driver when the oplog advances, so the primary proposes new entries
+            // at once.
+            let wake = tx.clone();
+            let weak = self.weak.clone();
+            let _ = std::thread::Builder::new()
+                .name("repl-oplog-watch".to_string())
+                .spawn(move || loop {
+                    let seen = oplog.generation();
+                    oplog.wait_for_advance(seen, Instant::now() + Duration::from_millis(500));
+                    match weak.upgrade() {
+                        Some(c) if !c.stopping.load(Ordering::SeqCst) => {}
+                        _ => return,
+                    }
+                    if wake.send(Input::Wake).is_err() {
+                        return;
+                    }
+                });
+        }
+        *inbox = Some(tx);
+        drop(inbox);
+        self.bump_topology();
+        Ok(())
+    }
+
+    fn send_input(&self, input: Input) {
+        if let Some(tx) = self.inbox.lock().as_ref() {
+            let _ = tx.send(input);
+        }
+    }
+
+    /// `replSetRaftMessages` from another member: its Raft messages and status. Replies with
+    /// this member's status.
+    pub fn receive(&self, body: &Document) -> Result<Document> {
+        let set = body.get_str("setName").unwrap_or_default();
+        if set != self.set_name {
+            return Err(Error::new(
+                ErrorCode::InvalidReplicaSetConfig,
+                format!(
+                    "replica set name {set} does not match this member's set {}",
+                    self.set_name
+                ),
+            ));
+        }
+        let from = body.get_i64("from").unwrap_or(0) as u64;
+        if let Ok(host) = body.get_str("fromHost") {
+            if from != 0 {
+                self.known_hosts.write().insert(from, host.to_string());
+            }
+        }
+        let msgs = match body.get_array("messages") {
+            Ok(a) => transport::decode_messages(a).map_err(Error::bad_value)?,
+            Err(_) => Vec::new(),
+        };
+        if from != 0 {
+            if let Ok(status) = body.get_document("status") {
+                self.note_peer_status(from, status, None);
+            }
+        }
+        if !msgs.is_empty() {
+            if self.implicit() {
+                // The first message of an initiated set that lists this member: join it with
+                // the id the set gave this member.
+                let to = msgs[0].to;
+                if to == 0 || self.stopping.load(Ordering::SeqCst) {
+                    return Ok(doc! { "status": self.status_document() });
+                }
+                self.store.set_node_id(to).map_err(store_error)?;
+                self.start_driver(to)?;
+            }
+            self.send_input(Input::Messages(msgs));
+        }
+        Ok(doc! { "status": self.status_document() })
+    }
+
+    /// The status a member sends with every message and heartbeat.
+    fn status_document(&self) -> Document {
+        // A copy: `sync_source` reads the view again, and a second read lock while the driver
+        // waits to publish would deadlock.
+        let v = self.view();
+        let mut d = doc! {
+            "state": v.state.code(),
+            "term": v.term,
+            "appliedOpTime": v.applied.to_document(),
+            "appliedWall": v.applied.wall,
+            "durableOpTime": v.durable.to_document(),
+            "durableWall": v.durable.wall,
+            "configVersion": v.config.as_ref().map_or(-1, |c| c.version),
+            "syncSourceHost": self.sync_source(&v),
+            "frozenMs": v.frozen_until.map_or(0, |t| t.saturating_duration_since(Instant::now()).as_millis() as i64),
+        };
+        if let Some(e) = v.election_date {
+            d.insert("electionDate", e);
+        }
+        d
+    }
+
+    fn note_peer_status(&self, id: u64, status: &Document, ping: Option<Duration>) {
+        let now = bson::DateTime::now();
+        let mut peers = self.peers.write();
+        let p = peers.entry(id).or_default();
+        let newly_up = !p.healthy;
+        p.healthy = true;
+        if newly_up || p.up_since.is_none() {
+            p.up_since = Some(Instant::now());
+        }
+        p.state = MemberState::from_code(status.get_i32("state").unwrap_or(6));
+        p.term = status.get_i64("term").unwrap_or(-1);
+        p.applied = OpTime::from_document(
+            status
+                .get_document("appliedOpTime")
+                .unwrap_or(&Document::new()),
+            status.get_datetime("appliedWall").ok().copied(),
+        );
+        p.durable = OpTime::from_document(
+            status
+                .get_document("durableOpTime")
+                .unwrap_or(&Document::new()),
+            status.get_datetime("durableWall").ok().copied(),
+        );
+        p.config_version = status.get_i64("configVersion").unwrap_or(-1);
+        p.sync_source = status.get_str("syncSourceHost").unwrap_or("").to_string();
+        p.election_date = status.get_datetime("electionDate").ok().copied();
+        let frozen = status.get_i64("frozenMs").unwrap_or(0);
+        p.frozen_until =
+            (frozen > 0).then(|| Instant::now() + Duration::from_millis(frozen as u64));
+        p.last_message.clear();
+        match ping {
+            Some(ping) => {
+                p.last_heartbeat = Some(now);
+                p.ping_ms = ping.as_millis() as i64;
+            }
+            None => p.last_heartbeat_recv = Some(now),
+        }
+    }
+
+    /// The host a Raft id is reached at: from the configuration, else from its messages.
+    pub fn host_of(&self, id: u64) -> Option<String> {
+        let from_config = self
+            .view
+            .read()
+            .config
+            .as_ref()
+            .and_then(|c| c.member_by_raft_id(id).map(|m| m.host.clone()));
+        from_config.or_else(|| self.known_hosts.read().get(&id).cloned())
+    }
+
+    fn sync_source(&self, v: &View) -> String {
+        if v.state == MemberState::Secondary && v.leader != 0 {
+            self.host_of(v.leader).unwrap_or_default()
+        } else {
+            String::new()
+        }
+    }
+
+    pub(crate) fn send_messages(&self, msgs: Vec<Message>) {
+        let mut by_peer: BTreeMap<u64, Vec<Message>> = BTreeMap::new();
+        for m in msgs {
+            by_peer.entry(m.to).or_default().push(m);
+        }
+        let mut links = self.links.lock();
+        for (to, batch) in by_peer {
+            links
+                .entry(to)
+                .or_insert_with(|| transport::Link::start(self.weak.clone(), to))
+                .send(batch);
+        }
+    }
+
+    /// Starts heartbeats to every member of the configuration.
+    pub(crate) fn ensure_links(&self, config: &ReplSetConfig, me: u64) {
+        let mut links = self.links.lock();
+        for m in &config.members {
+            let id = m.raft_id();
+            if id != me {
+                links
+                    .entry(id)
+                    .or_insert_with(|| transport::Link::start(self.weak.clone(), id));
+            }
+        }
+        links.retain(|id, _| config.member_by_raft_id(*id).is_some());
+    }
+
+    pub(crate) fn publish(&self, view: View) {
+        let changed = {
+            let old = self.view.read();
+            old.state != view.state
+                || old.leader != view.leader
+                || old.writable != view.writable
+                || old.term != view.term
+                || old.config.as_ref().map(|c| c.version) != view.config.as_ref().map(|c| c.version)
+        };
+        *self.view.write() = view;
+        if changed {
+            self.bump_topology();
+        }
+        *self.progress.lock() += 1;
+        self.progress_changed.notify_all();
+    }
+
+    pub(crate) fn config_applied(&self, config: &ReplSetConfig) {
+        if let Err(e) = self.save_config_document(config) {
+            eprintln!(
+                "replication: cannot save local.system.replset: {}",
+                e.message
+            );
+        }
+    }
+
+    /// `replSetStepDown`: hands the primary role to the most suitable caught-up member and
+    /// keeps this one from standing for election for `freeze`.
+    pub fn step_down(&self, freeze: Duration, wait: Duration) -> Result<()> {
+        if self.implicit() {
+            return Err(Error::new(
+                ErrorCode::NotWritablePrimary,
+                "not primary so can't step down",
+            ));
+        }
+        if self.view.read().state != MemberState::Primary {
+            return Err(Error::new(
+                ErrorCode::NotWritablePrimary,
+                "not primary so can't step down",
+            ));
+        }
+        let seen = self.topology_version();
+        self.send_input(Input::StepDown { freeze });
+        let until = Instant::now() + wait;
+        let mut seen = seen;
+        while Instant::now() < until {
+            if self.view.read().state != MemberState::Primary {
+                return Ok(());
+            }
+            self.wait_topology_change(seen, Duration::from_millis(100));
+            seen = self.topology_version();
+        }
+        if self.view.read().state != MemberState::Primary {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorCode::ExceededTimeLimit,
+            format!(
+                "No electable secondaries caught up as of {}. Please use the replSetStepDown command with the argument {{force: true}} to force node to step down.",
+                bson::DateTime::now().try_to_rfc3339_string().unwrap_or_default()
+            ),
+        ))
+    }
+
+    /// `replSetFreeze`: this member does not stand for election for `secs` (0 unfreezes).
+    pub fn freeze(&self, secs: i64) -> Result<Document> {
+        if self.implicit() {
+            return Err(Error::new(
+                ErrorCode::NotSecondary,
+                "cannot freeze node when primary or running for election. state: Primary",
+            ));
+        }
+        let state = self.view.read().state;
+        if state == MemberState::Primary {
+            return Err(Error::new(
+                ErrorCode::NotSecondary,
+                "cannot freeze node when primary or running for election. state: Primary",
+            ));
+        }
+        self.send_input(Input::Freeze(Duration::from_secs(secs.max(0) as u64)));
+        Ok(if secs == 0 {
+            doc! { "info": "unfreezing" }
+        } else {
+            Document::new()
+        })
+    }
+
+    /// The electionId a primary reports: MongoDB's term-based ObjectId.
+    pub fn election_id(term: i64) -> bson::oid::ObjectId {
+        let mut b = [0u8; 12];
+        b[..4].copy_from_slice(&[0x7f, 0xff, 0xff, 0xff]);
+        b[4..].copy_from_slice(&(term.max(0) as u64).to_be_bytes());
+        bson::oid::ObjectId::from_bytes(b)
+    }
+
+    /// The replica set fields of `hello` (`primary_field` is `isWritablePrimary` or
+    /// `ismaster`), for a member that runs Raft.
+    pub fn hello_fields(&self, primary_field: &str, reply: &mut Document) {
+        let v = self.view();
+        let Some(config) = &v.config else {
+            reply.insert(primary_field, false);
+            reply.insert("secondary", false);
+            reply.insert("info", "Does not have a valid replica set config");
+            reply.insert("isreplicaset", true);
+            return;
+        };
+        let mut hosts = Vec::new();
+        let mut passives = Vec::new();
+        for m in &config.members {
+            if m.hidden {
+                continue;
+            }
+            if m.priority > 0.0 {
+                hosts.push(Bson::String(m.host.clone()));
+            } else {
+                passives.push(Bson::String(m.host.clone()));
+            }
+        }
+        let me = config.member_by_raft_id(v.id);
+        reply.insert(primary_field, v.writable);
+        reply.insert("secondary", v.state == MemberState::Secondary);
+        reply.insert("hosts", hosts);
+        if !passives.is_empty() {
+            reply.insert("passives", passives);
+        }
+        reply.insert("setName", &self.set_name);
+        reply.insert("setVersion", config.version as i32);
+        if let Some(p) = (v.leader != 0)
+            .then(|| config.member_by_raft_id(v.leader))
+            .flatten()
+        {
+            reply.insert("primary", p.host.clone());
+        }
+        reply.insert("me", me.map_or(self.me.clone(), |m| m.host.clone()));
+        if let Some(m) = me {
+            if m.hidden {
+                reply.insert("hidden", true);
+            }
+            if m.priority == 0.0 && !m.hidden {
+                reply.insert("passive", true);
+            }
+            if m.secondary_delay_secs > 0 {
+                reply.insert("secondaryDelaySecs", m.secondary_delay_secs);
+            }
+        }
+        if v.state == MemberState::Primary {
+            reply.insert("electionId", Coordinator::election_id(v.term));
+        }
+        reply.insert(
+            "lastWrite",
+            doc! {
+                "opTime": v.applied.to_document(),
+                "lastWriteDate": v.applied.wall,
+                "majorityOpTime": v.committed.to_document(),
+                "majorityWriteDate": v.committed.wall,
+            },
+        );
+    }
+
+    /// `replSetGetConfig`.
+    pub fn config_document(&self) -> Result<Document> {
+        match &self.view.read().config {
+            Some(c) => Ok(c.to_document()),
+            None => Err(Error::new(
+                ErrorCode::NotYetInitialized,
+                "no replset config has been received",
+            )),
+        }
+    }
+
+    /// `replSetGetStatus`.
+    pub fn status(&self) -> Result<Document> {
+        let v = self.view();
+        let Some(config) = &v.config else {
+            return Err(Error::new(
+                ErrorCode::NotYetInitialized,
+                "no replset config has been received",
+            ));
+        };
+        let now = bson::DateTime::now();
+        let heartbeat = config.settings.heartbeat_interval_millis;
+        let mut members = Vec::new();
+        for m in &config.members {
+            let id = m.raft_id();
+            let mut d = doc! { "_id": m.id as i32, "name": &m.host };
+            if id == v.id {
+                d.insert("health", 1.0);
+                d.insert("state", v.state.code());
+                d.insert("stateStr", v.state.name());
+                d.insert("uptime", self.uptime_secs());
+                d.insert("optime", v.applied.to_document());
+                d.insert("optimeDate", v.applied.date());
+                d.insert("lastAppliedWallTime", v.applied.wall);
+                d.insert("lastDurableWallTime", v.durable.wall);
+                d.insert("syncSourceHost", self.sync_source(&v));
+                d.insert(
+                    "syncSourceId",
+                    match v.state {
+                        MemberState::Secondary if v.leader != 0 => config
+                            .member_by_raft_id(v.leader)
+                            .map_or(-1, |l| l.id as i32),
+                        _ => -1,
+                    },
+                );
+                d.insert("infoMessage", "");
+                if v.state == MemberState::Primary {
+                    if let Some(e) = v.election_date {
+                        d.insert("electionTime", v.election_optime.ts);
+                        d.insert("electionDate", e);
+                    }
+                }
+                d.insert("configVersion", config.version as i32);
+                d.insert("configTerm", v.term as i32);
+                d.insert("self", true);
+                d.insert("lastHeartbeatMessage", "");
+            } else {
+                let p = self.peer_info(id).unwrap_or_default();
+                let state = if p.healthy {
+                    p.state
+                } else {
+                    MemberState::Down
+                };
+                d.insert("health", if p.healthy { 1.0 } else { 0.0 });
+                d.insert("state", state.code());
+                d.insert("stateStr", state.name());
+                d.insert(
+                    "uptime",
+                    p.up_since
+                        .filter(|_| p.healthy)
+                        .map_or(0, |t| t.elapsed().as_secs() as i64),
+                );
+                d.insert("optime", p.applied.to_document());
+                d.insert("optimeDurable", p.durable.to_document());
+                d.insert("optimeDate", p.applied.date());
+                d.insert("optimeDurableDate", p.durable.date());
+                d.insert("lastAppliedWallTime", p.applied.wall);
+                d.insert("lastDurableWallTime", p.durable.wall);
+                d.insert(
+                    "lastHeartbeat",
+                    p.last_heartbeat.unwrap_or(bson::DateTime::from_millis(0)),
+                );
+                d.insert(
+                    "lastHeartbeatRecv",
+                    p.last_heartbeat_recv
+                        .unwrap_or(bson::DateTime::from_millis(0)),
+                );
+                d.insert("pingMs", p.ping_ms);
+                d.insert("lastHeartbeatMessage", p.last_message.clone());
+                d.insert("syncSourceHost", p.sync_source.clone());
+                d.insert(
+                    "syncSourceId",
+                    config
+                        .member_by_host(&p.sync_source)
+                        .map_or(-1, |s| s.id as i32),
+                );
+                d.insert("infoMessage", "");
+                if p.healthy && p.state == MemberState::Primary {
+                    if let Some(e) = p.election_date {
+                        d.insert("electionDate", e);
+                    }
+                }
+                d.insert("configVersion", p.config_version as i32);
+                d.insert("configTerm", p.term as i32);
+            }
+            members.push(Bson::Document(d));
+        }
+        let voting = config.members.iter().filter(|m| m.votes > 0).count() as i32;
+        let majority = config.majority() as i32;
+        Ok(doc! {
+            "set": &self.set_name,
+            "date": now,
+            "myState": v.state.code(),
+            "term": v.term,
+            "syncSourceHost": self.sync_source(&v),
+            "syncSourceId": match v.state {
+                MemberState::Secondary if v.leader != 0 => config.member_by_raft_id(v.leader).map_or(-1, |l| l.id as i32),
+                _ => -1,
+            },
+            "heartbeatIntervalMillis": heartbeat,
+            "majorityVoteCount": majority,
+            "writeMajorityCount": majority,
+            "votingMembersCount": voting,
+            "writableVotingMembersCount": voting,
+            "optimes": {
+                "lastCommittedOpTime": v.committed.to_document(),
+                "lastCommittedWallTime": v.committed.wall,
+                "readConcernMajorityOpTime": v.committed.to_document(),
+                "appliedOpTime": v.applied.to_document(),
+                "durableOpTime": v.durable.to_document(),
+                "lastAppliedWallTime": v.applied.wall,
+                "lastDurableWallTime": v.durable.wall,
+            },
+            "members": members,
+        })
+    }
+}
+
+impl transport::LinkOwner for Coordinator {
+    fn peer_host(&self, id: u64) -> Option<String> {
+        self.host_of(id)
+    }
+
+    fn outgoing(&self, _to: u64, messages: Vec<Bson>) -> Document {
+        let id = self.view.read().id;
+        transport::command(
+            &self.set_name,
+            id,
+            &self.me,
+            self.status_document(),
+            messages,
+        )
+    }
+
+    fn heartbeat_interval(&self) -> Duration {
+        let ms = self
+            .view
+            .read()
+            .config
+            .as_ref()
+            .map_or(2000, |c| c.settings.heartbeat_interval_millis);
+        Duration::from_millis(ms.clamp(10, 60_000) as u64)
+    }
+
+    fn on_reply(&self, id: u64, reply: &Document, ping: Duration, had_snapshot: bool) {
+        if let Ok(status) = reply.get_document("status") {
+            self.note_peer_status(id, status, Some(ping));
+        }
+        if had_snapshot {
+            self.send_input(Input::SnapshotDone(id, true));
+        }
+    }
+
+    fn on_unreachable(&self, id: u64, had_messages: bool, had_snapshot: bool) {
+        {
+            let mut peers = self.peers.write();
+            let p = peers.entry(id).or_default();
+            if p.healthy {
+                p.last_message = "Couldn't get a connection within the time limit".to_string();
+            }
+            p.healthy = false;
+            p.up_since = None;
+            p.last_heartbeat = Some(bson::DateTime::now());
+        }
+        if had_snapshot {
+            self.send_input(Input::SnapshotDone(id, false));
+        }
+        if had_messages {
+            self.send_input(Input::Unreachable(id));
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+}
+
+fn split_host(h: &str) -> (&str, &str) {
+    match h.rsplit_once(':') {
+        Some((host, port)) => (host, port),
+        None => (h, "27017"),
+    }
+}
+
+fn is_loopback(h: &str) -> bool {
+    matches!(h, "localhost" | "127.0.0.1" | "::1" | "[::1]")
+}

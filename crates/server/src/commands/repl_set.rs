@@ -1,0 +1,241 @@
+//! Replica set commands (`replSetInitiate`, `replSetGetConfig`, `replSetGetStatus`,
+//! `replSetStepDown`, `replSetFreeze`), the members' internal `replSetRaftMessages`, and the
+//! member-state checks every command passes (writes only on the primary, reads on a
+//! secondary only when the client allows it).
+
+use super::Ctx;
+use bson::{Bson, Document};
+use nidus_common::{Error, ErrorCode, Result};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn coordinator(ctx: &Ctx) -> Result<Arc<nidus_repl::Coordinator>> {
+    let name = ctx.command_name();
+    if ctx.db != "admin" {
+        return Err(Error::new(
+            ErrorCode::Unauthorized,
+            format!("{name} may only be run against the admin database."),
+        ));
+    }
+    ctx.state.repl.clone().ok_or_else(|| {
+        Error::new(
+            ErrorCode::NoReplicationEnabled,
+            "This node was not started with replication enabled.",
+        )
+    })
+}
+
+pub fn initiate(ctx: &mut Ctx) -> Result<Document> {
+    let repl = coordinator(ctx)?;
+    let config = match ctx.body.get("replSetInitiate") {
+        Some(Bson::Document(d)) if !d.is_empty() => Some(d.clone()),
+        Some(Bson::Document(_)) | Some(Bson::Null) | None => None,
+        Some(_) => None,
+    };
+    repl.initiate(config.as_ref())?;
+    Ok(Document::new())
+}
+
+pub fn get_config(ctx: &mut Ctx) -> Result<Document> {
+    let repl = coordinator(ctx)?;
+    let mut out = Document::new();
+    out.insert("config", repl.config_document()?);
+    Ok(out)
+}
+
+pub fn get_status(ctx: &mut Ctx) -> Result<Document> {
+    coordinator(ctx)?.status()
+}
+
+fn seconds(ctx: &Ctx, field: &str, default: i64) -> Result<i64> {
+    let name = ctx.command_name();
+    let v = if field == name {
+        match ctx.body.get(field) {
+            Some(Bson::Boolean(_)) | None => None,
+            _ => super::opt_i64(&name, &ctx.body, field)?,
+        }
+    } else {
+        ctx.opt_i64(field)?
+    };
+    Ok(v.unwrap_or(default))
+}
+
+pub fn step_down(ctx: &mut Ctx) -> Result<Document> {
+    let repl = coordinator(ctx)?;
+    let secs = seconds(ctx, "replSetStepDown", 60)?;
+    let catch_up = seconds(ctx, "secondaryCatchUpPeriodSecs", 10)?;
+    if secs <= 0 {
+        return Err(Error::bad_value(format!(
+            "stepdown period must be a positive integer, but got {secs}"
+        )));
+    }
+    if catch_up > secs {
+        return Err(Error::bad_value(
+            "stepdown period must be longer than secondaryCatchUpPeriodSecs",
+        ));
+    }
+    repl.step_down(
+        Duration::from_secs(secs as u64),
+        Duration::from_secs(catch_up.max(0) as u64),
+    )?;
+    Ok(Document::new())
+}
+
+pub fn freeze(ctx: &mut Ctx) -> Result<Document> {
+    let repl = coordinator(ctx)?;
+    let secs = seconds(ctx, "replSetFreeze", 0)?;
+    repl.freeze(secs)
+}
+
+/// Another member's Raft messages and status (see `nidus_repl::transport`).
+pub fn raft_messages(ctx: &mut Ctx) -> Result<Document> {
+    let repl = coordinator(ctx)?;
+    repl.receive(&ctx.body)
+}
+
+/// Commands a secondary refuses with `NotWritablePrimary`.
+fn is_write(name: &str, body: &Document) -> bool {
+    match name {
+        "insert"
+        | "update"
+        | "delete"
+        | "findAndModify"
+        | "findandmodify"
+        | "bulkWrite"
+        | "create"
+        | "drop"
+        | "dropDatabase"
+        | "createIndexes"
+        | "dropIndexes"
+        | "deleteIndexes"
+        | "collMod"
+        | "renameCollection"
+        | "convertToCapped"
+        | "cloneCollectionAsCapped"
+        | "createUser"
+        | "updateUser"
+        | "dropUser"
+        | "dropAllUsersFromDatabase"
+        | "grantRolesToUser"
+        | "revokeRolesFromUser"
+        | "createRole"
+        | "dropRole"
+        | "commitTransaction" => true,
+        "aggregate" => body.get_array("pipeline").is_ok_and(|p| {
+            p.iter().any(|s| {
+                s.as_document()
+                    .and_then(|d| d.keys().next())
+                    .is_some_and(|k| k == "$out" || k == "$merge")
+            })
+        }),
+        _ => false,
+    }
+}
+
+/// Reads a secondary serves only with `secondaryOk` (a non-primary `$readPreference`).
+fn is_read(name: &str) -> bool {
+    matches!(
+        name,
+        "find"
+            | "aggregate"
+            | "count"
+            | "distinct"
+            | "listCollections"
+            | "listIndexes"
+            | "dbStats"
+            | "dbstats"
+            | "collStats"
+            | "collstats"
+            | "explain"
+    )
+}
+
+fn secondary_ok(body: &Document) -> bool {
+    match body.get("$readPreference") {
+        Some(Bson::Document(rp)) => rp.get_str("mode").is_ok_and(|m| m != "primary"),
+        _ => false,
+    }
+}
+
+/// What the member's state allows: writes on the primary only (the `local` database is
+/// every member's own), reads on a primary, or on a secondary when the client allows it.
+pub fn check_member_state(
+    state: &crate::state::ServerState,
+    name: &str,
+    db: &str,
+    body: &Document,
+) -> Result<()> {
+    let Some(repl) = &state.repl else {
+        return Ok(());
+    };
+    if db == "local" || repl.writable() {
+        return Ok(());
+    }
+    // The errors carry the member's topologyVersion, as MongoDB's, so a driver can tell
+    // them from stale ones (SDAM) and its monitor does not wait out an awaitable hello.
+    let tv = bson::doc! { "processId": state.process_id, "counter": repl.topology_version() };
+    if is_write(name, body) {
+        return Err(Error::new(ErrorCode::NotWritablePrimary, "not primary")
+            .with_extra("topologyVersion", tv));
+    }
+    if is_read(name) {
+        if repl.view().state == nidus_repl::MemberState::Primary {
+            return Ok(());
+        }
+        if !repl.readable_state() {
+            return Err(Error::new(
+                ErrorCode::NotPrimaryOrSecondary,
+                "node is not in primary or recovering state",
+            ));
+        }
+        if !secondary_ok(body) {
+            return Err(Error::new(
+                ErrorCode::NotPrimaryNoSecondaryOk,
+                "not primary and secondaryOk=false",
+            )
+            .with_extra("topologyVersion", tv));
+        }
+    }
+    Ok(())
+}
+
+/// Waits for `w: "majority"` / `w: N` (N > 1) after a write that logged `last_write`, until
+/// `wtimeout` (or the command's `maxTimeMS`). The write stays done either way; a timeout is
+/// MongoDB's write concern error 64.
+pub fn wait_for_write_concern(
+    state: &crate::state::ServerState,
+    wc: &super::WriteConcern,
+    last_write: Option<bson::Timestamp>,
+    deadline: Option<std::time::Instant>,
+) -> Option<Document> {
+    let repl = state.repl.as_ref()?;
+    let ts = last_write?;
+    let nodes = wc.nodes.unwrap_or(1);
+    if (!wc.majority && nodes <= 1) || nodes > repl.data_bearing_members() as i64 {
+        return None;
+    }
+    let until = wc
+        .wtimeout_ms
+        .map(|ms| std::time::Instant::now() + Duration::from_millis(ms as u64))
+        .into_iter()
+        .chain(deadline)
+        .min();
+    match repl.wait_for_replication(ts, wc.majority, nodes, until) {
+        nidus_repl::ReplicationWait::Satisfied => None,
+        nidus_repl::ReplicationWait::TimedOut => {
+            let mut spec = wc.spec.clone().unwrap_or_default();
+            spec.insert("provenance", "clientSupplied");
+            Some(bson::doc! {
+                "code": ErrorCode::WriteConcernTimeout.code(),
+                "codeName": "WriteConcernTimeout",
+                "errmsg": "waiting for replication timed out",
+                "errInfo": { "wtimeout": true, "writeConcern": spec },
+            })
+        }
+        nidus_repl::ReplicationWait::NotPrimary => Some(bson::doc! {
+            "code": ErrorCode::InterruptedDueToReplStateChange.code(),
+            "codeName": "InterruptedDueToReplStateChange",
+            "errmsg": "operation was interrupted because a node stepped down while waiting for replication",
+        }),
+    }
+}

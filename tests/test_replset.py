@@ -1,0 +1,366 @@
+"""Multi-member replica sets: three nidus processes on loopback ports, initiated as in seed
+000's lab (priorities 3/2/1), elections on Raft, what drivers see, and failover.
+
+Every wait is bounded; only this test's own processes are signalled (by pid, through the
+harness)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from pymongo import MongoClient
+from pymongo.errors import NotPrimaryError, OperationFailure, PyMongoError
+
+import wire
+from nidus_harness import ReplicaSet
+
+ELECTION_TIMEOUT_MS = 2000
+SETTINGS = {"electionTimeoutMillis": ELECTION_TIMEOUT_MS, "heartbeatIntervalMillis": 500}
+
+
+@pytest.fixture
+def rs():
+    r = ReplicaSet(3).start()
+    try:
+        yield r
+    finally:
+        r.stop()
+        for m in r.members:
+            assert m.panics() == [], m.log_tail()
+
+
+def initiated(rs: ReplicaSet, via: int = 0):
+    rs.initiate(via=via, priorities=[3, 2, 1], settings=SETTINGS)
+    primary = rs.wait_for_primary(30)
+    return primary
+
+
+def wait_until(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout}s: {what} (last: {last!r})")
+
+
+def status(m) -> dict:
+    with m.client(serverSelectionTimeoutMS=2000) as c:
+        return c.admin.command("replSetGetStatus")
+
+
+def test_highest_priority_member_becomes_primary_even_when_another_initiates(rs):
+    # Initiated through the priority-1 member: priority takeover hands the role to the
+    # priority-3 member once it has caught up.
+    rs.initiate(via=2, priorities=[3, 2, 1], settings=SETTINGS)
+    wait_until(lambda: (rs.hello(rs.members[0]) or {}).get("isWritablePrimary"), 30,
+               "priority-3 member primary")
+    assert rs.wait_for_primary(5) is rs.members[0]
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=15000)) as c:
+        c.test.c.insert_one({"_id": 1})
+        assert c.primary == ("127.0.0.1", rs.members[0].port)
+        assert c.test.c.find_one({"_id": 1}) == {"_id": 1}
+
+
+def test_hello_fields_on_every_member(rs):
+    primary = initiated(rs)
+    assert primary is rs.members[0]
+    hosts = [rs.host(m) for m in rs.members]
+    # Every member names the same primary once heartbeats went round.
+    for m in rs.members:
+        wait_until(lambda m=m: (rs.hello(m) or {}).get("primary") == hosts[0], 10,
+                   f"{rs.host(m)} knows the primary")
+    seen_tv = set()
+    for m in rs.members:
+        h = rs.hello(m)
+        assert h["setName"] == "rs0"
+        assert sorted(h["hosts"]) == sorted(hosts)
+        assert h["setVersion"] == 1
+        assert h["me"] == rs.host(m)
+        assert h["primary"] == hosts[0]
+        is_primary = m is primary
+        assert h["isWritablePrimary"] is is_primary
+        assert h["secondary"] is (not is_primary)
+        assert ("electionId" in h) is is_primary
+        assert set(h["lastWrite"]) >= {"opTime", "lastWriteDate", "majorityOpTime", "majorityWriteDate"}
+        tv = h["topologyVersion"]
+        assert tv["counter"] > 0
+        seen_tv.add(tv["processId"])
+    assert len(seen_tv) == 3
+    # A passive (priority 0) member is listed under passives, not hosts.
+    with rs.members[0].client() as c:
+        conf = c.admin.command("replSetGetConfig")["config"]
+    assert conf["_id"] == "rs0" and conf["version"] == 1
+    assert [m["priority"] for m in conf["members"]] == [3, 2, 1]
+    assert conf["settings"]["electionTimeoutMillis"] == ELECTION_TIMEOUT_MS
+    assert conf["settings"]["heartbeatIntervalMillis"] == 500
+    # The configuration is persisted in local.system.replset on every member.
+    for m in rs.members:
+        with m.client() as c:
+            stored = wait_until(lambda c=c: c.local["system.replset"].find_one(), 10,
+                                "local.system.replset")
+            assert stored["_id"] == "rs0"
+            assert [x["host"] for x in stored["members"]] == hosts
+
+
+def test_awaitable_hello_wakes_on_state_change(rs):
+    primary = initiated(rs)
+    secondary = rs.members[1]
+    rs.wait_for_state(secondary, "SECONDARY")
+    with secondary.client() as c:
+        tv = c.admin.command("hello")["topologyVersion"]
+    sock = wire.connect(secondary.port)
+    try:
+        with primary.client() as c:
+            c.admin.command("replSetStepDown", 10, secondaryCatchUpPeriodSecs=5)
+        started = time.monotonic()
+        reply = wire.command(sock, {"hello": 1, "topologyVersion": tv, "maxAwaitTimeMS": 10000,
+                                    "$db": "admin"})
+        waited = time.monotonic() - started
+    finally:
+        sock.close()
+    assert reply["ok"] == 1.0
+    assert waited < 8, waited
+    assert reply["topologyVersion"]["counter"] != tv["counter"] or reply["isWritablePrimary"]
+
+
+def test_replset_get_status_shape(rs):
+    primary = initiated(rs)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+
+    def healthy():
+        s = status(primary)
+        return s if all(x["health"] == 1.0 for x in s["members"]) else None
+
+    s = wait_until(healthy, 10, "all members healthy")
+    assert s["set"] == "rs0"
+    assert s["myState"] == 1
+    assert s["term"] >= 1
+    assert s["majorityVoteCount"] == 2 and s["votingMembersCount"] == 3
+    assert set(s["optimes"]) >= {"lastCommittedOpTime", "appliedOpTime", "durableOpTime"}
+    states = {x["name"]: x["stateStr"] for x in s["members"]}
+    assert states == {rs.host(rs.members[0]): "PRIMARY", rs.host(rs.members[1]): "SECONDARY",
+                      rs.host(rs.members[2]): "SECONDARY"}
+    me = [x for x in s["members"] if x.get("self")]
+    assert len(me) == 1 and me[0]["name"] == rs.host(primary)
+    assert "electionDate" in me[0] and me[0]["configVersion"] == 1
+    for x in s["members"]:
+        assert set(x) >= {"_id", "name", "health", "state", "stateStr", "optime", "optimeDate",
+                          "syncSourceHost", "configVersion", "configTerm"}
+        if not x.get("self"):
+            assert set(x) >= {"lastHeartbeat", "pingMs", "optimeDurable", "lastHeartbeatRecv"}
+            assert x["pingMs"] >= 0
+    # A secondary syncs from the primary and reports the same members.
+    s2 = wait_until(lambda: (lambda d: d if d["syncSourceHost"] else None)(status(rs.members[1])),
+                    10, "secondary sync source")
+    assert s2["myState"] == 2
+    assert s2["syncSourceHost"] == rs.host(primary)
+    assert {x["name"]: x["stateStr"] for x in s2["members"]}[rs.host(primary)] == "PRIMARY"
+
+
+def test_secondary_refuses_writes_and_unflagged_reads(rs):
+    initiated(rs)
+    secondary = rs.members[1]
+    rs.wait_for_state(secondary, "SECONDARY")
+    with secondary.client() as c:
+        with pytest.raises(NotPrimaryError) as e:
+            c.test.c.insert_one({"x": 1})
+        assert e.value.details["code"] == 10107
+        assert e.value.details["codeName"] == "NotWritablePrimary"
+        # A direct connection reads with primaryPreferred: allowed on a secondary.
+        assert c.test.c.find_one() is None
+    sock = wire.connect(secondary.port)
+    try:
+        r = wire.command(sock, {"find": "c", "$db": "test"})
+        assert (r["ok"], r["code"], r["codeName"]) == (0.0, 13435, "NotPrimaryNoSecondaryOk")
+        r = wire.command(sock, {"find": "c", "$db": "test",
+                                "$readPreference": {"mode": "secondaryPreferred"}})
+        assert r["ok"] == 1.0
+        r = wire.command(sock, {"insert": "c", "documents": [{"a": 1}], "$db": "test",
+                                "lsid": {"id": __import__("bson").Binary(b"0" * 16, 4)},
+                                "txnNumber": 1})
+        assert r["code"] == 10107
+        assert "RetryableWriteError" in r.get("errorLabels", [])
+    finally:
+        sock.close()
+
+
+def test_initiate_errors(rs):
+    with rs.members[0].client() as c:
+        with pytest.raises(OperationFailure) as e:
+            c.admin.command("replSetGetStatus")
+        assert e.value.code == 94
+        bad = rs.config()
+        bad["_id"] = "other"
+        with pytest.raises(OperationFailure) as e:
+            c.admin.command("replSetInitiate", bad)
+        assert e.value.code == 93
+        not_me = rs.config()
+        not_me["members"] = not_me["members"][1:]
+        with pytest.raises(OperationFailure) as e:
+            c.admin.command("replSetInitiate", not_me)
+        assert e.value.code == 93
+    primary = initiated(rs)
+    with primary.client() as c:
+        with pytest.raises(OperationFailure) as e:
+            c.admin.command("replSetInitiate", rs.config())
+        assert e.value.code == 23
+        with pytest.raises(OperationFailure) as e:
+            c.admin.command("replSetFreeze", 10)
+        assert e.value.code == 95
+    with rs.members[1].client() as c:
+        rs.wait_for_state(rs.members[1], "SECONDARY")
+        with pytest.raises(NotPrimaryError) as e:
+            c.admin.command("replSetStepDown", 10)
+        assert e.value.details["code"] == 10107
+
+
+def test_step_down_hands_over_and_freeze_holds_it(rs):
+    primary = initiated(rs)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    with primary.client() as c:
+        c.admin.command("replSetStepDown", 5, secondaryCatchUpPeriodSecs=4)
+    new = rs.wait_for_primary(10, exclude=primary)
+    # The next-highest priority member takes over; the stepped-down member is frozen for the
+    # stepdown period, then takes its role back by priority.
+    assert new is rs.members[1]
+    rs.wait_for_state(primary, "SECONDARY", 5)
+    rs.wait_for_state(primary, "PRIMARY", 20)
+
+
+def test_kill_primary_fails_over_and_old_primary_rejoins(rs):
+    primary = initiated(rs)
+    assert primary is rs.members[0]
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=20000, retryWrites="true")) as c:
+        c.test.c.insert_one({"_id": "before"})
+        killed_at = time.monotonic()
+        primary.kill()
+        first_write = None
+        i = 0
+        while time.monotonic() - killed_at < 30:
+            try:
+                c.test.c.insert_one({"_id": f"after-{i}"})
+                first_write = time.monotonic()
+                break
+            except PyMongoError:
+                i += 1
+                time.sleep(0.05)
+        assert first_write is not None, "no write accepted within 30 s of killing the primary"
+        failover = first_write - killed_at
+        print(f"\nfailover (SIGKILL primary -> first successful write): {failover:.2f} s "
+              f"(electionTimeoutMillis={ELECTION_TIMEOUT_MS})")
+        assert failover < ELECTION_TIMEOUT_MS / 1000 + 8
+        new = rs.wait_for_primary(5, exclude=primary)
+        assert new is rs.members[1], "the priority-2 member wins while the priority-3 one is down"
+        # The killed member restarts, rejoins as a secondary and, having the highest
+        # priority, takes the primary role back once caught up.
+        primary.restart()
+        seen = wait_until(lambda: (lambda h: h if h and (h.get("secondary") or h.get("isWritablePrimary")) else None)(rs.hello(primary)),
+                          20, "restarted member rejoins")
+        assert seen["setName"] == "rs0"
+        rs.wait_for_state(primary, "PRIMARY", 30)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                c.test.c.insert_one({"_id": "back"})
+                break
+            except PyMongoError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert c.primary == ("127.0.0.1", primary.port)
+
+
+def member_docs(m, coll="c", db="test"):
+    with m.client() as c:
+        return sorted(c[db][coll].find({}), key=lambda d: str(d["_id"]))
+
+
+def wait_same_data(rs, members, coll="c", timeout=15.0):
+    want = None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = [member_docs(m, coll) for m in members]
+        if all(g == got[0] for g in got):
+            return got[0]
+        time.sleep(0.1)
+    raise AssertionError(f"members differ: {got!r}")
+
+
+def test_writes_replicate_to_every_member(rs):
+    from pymongo import WriteConcern
+    from pymongo.errors import WriteConcernError
+
+    primary = initiated(rs)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=15000)) as c:
+        maj = c.test.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=10000))
+        maj.insert_many([{"_id": i, "v": i, "tags": ["a", "b"], "sub": {"x": i}} for i in range(20)])
+        maj.update_one({"_id": 3}, {"$set": {"v": 33, "sub.y": 1}, "$push": {"tags": "c"}})
+        maj.update_many({"_id": {"$gte": 15}}, {"$inc": {"v": 100}, "$unset": {"sub": ""}})
+        maj.replace_one({"_id": 4}, {"replaced": True})
+        maj.delete_one({"_id": 5})
+        maj.delete_many({"_id": {"$in": [6, 7]}})
+        maj.create_index([("v", 1)], name="v_1")
+        w3 = c.test.get_collection("c", write_concern=WriteConcern(w=3, wtimeout=10000))
+        w3.insert_one({"_id": "w3"})
+        expected = sorted(c.test.c.find({}), key=lambda d: str(d["_id"]))
+        # Majority-acknowledged writes are on a majority at once; all members converge.
+        assert len(expected) == 18
+        assert wait_same_data(rs, rs.members) == expected
+        for m in rs.members:
+            with m.client() as mc:
+                assert "v_1" in [ix["name"] for ix in mc.test.c.list_indexes()]
+                # The secondary recorded the primary's entries in its own oplog.
+                last = mc.local["oplog.rs"].find_one({"ns": "test.c", "op": "i", "o._id": "w3"})
+                assert last is not None and last["op"] == "i"
+        with pytest.raises(WriteConcernError) as e:
+            c.test.get_collection("c", write_concern=WriteConcern(w=5)).insert_one({"_id": "w5"})
+        assert e.value.code == 100
+        assert c.test.c.find_one({"_id": "w5"}) == {"_id": "w5"}
+        # With one secondary gone, w:3 times out (the write is kept), w:"majority" succeeds.
+        rs.members[2].kill()
+        with pytest.raises(WriteConcernError) as e:
+            c.test.get_collection("c", write_concern=WriteConcern(w=3, wtimeout=500)).insert_one({"_id": "t"})
+        assert e.value.code == 64
+        assert e.value.details["errmsg"] == "waiting for replication timed out"
+        assert c.test.c.find_one({"_id": "t"}) == {"_id": "t"}
+        maj.insert_one({"_id": "after-kill"})
+
+
+def test_majority_writes_survive_failover(rs):
+    from pymongo import WriteConcern
+
+    primary = initiated(rs)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    acked = []
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=20000, retryWrites="true")) as c:
+        coll = c.test.get_collection("h", write_concern=WriteConcern(w="majority", wtimeout=15000))
+        for i in range(50):
+            coll.insert_one({"_id": i})
+            acked.append(i)
+        primary.kill()
+        deadline = time.monotonic() + 30
+        i = 50
+        while time.monotonic() < deadline and i < 80:
+            try:
+                coll.insert_one({"_id": i})
+                acked.append(i)
+                i += 1
+            except PyMongoError:
+                time.sleep(0.05)
+        assert i == 80, "writes did not resume after the failover"
+    primary.restart()
+    rs.wait_for_state(primary, "PRIMARY", 30)
+    for m in rs.members:
+        got = wait_until(lambda m=m: (lambda ids: ids if set(acked) <= ids else None)(
+            {d["_id"] for d in member_docs(m, "h")}), 20, f"{rs.host(m)} holds every acknowledged write")
+        assert set(acked) <= got
