@@ -167,7 +167,7 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
                 .or_else(|e| ignore(e, &[ErrorCode::NamespaceExists]))
         }
         "drop" => engine.drop_collection(&coll_ns()?).map(|_| ()),
-        "dropDatabase" => engine.drop_database(&db),
+        "dropDatabase" => engine.drop_database(&db).map(|_| ()),
         "createIndexes" => {
             let mut spec = o.clone();
             spec.remove("createIndexes");
@@ -193,8 +193,12 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
         "renameCollection" => {
             let from = Namespace::parse(o.get_str("renameCollection").unwrap_or_default())?;
             let to = Namespace::parse(o.get_str("to").unwrap_or_default())?;
+            // MongoDB logs the dropped target's UUID here (a bool in older entries).
+            let drop_target = o
+                .get("dropTarget")
+                .is_some_and(|v| !matches!(v, Bson::Boolean(false) | Bson::Null));
             engine
-                .rename_collection(&from, &to, o.get_bool("dropTarget").unwrap_or(false))
+                .rename_collection(&from, &to, drop_target)
                 .or_else(|e| ignore(e, &[ErrorCode::NamespaceNotFound]))
         }
         "applyOps" => {
