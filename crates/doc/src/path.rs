@@ -248,6 +248,24 @@ pub fn get_path_raw<'a>(doc: &'a RawDocument, path: &str) -> Option<RawBsonRef<'
     Some(cur)
 }
 
+/// Sets a dotted path in a document being built, creating objects on the way and replacing a
+/// non-object value found on the way by an object (the path is never through an array).
+pub fn set_path(doc: &mut bson::Document, path: &str, value: bson::Bson) {
+    match path.split_once('.') {
+        None => {
+            doc.insert(path, value);
+        }
+        Some((head, rest)) => {
+            if !matches!(doc.get(head), Some(bson::Bson::Document(_))) {
+                doc.insert(head, bson::Document::new());
+            }
+            if let Some(bson::Bson::Document(sub)) = doc.get_mut(head) {
+                set_path(sub, rest, value);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -65,7 +65,7 @@ impl KeyData {
     pub fn to_document(&self) -> Document {
         let mut d = Document::new();
         for (path, v) in self.paths.iter().zip(&self.values) {
-            set_path(&mut d, path, v.clone());
+            nidus_doc::path::set_path(&mut d, path, v.clone());
         }
         d
     }
@@ -75,22 +75,6 @@ impl KeyData {
             .iter()
             .position(|p| p == path)
             .map(|i| &self.values[i])
-    }
-}
-
-fn set_path(d: &mut Document, path: &str, v: Bson) {
-    match path.split_once('.') {
-        None => {
-            d.insert(path, v);
-        }
-        Some((head, rest)) => {
-            if !matches!(d.get(head), Some(Bson::Document(_))) {
-                d.insert(head, Document::new());
-            }
-            if let Some(Bson::Document(sub)) = d.get_mut(head) {
-                set_path(sub, rest, v);
-            }
-        }
     }
 }
 

@@ -247,22 +247,6 @@ fn get_path<'a>(d: &'a Document, path: &str) -> Option<&'a Bson> {
     None
 }
 
-fn set_path(d: &mut Document, path: &str, v: Bson) {
-    match path.split_once('.') {
-        None => {
-            d.insert(path, v);
-        }
-        Some((head, rest)) => {
-            if !matches!(d.get(head), Some(Bson::Document(_))) {
-                d.insert(head, Document::new());
-            }
-            if let Some(Bson::Document(sub)) = d.get_mut(head) {
-                set_path(sub, rest, v);
-            }
-        }
-    }
-}
-
 /// The grid: value number `k` counted from `start`.
 struct Grid<'a> {
     stage: &'a Densify,
@@ -369,7 +353,7 @@ impl Densify {
         let mut inc = Document::new();
         for p in &self.partition_fields {
             if let Some(v) = get_path(d, p) {
-                set_path(&mut inc, p, v.clone());
+                nidus_doc::path::set_path(&mut inc, p, v.clone());
             }
         }
         inc
@@ -392,7 +376,7 @@ impl Densify {
                 return Ok(());
             }
             let mut d = st.include.clone();
-            set_path(&mut d, &self.field, v);
+            nidus_doc::path::set_path(&mut d, &self.field, v);
             out.push(d);
             st.next += 1;
         }

@@ -251,28 +251,11 @@ impl PartitionOut {
         };
         for (o, col) in stage.outputs.iter().zip(self.columns.iter_mut()) {
             if let Some(Some(v)) = col.next() {
-                set_path(&mut d, &o.field, v);
+                nidus_doc::path::set_path(&mut d, &o.field, v);
             }
         }
         check_size(&d)?;
         Ok(Some(d))
-    }
-}
-
-/// Sets a dotted path, creating (or replacing non-object values by) objects on the way.
-fn set_path(doc: &mut Document, path: &str, value: Bson) {
-    match path.split_once('.') {
-        None => {
-            doc.insert(path, value);
-        }
-        Some((head, rest)) => {
-            if !matches!(doc.get(head), Some(Bson::Document(_))) {
-                doc.insert(head, Document::new());
-            }
-            if let Some(Bson::Document(sub)) = doc.get_mut(head) {
-                set_path(sub, rest, value);
-            }
-        }
     }
 }
 

@@ -16,7 +16,7 @@ pub fn upsert_seed(filter: &Document) -> Result<Document> {
         out.insert("_id", id.clone());
     }
     for (path, v) in eqs.iter().filter(|(p, _)| p != "_id") {
-        set_path(&mut out, path, v.clone());
+        nidus_doc::path::set_path(&mut out, path, v.clone());
     }
     Ok(out)
 }
@@ -86,20 +86,4 @@ fn check_paths(eqs: &[(String, Bson)]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn set_path(doc: &mut Document, path: &str, v: Bson) {
-    match path.split_once('.') {
-        None => {
-            doc.insert(path, v);
-        }
-        Some((head, rest)) => {
-            if !matches!(doc.get(head), Some(Bson::Document(_))) {
-                doc.insert(head, Document::new());
-            }
-            if let Some(Bson::Document(sub)) = doc.get_mut(head) {
-                set_path(sub, rest, v);
-            }
-        }
-    }
 }

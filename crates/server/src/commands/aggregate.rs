@@ -12,7 +12,9 @@ use nidus_engine::pipeline::explain::Verbosity;
 use nidus_engine::pipeline::{self, run, ExpCtx, ParseCtx, Position, StageRef};
 use std::time::Instant;
 
-const FIELDS: &[&str] = &[
+/// The fields of `aggregate` beyond the generic arguments (also what a `$changeStream`
+/// aggregate accepts).
+pub(super) const FIELDS: &[&str] = &[
     "aggregate",
     "pipeline",
     "cursor",

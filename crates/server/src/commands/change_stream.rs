@@ -88,21 +88,7 @@ pub fn label_error(e: Error) -> Error {
 }
 
 fn open(ctx: &mut Ctx) -> Result<Document> {
-    check_fields(
-        ctx,
-        &[
-            "aggregate",
-            "pipeline",
-            "cursor",
-            "explain",
-            "allowDiskUse",
-            "collation",
-            "hint",
-            "let",
-            "bypassDocumentValidation",
-            "readConcern",
-        ],
-    )?;
+    check_fields(ctx, super::aggregate::FIELDS)?;
     if ctx.state.engine.oplog().is_none() {
         return Err(Error::new(
             ErrorCode::Location(40573),

@@ -151,25 +151,9 @@ pub fn get_cmd_line_opts(ctx: &mut Ctx) -> Result<Document> {
     let cfg = &ctx.state.config;
     let mut parsed = Document::new();
     for (path, v) in &cfg.given {
-        insert_path(&mut parsed, path, v.clone());
+        nidus_doc::path::set_path(&mut parsed, path, v.clone());
     }
     Ok(doc! { "argv": cfg.argv.clone(), "parsed": parsed })
-}
-
-fn insert_path(d: &mut Document, path: &str, v: Bson) {
-    match path.split_once('.') {
-        None => {
-            d.insert(path, v);
-        }
-        Some((head, rest)) => {
-            if !matches!(d.get(head), Some(Bson::Document(_))) {
-                d.insert(head, Document::new());
-            }
-            if let Some(Bson::Document(sub)) = d.get_mut(head) {
-                insert_path(sub, rest, v);
-            }
-        }
-    }
 }
 
 fn mem_total_mb() -> i64 {
