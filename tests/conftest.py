@@ -109,3 +109,22 @@ def start_nidus(nidus_binary, tmp_path):
                 s.stop()
             except NidusError:
                 s.kill()
+
+
+@pytest.fixture(scope="module")
+def rs_member(nidus_binary, tmp_path_factory, request):
+    """A one-member replica set (`--replSet rs0`) of the test module's own, for what a
+    standalone refuses (oplog, change streams)."""
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    server = NidusServer(dbpath=tmp_path_factory.mktemp(name) / "db", binary=nidus_binary,
+                         extra_args=["--replSet", "rs0"], log_name=f"nidus-{name}")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def rs_client(rs_member):
+    c = rs_member.client()
+    yield c
+    c.close()

@@ -12,29 +12,11 @@ from pymongo.errors import OperationFailure
 from pymongo.read_concern import ReadConcern
 
 
-@pytest.fixture(scope="module")
-def rs(tmp_path_factory, nidus_binary):
-    from nidus_harness import NidusServer
-
-    s = NidusServer(dbpath=tmp_path_factory.mktemp("cs") / "db", binary=nidus_binary,
-                    extra_args=["--replSet", "rs0"], log_name="nidus-change-streams")
-    s.start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def rsc(rs):
-    c = rs.client()
-    yield c
-    c.close()
-
-
 @pytest.fixture
-def db(rsc, request):
+def db(rs_client, request):
     name = ("t_" + request.node.name.replace("[", "_").replace("]", "_"))[:60]
-    rsc.drop_database(name)
-    return rsc[name]
+    rs_client.drop_database(name)
+    return rs_client[name]
 
 
 def drain(stream, n, timeout=5.0):
@@ -166,15 +148,15 @@ def test_drop_invalidates_collection_stream(db):
     assert e.value.code == 260
 
 
-def test_rename_and_drop_database(db, rsc):
+def test_rename_and_drop_database(db, rs_client):
     db.c.insert_one({})
     with db.watch() as dbs, db.c.watch() as cs:
-        rsc.admin.command("renameCollection", f"{db.name}.c", to=f"{db.name}.d")
+        rs_client.admin.command("renameCollection", f"{db.name}.c", to=f"{db.name}.d")
         assert [e["operationType"] for e in drain(cs, 2)] == ["rename", "invalidate"]
         ev = drain(dbs, 1)[0]
         assert ev["operationType"] == "rename"
         assert ev["ns"] == {"db": db.name, "coll": "c"} and ev["to"] == {"db": db.name, "coll": "d"}
-        rsc.drop_database(db.name)
+        rs_client.drop_database(db.name)
         evs = drain(dbs, 3)
         assert [e["operationType"] for e in evs] == ["drop", "dropDatabase", "invalidate"]
         assert evs[1]["ns"] == {"db": db.name}
@@ -210,23 +192,23 @@ def test_expanded_ddl_events(db):
         assert [e["operationType"] for e in drain(s, 1)] == ["insert"]
 
 
-def test_database_and_cluster_streams(rsc, db):
-    other = rsc[db.name + "_o"]
-    rsc.drop_database(other.name)
-    with db.watch() as dbs, rsc.watch() as cl:
+def test_database_and_cluster_streams(rs_client, db):
+    other = rs_client[db.name + "_o"]
+    rs_client.drop_database(other.name)
+    with db.watch() as dbs, rs_client.watch() as cl:
         db.a.insert_one({"_id": 1})
         other.b.insert_one({"_id": 2})
         assert [e["ns"]["coll"] for e in drain(dbs, 1)] == ["a"]
         got = [(e["ns"]["db"], e["documentKey"]["_id"]) for e in drain(cl, 2)]
         assert got == [(db.name, 1), (other.name, 2)]
         assert dbs.try_next() is None
-    rsc.drop_database(other.name)
+    rs_client.drop_database(other.name)
 
 
-def test_transactions_events_after_commit_only(rsc, db):
+def test_transactions_events_after_commit_only(rs_client, db):
     db.c.insert_one({"_id": 0})
     with db.c.watch() as s:
-        with rsc.start_session() as sess:
+        with rs_client.start_session() as sess:
             with sess.start_transaction():
                 db.c.insert_one({"_id": 1}, session=sess)
                 db.c.update_one({"_id": 0}, {"$set": {"x": 1}}, session=sess)
@@ -244,9 +226,9 @@ def test_transactions_events_after_commit_only(rsc, db):
     assert evs[2]["documentKey"] == {"_id": 3} and "lsid" not in evs[2]
 
 
-def test_resume_after_start_after_and_operation_time(rsc, db):
+def test_resume_after_start_after_and_operation_time(rs_client, db):
     c = db.c
-    optime = rsc.admin.command("ping")["operationTime"]
+    optime = rs_client.admin.command("ping")["operationTime"]
     c.insert_many([{"_id": i} for i in range(4)])
     with c.watch(start_at_operation_time=optime) as s:
         evs = drain(s, 4)
@@ -261,7 +243,7 @@ def test_resume_after_start_after_and_operation_time(rsc, db):
     assert e.value.code == 40674
 
 
-def test_history_lost(rsc, db):
+def test_history_lost(rs_client, db):
     with pytest.raises(OperationFailure) as e:
         db.c.watch(start_at_operation_time=Timestamp(1, 1))
     assert e.value.code == 286
@@ -297,8 +279,8 @@ def test_later_stages_and_errors(db):
     c.with_options(read_concern=ReadConcern("majority")).watch().close()
 
 
-def test_namespace_errors(rsc):
-    for target, kwargs, code in [(rsc.admin, {}, 73), (rsc.local, {}, 73), (rsc.t.x, {"full_document": "default"}, None)]:
+def test_namespace_errors(rs_client):
+    for target, kwargs, code in [(rs_client.admin, {}, 73), (rs_client.local, {}, 73), (rs_client.t.x, {"full_document": "default"}, None)]:
         if code is None:
             target.watch(**kwargs).close()
             continue
@@ -306,7 +288,7 @@ def test_namespace_errors(rsc):
             target.watch(**kwargs)
         assert e.value.code == code
     with pytest.raises(OperationFailure) as e:
-        rsc.t.command("aggregate", 1, pipeline=[{"$changeStream": {"allChangesForCluster": True}}],
+        rs_client.t.command("aggregate", 1, pipeline=[{"$changeStream": {"allChangesForCluster": True}}],
                       cursor={})
     assert e.value.code == 73
 
@@ -346,7 +328,7 @@ def test_get_more_waits_and_wakes(db):
         assert s.resume_token["_data"] >= token["_data"]
 
 
-def test_post_batch_resume_token_and_batch_size(rsc, db):
+def test_post_batch_resume_token_and_batch_size(rs_client, db):
     c = db.c
     c.insert_one({"_id": -1})
     reply = db.command("aggregate", "c", pipeline=[{"$changeStream": {}}], cursor={"batchSize": 0})
@@ -378,12 +360,12 @@ def test_resume_after_restart(start_nidus):
     c.close()
 
 
-def test_resumable_get_more_error_is_labelled_and_resumed(rsc, db):
+def test_resumable_get_more_error_is_labelled_and_resumed(rs_client, db):
     c = db.c
     with c.watch() as s:
         c.insert_one({"_id": 1})
         assert drain(s, 1)[0]["documentKey"] == {"_id": 1}
-        rsc.admin.command("configureFailPoint", "failGetMoreAfterCursorCheckout",
+        rs_client.admin.command("configureFailPoint", "failGetMoreAfterCursorCheckout",
                           mode={"times": 1}, data={"errorCode": 262})
         c.insert_one({"_id": 2})
         # pymongo resumes after the labelled error, from the last token: no event lost or
@@ -391,7 +373,7 @@ def test_resumable_get_more_error_is_labelled_and_resumed(rsc, db):
         got = drain(s, 1)
         assert [e["documentKey"]["_id"] for e in got] == [2]
     reply = db.command("aggregate", "c", pipeline=[{"$changeStream": {}}], cursor={})
-    rsc.admin.command("configureFailPoint", "failGetMoreAfterCursorCheckout",
+    rs_client.admin.command("configureFailPoint", "failGetMoreAfterCursorCheckout",
                       mode={"times": 1}, data={"errorCode": 262})
     with pytest.raises(OperationFailure) as e:
         db.command("getMore", reply["cursor"]["id"], collection="c")

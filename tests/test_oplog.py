@@ -14,29 +14,11 @@ from pymongo import CursorType
 from pymongo.errors import OperationFailure
 
 
-@pytest.fixture(scope="module")
-def rs(tmp_path_factory, nidus_binary):
-    from nidus_harness import NidusServer
-
-    s = NidusServer(dbpath=tmp_path_factory.mktemp("oplog") / "db", binary=nidus_binary,
-                    extra_args=["--replSet", "rs0"], log_name="nidus-oplog")
-    s.start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def rsc(rs):
-    c = rs.client()
-    yield c
-    c.close()
-
-
 @pytest.fixture
-def coll(rsc, request):
+def coll(rs_client, request):
     name = "t_" + request.node.name[:50].replace("[", "_").replace("]", "_")
-    rsc.drop_database(name)
-    return rsc[name]["c"]
+    rs_client.drop_database(name)
+    return rs_client[name]["c"]
 
 
 def oplog(client):
@@ -71,16 +53,16 @@ def uuid_of(coll):
     return info["cursor"]["firstBatch"][0]["info"]["uuid"]
 
 
-def test_crud_entries(rsc, coll):
+def test_crud_entries(rs_client, coll):
     coll.insert_one({"_id": 0})  # creates the collection
-    start = last_ts(rsc)
+    start = last_ts(rs_client)
     coll.insert_one({"_id": 1, "a": 1, "b": {"x": 1}})
     coll.update_one({"_id": 1}, {"$set": {"a": 5}})
     coll.update_one({"_id": 1}, {"$unset": {"b": ""}, "$set": {"c": [1, 2]}})
     coll.update_one({"_id": 1}, {"$push": {"c": 3}})
     coll.replace_one({"_id": 1}, {"z": 1})
     coll.delete_one({"_id": 1})
-    got = entries(rsc, coll.full_name, since=start)
+    got = entries(rs_client, coll.full_name, since=start)
     ui = uuid_of(coll)
     expected = [
         ("i", {"_id": 1, "a": 1, "b": {"x": 1}}, {"_id": 1}),
@@ -101,12 +83,12 @@ def test_crud_entries(rsc, coll):
     assert ts == sorted(ts) and len(set(ts)) == len(ts)
 
 
-def test_retryable_write_fields(rsc, coll):
+def test_retryable_write_fields(rs_client, coll):
     coll.insert_one({"_id": 0})
-    start = last_ts(rsc)
+    start = last_ts(rs_client)
     # pymongo sends lsid/txnNumber with every retryable write to a replica set.
     coll.insert_many([{"_id": 1}, {"_id": 2}])
-    got = entries(rsc, coll.full_name, since=start)
+    got = entries(rs_client, coll.full_name, since=start)
     assert [e["o"] for e in got] == [{"_id": 1}, {"_id": 2}]
     assert [e["stmtId"] for e in got] == [0, 1]
     assert got[0]["lsid"] == got[1]["lsid"] and "id" in got[0]["lsid"]
@@ -116,21 +98,21 @@ def test_retryable_write_fields(rsc, coll):
     assert list(got[0])[:3] == ["lsid", "txnNumber", "op"]
 
 
-def test_transaction_is_one_apply_ops_entry(rsc, coll):
+def test_transaction_is_one_apply_ops_entry(rs_client, coll):
     coll.insert_one({"_id": 0})
-    start = last_ts(rsc)
-    with rsc.start_session() as s:
+    start = last_ts(rs_client)
+    with rs_client.start_session() as s:
         with s.start_transaction():
             coll.insert_one({"_id": 1}, session=s)
             coll.update_one({"_id": 0}, {"$set": {"x": 1}}, session=s)
             coll.delete_one({"_id": 1}, session=s)
         lsid = s.session_id
     # An aborted transaction logs nothing.
-    with rsc.start_session() as s:
+    with rs_client.start_session() as s:
         s.start_transaction()
         coll.insert_one({"_id": 99}, session=s)
         s.abort_transaction()
-    got = list(oplog(rsc).find({"ts": {"$gt": start}, "ns": "admin.$cmd"}))
+    got = list(oplog(rs_client).find({"ts": {"$gt": start}, "ns": "admin.$cmd"}))
     assert len(got) == 1
     e = got[0]
     assert e["op"] == "c" and e["lsid"]["id"] == lsid["id"] and "txnNumber" in e
@@ -141,22 +123,22 @@ def test_transaction_is_one_apply_ops_entry(rsc, coll):
          "o2": {"_id": 0}},
         {"op": "d", "ns": coll.full_name, "ui": ui, "o": {"_id": 1}},
     ]
-    assert entries(rsc, coll.full_name, since=start) == []
+    assert entries(rs_client, coll.full_name, since=start) == []
 
 
-def test_ddl_entries(rsc, coll):
+def test_ddl_entries(rs_client, coll):
     db = coll.database
-    start = last_ts(rsc)
+    start = last_ts(rs_client)
     db.create_collection("c", validator={"a": {"$exists": True}})
     ui = uuid_of(coll)
     coll.create_index("a")
     db.command("collMod", "c", validationLevel="off")
     coll.drop_index("a_1")
-    rsc.admin.command("renameCollection", coll.full_name, to=f"{db.name}.d")
+    rs_client.admin.command("renameCollection", coll.full_name, to=f"{db.name}.d")
     db["d"].drop()
     db["e"].insert_one({})
-    rsc.drop_database(db.name)
-    cmds = [e for e in oplog(rsc).find({"ts": {"$gt": start}, "op": "c", "ns": f"{db.name}.$cmd"})]
+    rs_client.drop_database(db.name)
+    cmds = [e for e in oplog(rs_client).find({"ts": {"$gt": start}, "op": "c", "ns": f"{db.name}.$cmd"})]
     os = [e["o"] for e in cmds]
     assert os[0] == {"create": "c", "validator": {"a": {"$exists": True}},
                      "idIndex": {"v": 2, "key": {"_id": 1}, "name": "_id_"}}
@@ -181,28 +163,28 @@ def test_standalone_has_no_oplog(start_nidus):
     c.close()
 
 
-def test_oplog_is_capped_in_list_collections(rsc):
-    info = list(rsc.local.list_collections(filter={"name": "oplog.rs"}))
+def test_oplog_is_capped_in_list_collections(rs_client):
+    info = list(rs_client.local.list_collections(filter={"name": "oplog.rs"}))
     assert len(info) == 1
     opts = info[0]["options"]
     assert opts["capped"] is True and opts["size"] == 990 * 1024 * 1024
-    assert rsc.local.command("collStats", "oplog.rs")["capped"] is True
+    assert rs_client.local.command("collStats", "oplog.rs")["capped"] is True
 
 
-def test_natural_order_both_ways_and_filters(rsc, coll):
+def test_natural_order_both_ways_and_filters(rs_client, coll):
     coll.insert_many([{"_id": i} for i in range(5)])
-    fwd = [e["o"]["_id"] for e in oplog(rsc).find({"ns": coll.full_name, "op": "i"})]
+    fwd = [e["o"]["_id"] for e in oplog(rs_client).find({"ns": coll.full_name, "op": "i"})]
     back = [e["o"]["_id"] for e in
-            oplog(rsc).find({"ns": coll.full_name, "op": "i"}).sort("$natural", -1)]
+            oplog(rs_client).find({"ns": coll.full_name, "op": "i"}).sort("$natural", -1)]
     assert fwd == list(range(5)) and back == list(reversed(range(5)))
-    got = list(oplog(rsc).find({"ns": coll.full_name, "o._id": {"$gte": 3}}))
+    got = list(oplog(rs_client).find({"ns": coll.full_name, "o._id": {"$gte": 3}}))
     assert [e["o"]["_id"] for e in got] == [3, 4]
 
 
-def test_tailable_await_data_cursor_wakes_on_writes(rsc, coll):
+def test_tailable_await_data_cursor_wakes_on_writes(rs_client, coll):
     coll.insert_one({"_id": 0})
-    start = last_ts(rsc)
-    cur = oplog(rsc).find({"ts": {"$gt": start}},
+    start = last_ts(rs_client)
+    cur = oplog(rs_client).find({"ts": {"$gt": start}},
                           cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(5000)
     got = []
 
@@ -223,16 +205,16 @@ def test_tailable_await_data_cursor_wakes_on_writes(rsc, coll):
     cur.close()
 
 
-def test_concurrent_writers_leave_no_hole_for_a_tailer(rsc, coll):
+def test_concurrent_writers_leave_no_hole_for_a_tailer(rs_client, coll):
     """Writers commit out of ts order; a tailing reader must still see every entry."""
     coll.insert_one({"_id": "seed"})
-    start = last_ts(rsc)
+    start = last_ts(rs_client)
     n_threads, per = 6, 150
     done = threading.Event()
     seen = []
 
     def tail():
-        cur = oplog(rsc).find({"ts": {"$gt": start}, "ns": coll.full_name},
+        cur = oplog(rs_client).find({"ts": {"$gt": start}, "ns": coll.full_name},
                               cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(200)
         while True:
             doc = try_next(cur)
@@ -303,17 +285,17 @@ def test_size_bound_truncates_oldest_entries(start_nidus):
     c.close()
 
 
-def test_repl_set_resize_oplog(rsc, start_nidus):
+def test_repl_set_resize_oplog(rs_client, start_nidus):
     with pytest.raises(OperationFailure) as e:
-        rsc.admin.command("replSetResizeOplog", 1, size=100)
+        rs_client.admin.command("replSetResizeOplog", 1, size=100)
     assert e.value.code == 2
     with pytest.raises(OperationFailure) as e:
-        rsc.admin.command("replSetResizeOplog", 1)
+        rs_client.admin.command("replSetResizeOplog", 1)
     assert e.value.code == 72
-    assert rsc.admin.command("replSetResizeOplog", 1, size=2000.0)["ok"] == 1
-    info = list(rsc.local.list_collections(filter={"name": "oplog.rs"}))[0]
+    assert rs_client.admin.command("replSetResizeOplog", 1, size=2000.0)["ok"] == 1
+    info = list(rs_client.local.list_collections(filter={"name": "oplog.rs"}))[0]
     assert info["options"]["size"] == 2000 * 1024 * 1024
-    rsc.admin.command("replSetResizeOplog", 1, size=990)
+    rs_client.admin.command("replSetResizeOplog", 1, size=990)
     s = start_nidus()
     c = s.client()
     with pytest.raises(OperationFailure) as e:
@@ -322,16 +304,16 @@ def test_repl_set_resize_oplog(rsc, start_nidus):
     c.close()
 
 
-def test_oplog_is_protected(rsc):
+def test_oplog_is_protected(rs_client):
     with pytest.raises(OperationFailure) as e:
-        rsc.local.drop_collection("oplog.rs")
+        rs_client.local.drop_collection("oplog.rs")
     assert e.value.code == 5255000
     with pytest.raises(OperationFailure) as e:
-        rsc.drop_database("local")
+        rs_client.drop_database("local")
     assert e.value.code == 20
     for write in (lambda o: o.insert_one({"x": 1}), lambda o: o.delete_many({}),
                   lambda o: o.update_many({}, {"$set": {"x": 1}})):
         with pytest.raises(OperationFailure) as e:
-            write(oplog(rsc))
+            write(oplog(rs_client))
         assert e.value.code == 20
-    assert "oplog.rs" in rsc.local.list_collection_names()
+    assert "oplog.rs" in rs_client.local.list_collection_names()
