@@ -95,7 +95,11 @@ impl Top {
         }
         let micros = elapsed.as_micros().min(u64::MAX as u128) as u64;
         let mut map = self.namespaces.lock();
-        let u = map.entry(ns.to_string()).or_default();
+        // Every command on a collection passes here: allocate the key only for a new one.
+        if !map.contains_key(ns) {
+            map.insert(ns.to_string(), NsUsage::default());
+        }
+        let Some(u) = map.get_mut(ns) else { return };
         u.total.add(micros);
         let k = kind(command);
         let read = matches!(k, Kind::Query | Kind::GetMore | Kind::ReadCommand);
