@@ -104,6 +104,7 @@ pub(crate) fn spawn(
         proposed_through: None,
         index_ts: Default::default(),
         was_writable: false,
+        forced_config: None,
     };
     coord.observe_timestamp(driver.applied.ts);
     coord.observe_timestamp(driver.durable.ts);
@@ -154,6 +155,9 @@ struct Driver {
     /// acknowledge them), for `w: N`.
     index_ts: std::collections::BTreeMap<u64, u64>,
     was_writable: bool,
+    /// A configuration forced on this member (`replSetReconfig` with `force`), proposed to
+    /// the set once this member leads.
+    forced_config: Option<ReplSetConfig>,
 }
 
 impl Driver {
@@ -204,6 +208,7 @@ impl Driver {
                 self.tick(&coord);
             }
             self.propose_new_entries(&coord);
+            self.propose_forced_config();
             if let Err(e) = self.on_ready(&coord) {
                 // MongoDB stops a member that cannot persist its replication state; this one
                 // stops taking part (it no longer votes, leads or acknowledges).
@@ -265,6 +270,10 @@ impl Driver {
                 self.frozen_until = (!d.is_zero()).then(|| Instant::now() + d);
             }
             Input::Wake => {}
+            Input::Reconfig(req) => {
+                let result = self.reconfig(req.config, req.force);
+                let _ = req.reply.send(result);
+            }
             Input::Unreachable(id) => self.raw.report_unreachable(id),
             Input::SnapshotDone(id, ok) => self.raw.report_snapshot(
                 id,
@@ -274,6 +283,54 @@ impl Driver {
                     SnapshotStatus::Failure
                 },
             ),
+        }
+    }
+
+    /// Installs a configuration `replSetReconfig` validated: proposed through Raft on the
+    /// leader; with `force` on another member, installed here at once (and proposed to the
+    /// set when this member leads).
+    fn reconfig(&mut self, config: ReplSetConfig, force: bool) -> nidus_common::Result<()> {
+        if self.raw.raft.state == StateRole::Leader {
+            return crate::membership::propose(&mut self.raw, &config);
+        }
+        if !force {
+            return Err(nidus_common::Error::new(
+                nidus_common::ErrorCode::NotWritablePrimary,
+                "New config is rejected :: caused by :: replSetReconfig should only be run on a writable PRIMARY. Current state SECONDARY;",
+            ));
+        }
+        let coord = self
+            .coord
+            .upgrade()
+            .ok_or_else(|| nidus_common::Error::internal("stopping"))?;
+        let bytes = bson::to_vec(&config.to_document())
+            .map_err(|e| nidus_common::Error::internal(e.to_string()))?;
+        let internal = |e: raft::Error| nidus_common::Error::internal(e.to_string());
+        let cs = crate::membership::install_locally(&mut self.raw, &config).map_err(internal)?;
+        self.store
+            .set_applied(self.raw.raft.raft_log.applied, Some(&bytes), Some(&cs))
+            .map_err(internal)?;
+        let sole_voter = cs.voters == [self.id()];
+        self.set_config(&coord, config.clone());
+        self.forced_config = Some(config);
+        if sole_voter {
+            let _ = self.raw.campaign();
+        }
+        Ok(())
+    }
+
+    /// Once a member that forced a configuration is a writable primary, the set receives
+    /// the configuration through the log.
+    fn propose_forced_config(&mut self) {
+        if !self.was_writable || self.raw.raft.state != StateRole::Leader {
+            return;
+        }
+        if let Some(c) = self.forced_config.take() {
+            if let Err(e) = crate::membership::propose(&mut self.raw, &c) {
+                if e.code == nidus_common::ErrorCode::ConfigurationInProgress {
+                    self.forced_config = Some(c);
+                }
+            }
         }
     }
 
@@ -425,10 +482,14 @@ impl Driver {
                             .map_err(raft::Error::CodecError)?;
                         self.raw.apply_conf_change(&cc)?
                     };
-                    conf_state = Some(cs);
+                    let mut cs = cs;
                     if let Some(c) = parse_config(&e.context) {
+                        if crate::membership::needs_reconcile(&cs, &c) {
+                            cs = crate::membership::install_locally(&mut self.raw, &c)?;
+                        }
                         new_config = Some((c, e.context.to_vec()));
                     }
+                    conf_state = Some(cs);
                 }
             }
         }

@@ -17,6 +17,7 @@ pub mod apply;
 pub mod config;
 pub mod diff;
 mod driver;
+pub mod membership;
 pub mod state;
 pub mod storage;
 pub mod transport;
@@ -146,6 +147,7 @@ pub(crate) enum Input {
     SnapshotDone(u64, bool),
     /// The oplog advanced: the primary proposes its new entries.
     Wake,
+    Reconfig(membership::ReconfigRequest),
 }
 
 /// The replication coordinator of one member.
@@ -795,7 +797,15 @@ impl Coordinator {
 
     /// `replSetGetConfig`.
     pub fn config_document(&self) -> Result<Document> {
-        match &self.view.read().config {
+        let v = self.view.read();
+        match &v.config {
+            // The configuration in force carries the current term, as MongoDB's primary
+            // rewrites it on election (a forced configuration has none, -1).
+            Some(c) if c.term >= 0 => {
+                let mut d = c.to_document();
+                d.insert("term", v.term as i32);
+                Ok(d)
+            }
             Some(c) => Ok(c.to_document()),
             None => Err(Error::new(
                 ErrorCode::NotYetInitialized,

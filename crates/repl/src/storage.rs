@@ -351,7 +351,10 @@ impl Storage for LogStore {
     }
 
     /// The log is never compacted, so the only snapshot is the set's first one (index 1):
-    /// a member that joins replays the whole log after it.
+    /// a member that joins replays the whole log after it. It carries the membership in
+    /// force instead of the first one, because Raft refuses a snapshot whose membership
+    /// lacks its receiver (a member added by `replSetReconfig`); replaying the log's
+    /// configuration entries then installs each configuration in turn (see `membership`).
     fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         let c = self.cache.read();
         if c.snapshot.index == 0 {
@@ -361,6 +364,9 @@ impl Storage for LogStore {
         }
         let mut s = Snapshot::default();
         s.set_metadata(c.snapshot.clone());
+        if !c.conf_state.voters.is_empty() {
+            s.mut_metadata().set_conf_state(c.conf_state.clone());
+        }
         s.data = c.snapshot_data.clone().into();
         Ok(s)
     }

@@ -125,6 +125,11 @@ static COMMANDS: &[Command] = &[
         cluster(&["replSetConfigure"]),
     ),
     cmd(
+        "replSetReconfig",
+        repl_set::reconfig,
+        cluster(&["replSetConfigure"]),
+    ),
+    cmd(
         "replSetGetConfig",
         repl_set::get_config,
         cluster(&["replSetGetConfig"]),

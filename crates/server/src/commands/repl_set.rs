@@ -36,6 +36,30 @@ pub fn initiate(ctx: &mut Ctx) -> Result<Document> {
     Ok(Document::new())
 }
 
+/// `replSetReconfig` (mongosh's `rs.reconfig`, `rs.add`, `rs.remove`).
+pub fn reconfig(ctx: &mut Ctx) -> Result<Document> {
+    let repl = coordinator(ctx)?;
+    let config = match ctx.body.get("replSetReconfig") {
+        Some(Bson::Document(d)) => d.clone(),
+        Some(v) => {
+            return Err(Error::type_mismatch(format!(
+                "Expected replSetReconfig to be an object, found {}",
+                super::type_name(v)
+            )))
+        }
+        None => return Err(Error::bad_value("replSetReconfig requires a configuration")),
+    };
+    let force = ctx.opt_bool("force")?.unwrap_or(false);
+    let timeout = ctx
+        .opt_i64("maxTimeMS")?
+        .filter(|ms| *ms > 0)
+        .map_or(Duration::from_secs(60), |ms| {
+            Duration::from_millis(ms as u64)
+        });
+    repl.reconfig(&config, force, timeout)?;
+    Ok(Document::new())
+}
+
 pub fn get_config(ctx: &mut Ctx) -> Result<Document> {
     let repl = coordinator(ctx)?;
     let mut out = Document::new();
