@@ -6,7 +6,12 @@ Every wait is bounded; only this test's own processes are signalled (through the
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from pymongo import WriteConcern
@@ -228,3 +233,51 @@ def test_force_reconfig_on_member_that_lost_its_majority(rs):
     survivor.restart()
     wait_until(lambda: (rs.hello(survivor) or {}).get("isWritablePrimary"), 30, "survivor primary again")
     assert get_config(survivor)["version"] == new["version"]
+
+
+def find_mongosh() -> str:
+    for cand in (os.environ.get("MONGOSH"), str(Path(__file__).parent / ".node" / "bin" / "mongosh"),
+                 shutil.which("mongosh")):
+        if cand and os.path.exists(cand):
+            return cand
+    pytest.skip("mongosh is not installed (source scripts/lib.sh; ensure_mongosh)")
+
+
+def shell(m, script: str) -> str:
+    r = subprocess.run([find_mongosh(), "--quiet", "--norc",
+                        f"mongodb://127.0.0.1:{m.port}/?directConnection=true", "--eval", script],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def test_mongosh_rs_helpers(rs):
+    primary = two_of_three(rs)
+    third = rs.host(rs.members[2])
+    with primary.client() as c:
+        c.test.c.with_options(write_concern=WriteConcern(w="majority")).insert_many(
+            [{"x": i} for i in range(10)])
+    out = shell(primary, f'rs.add("{third}").ok + " " + rs.conf().version + " " + '
+                         'JSON.stringify(rs.conf().members.map(m => [m._id, m.host]))')
+    hosts = [[i, rs.host(m)] for i, m in enumerate(rs.members)]
+    assert out.strip() == f"1 2 {json.dumps(hosts, separators=(',', ':'))}"
+    rs.wait_for_state(rs.members[2], "SECONDARY", 60)
+    wait_until(lambda: len([x for x in admin(primary, {"replSetGetStatus": 1})["members"]
+                            if x["stateStr"] == "SECONDARY" and x["health"] == 1]) == 2, 20,
+               "two healthy secondaries")
+    # What mongosh prints against MongoDB: the oplog window and each secondary's lag.
+    out = shell(primary, "rs.printReplicationInfo()")
+    for label in ("actual oplog size", "configured oplog size", "log length start to end",
+                  "oplog first event time", "oplog last event time", "now"):
+        assert f"\n{label}\n" in "\n" + out, out
+    assert "'990 MB'" in out
+    out = shell(primary, "rs.printSecondaryReplicationInfo()")
+    sources = [l.split("source: ")[1] for l in out.splitlines() if l.startswith("source: ")]
+    assert sorted(sources) == sorted(rs.host(m) for m in rs.members[1:]), out
+    assert out.count("syncedTo:") == 2 and out.count("behind the primary") == 2, out
+    # rs.reconfig bumps the version itself; rs.remove drops the member.
+    out = shell(primary, "const c = rs.conf(); c.members[1].priority = 0.5; "
+                         "rs.reconfig(c).ok + ' ' + rs.conf().version + ' ' + rs.conf().members[1].priority")
+    assert out.strip() == "1 3 0.5"
+    out = shell(primary, f'rs.remove("{third}").ok + " " + rs.conf().members.length + " " + db.hello().setVersion')
+    assert out.strip() == "1 2 4"
