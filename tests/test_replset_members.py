@@ -17,6 +17,7 @@ import pytest
 from pymongo import WriteConcern
 from pymongo.errors import NotPrimaryError, OperationFailure
 
+import wire
 from nidus_harness import ReplicaSet
 
 SETTINGS = {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500}
@@ -281,3 +282,35 @@ def test_mongosh_rs_helpers(rs):
     assert out.strip() == "1 3 0.5"
     out = shell(primary, f'rs.remove("{third}").ok + " " + rs.conf().members.length + " " + db.hello().setVersion')
     assert out.strip() == "1 2 4"
+
+
+def test_maintenance_mode_is_recovering(rs):
+    primary = two_of_three(rs)
+    secondary = rs.members[1]
+    rs.wait_for_state(secondary, "SECONDARY", 30)
+    with primary.client() as c:
+        c.test.c.with_options(write_concern=WriteConcern(w="majority")).insert_one({"_id": 1})
+    e = pytest.raises(OperationFailure, admin, primary, {"replSetMaintenance": True}).value
+    assert (e.code, e.details["errmsg"]) == (95, "primaries can't modify maintenance mode")
+    e = pytest.raises(OperationFailure, admin, secondary, {"replSetMaintenance": False}).value
+    assert (e.code, e.details["errmsg"]) == (96, "already out of maintenance mode")
+    # Calls nest: two in, one out is still RECOVERING.
+    admin(secondary, {"replSetMaintenance": True})
+    admin(secondary, {"replSetMaintenance": True})
+    admin(secondary, {"replSetMaintenance": False})
+    h = rs.hello(secondary)
+    assert h["secondary"] is False and h["isWritablePrimary"] is False
+    assert admin(secondary, {"replSetGetStatus": 1})["myState"] == 3
+    wait_until(lambda: {m["name"]: m["stateStr"] for m in admin(primary, {"replSetGetStatus": 1})["members"]}
+               [rs.host(secondary)] == "RECOVERING", 10, "the primary sees RECOVERING")
+    sock = wire.connect(secondary.port)
+    try:
+        r = wire.command(sock, {"find": "c", "$db": "test",
+                                "$readPreference": {"mode": "secondaryPreferred"}})
+        assert (r["ok"], r["code"], r["codeName"]) == (0.0, 13436, "NotPrimaryOrSecondary")
+    finally:
+        sock.close()
+    admin(secondary, {"replSetMaintenance": False})
+    rs.wait_for_state(secondary, "SECONDARY", 10)
+    with secondary.client(readPreference="secondaryPreferred") as c:
+        assert c.test.c.find_one() == {"_id": 1}

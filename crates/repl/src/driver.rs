@@ -229,7 +229,8 @@ impl Driver {
 
     fn tick(&mut self, coord: &Coordinator) {
         let leader = self.raw.raft.state == StateRole::Leader;
-        let may_campaign = self.me().is_some_and(|m| m.electable()) && !self.frozen();
+        let may_campaign =
+            self.me().is_some_and(|m| m.electable()) && !self.frozen() && !coord.in_maintenance();
         if !leader && !may_campaign {
             let timeout = self.raw.raft.randomized_election_timeout();
             if self.raw.raft.election_elapsed + 1 >= timeout {

@@ -169,6 +169,8 @@ pub struct Coordinator {
     /// Hosts of members this one heard from before it knew the configuration.
     known_hosts: RwLock<HashMap<u64, String>>,
     stopping: AtomicBool,
+    /// `replSetMaintenance` calls in force: a secondary with any is RECOVERING.
+    maintenance: std::sync::atomic::AtomicI64,
     /// The newest oplog timestamp this member issued or saw (`ts` only moves forward).
     clock: Mutex<bson::Timestamp>,
     weak: Weak<Coordinator>,
@@ -199,6 +201,7 @@ impl Coordinator {
             peers: RwLock::new(HashMap::new()),
             known_hosts: RwLock::new(HashMap::new()),
             stopping: AtomicBool::new(false),
+            maintenance: std::sync::atomic::AtomicI64::new(0),
             clock: Mutex::new(bson::Timestamp {
                 time: 0,
                 increment: 0,
@@ -636,7 +639,8 @@ impl Coordinator {
         links.retain(|id, _| config.member_by_raft_id(*id).is_some());
     }
 
-    pub(crate) fn publish(&self, view: View) {
+    pub(crate) fn publish(&self, mut view: View) {
+        view.state = self.maintenance_state(view.state);
         let changed = {
             let old = self.view.read();
             old.state != view.state

@@ -19,6 +19,7 @@ use raft::eraftpb::{
 };
 use raft::RawNode;
 use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -219,6 +220,66 @@ fn forced_version(version: i64) -> i64 {
 }
 
 impl Coordinator {
+    /// A secondary in maintenance mode reports RECOVERING (and serves no reads).
+    pub(crate) fn maintenance_state(&self, state: MemberState) -> MemberState {
+        if state == MemberState::Secondary && self.maintenance.load(Ordering::SeqCst) > 0 {
+            MemberState::Recovering
+        } else {
+            state
+        }
+    }
+
+    /// `replSetMaintenance`: enters (`true`) or leaves (`false`) maintenance mode; calls
+    /// nest as MongoDB's counter does.
+    pub fn set_maintenance(&self, activate: bool) -> Result<()> {
+        if self.implicit() {
+            return Err(Error::new(
+                ErrorCode::NotSecondary,
+                "primaries can't modify maintenance mode",
+            ));
+        }
+        let state = {
+            let mut v = self.view.write();
+            if v.state == MemberState::Primary {
+                return Err(Error::new(
+                    ErrorCode::NotSecondary,
+                    "primaries can't modify maintenance mode",
+                ));
+            }
+            if activate {
+                self.maintenance.fetch_add(1, Ordering::SeqCst);
+            } else if self
+                .maintenance
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                    (n > 0).then_some(n - 1)
+                })
+                .is_err()
+            {
+                return Err(Error::new(
+                    ErrorCode::OperationFailed,
+                    "already out of maintenance mode",
+                ));
+            }
+            let before = v.state;
+            let base = if before == MemberState::Recovering {
+                MemberState::Secondary
+            } else {
+                before
+            };
+            v.state = self.maintenance_state(base);
+            (before, v.state)
+        };
+        if state.0 != state.1 {
+            self.bump_topology();
+        }
+        Ok(())
+    }
+
+    /// True while maintenance mode holds this member out of elections.
+    pub(crate) fn in_maintenance(&self) -> bool {
+        self.maintenance.load(Ordering::SeqCst) > 0
+    }
+
     /// `replSetReconfig`: validates `doc` against the configuration in force and installs it
     /// through Raft (on the primary), or on this member alone with `force`. Returns once this
     /// member applied it: for a normal reconfiguration that is after a majority of the set

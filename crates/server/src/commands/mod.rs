@@ -130,6 +130,11 @@ static COMMANDS: &[Command] = &[
         cluster(&["replSetConfigure"]),
     ),
     cmd(
+        "replSetMaintenance",
+        repl_set::maintenance,
+        cluster(&["replSetStateChange"]),
+    ),
+    cmd(
         "replSetGetConfig",
         repl_set::get_config,
         cluster(&["replSetGetConfig"]),

@@ -60,6 +60,14 @@ pub fn reconfig(ctx: &mut Ctx) -> Result<Document> {
     Ok(Document::new())
 }
 
+/// `replSetMaintenance`: a secondary enters or leaves RECOVERING.
+pub fn maintenance(ctx: &mut Ctx) -> Result<Document> {
+    let repl = coordinator(ctx)?;
+    let activate = ctx.opt_bool("replSetMaintenance")?.unwrap_or(false);
+    repl.set_maintenance(activate)?;
+    Ok(Document::new())
+}
+
 pub fn get_config(ctx: &mut Ctx) -> Result<Document> {
     let repl = coordinator(ctx)?;
     let mut out = Document::new();
