@@ -314,3 +314,31 @@ def test_maintenance_mode_is_recovering(rs):
     rs.wait_for_state(secondary, "SECONDARY", 10)
     with secondary.client(readPreference="secondaryPreferred") as c:
         assert c.test.c.find_one() == {"_id": 1}
+
+
+def test_delayed_secondary_applies_entries_once_they_are_old_enough(rs):
+    delay = 3
+    rs.initiate(priorities=[3, 2, 0], settings=SETTINGS,
+                member_options=[{}, {}, {"hidden": True, "secondaryDelaySecs": delay}])
+    primary = rs.wait_for_primary(30)
+    delayed = rs.members[2]
+    rs.wait_for_state(delayed, "SECONDARY", 30)
+    h = rs.hello(delayed)
+    assert h["hidden"] is True and h["secondaryDelaySecs"] == delay
+    assert rs.host(delayed) not in rs.hello(primary)["hosts"]
+
+    def on_delayed(doc_id):
+        with delayed.client(readPreference="secondaryPreferred") as c:
+            return c.test.c.find_one({"_id": doc_id})
+
+    with primary.client() as c:
+        coll = c.test.c.with_options(write_concern=WriteConcern(w="majority", wtimeout=20000))
+        coll.insert_one({"_id": "warm"})
+        wait_until(lambda: on_delayed("warm"), 30, "first entry on the delayed member")
+        coll.insert_one({"_id": 1})
+        written = time.monotonic()
+        assert c.test.c.find_one({"_id": 1}) == {"_id": 1}
+    time.sleep(1.0)
+    assert on_delayed(1) is None
+    wait_until(lambda: on_delayed(1), delay + 10, "the entry applied after the delay")
+    assert time.monotonic() - written >= delay - 0.5

@@ -105,6 +105,8 @@ pub(crate) fn spawn(
         index_ts: Default::default(),
         was_writable: false,
         forced_config: None,
+        delayed: Default::default(),
+        last_applied: applied,
     };
     coord.observe_timestamp(driver.applied.ts);
     coord.observe_timestamp(driver.durable.ts);
@@ -158,6 +160,11 @@ struct Driver {
     /// A configuration forced on this member (`replSetReconfig` with `force`), proposed to
     /// the set once this member leads.
     forced_config: Option<ReplSetConfig>,
+    /// Committed entries not applied yet: a member with `secondaryDelaySecs` applies an
+    /// entry once its `wall` time is that old (in log order).
+    delayed: std::collections::VecDeque<Entry>,
+    /// The newest Raft index applied (Raft is told only this much is applied).
+    last_applied: u64,
 }
 
 impl Driver {
@@ -209,7 +216,13 @@ impl Driver {
             }
             self.propose_new_entries(&coord);
             self.propose_forced_config();
-            if let Err(e) = self.on_ready(&coord) {
+            let released = if self.delayed.is_empty() {
+                Ok(())
+            } else {
+                self.apply(&coord, Vec::new())
+                    .map(|()| self.advance_apply())
+            };
+            if let Err(e) = released.and_then(|()| self.on_ready(&coord)) {
                 // MongoDB stops a member that cannot persist its replication state; this one
                 // stops taking part (it no longer votes, leads or acknowledges).
                 eprintln!("replication: stopping the Raft driver: {e}");
@@ -411,6 +424,9 @@ impl Driver {
         if !ready.snapshot().is_empty() {
             let snap = ready.snapshot().clone();
             self.store.apply_snapshot(&snap)?;
+            let index = snap.get_metadata().index;
+            self.delayed.retain(|e| e.index > index);
+            self.last_applied = self.last_applied.max(index);
             if let Some(c) = parse_config(&snap.data) {
                 self.set_config(coord, c);
             }
@@ -434,8 +450,39 @@ impl Driver {
         coord.send_messages(light.take_messages());
         let committed = light.take_committed_entries();
         self.apply(coord, committed)?;
-        self.raw.advance_apply();
+        self.advance_apply();
         Ok(())
+    }
+
+    /// Tells Raft how far entries are applied (never backwards).
+    fn advance_apply(&mut self) {
+        let to = self.last_applied.max(self.raw.raft.raft_log.applied);
+        self.raw.advance_apply_to(to);
+    }
+
+    /// Applies the committed entries that are due: all of them, or on a member with
+    /// `secondaryDelaySecs` those whose `wall` time is at least that old, stopping at the
+    /// first that is not (entries apply in log order).
+    fn apply(&mut self, coord: &Coordinator, entries: Vec<Entry>) -> raft::Result<()> {
+        self.delayed.extend(entries);
+        let delay_ms = self.me().map_or(0, |m| m.secondary_delay_secs) * 1000;
+        let now = bson::DateTime::now().timestamp_millis();
+        let mut due = 0;
+        for e in &self.delayed {
+            if delay_ms > 0 {
+                if let Some(op) = entry_optime(e) {
+                    if op.wall.timestamp_millis() + delay_ms > now {
+                        break;
+                    }
+                }
+            }
+            due += 1;
+        }
+        if due == 0 {
+            return Ok(());
+        }
+        let ready: Vec<Entry> = self.delayed.drain(..due).collect();
+        self.apply_now(coord, ready)
     }
 
     fn set_config(&mut self, coord: &Coordinator, config: ReplSetConfig) {
@@ -448,10 +495,11 @@ impl Driver {
     }
 
     /// Applies committed entries in order and records how far.
-    fn apply(&mut self, coord: &Coordinator, entries: Vec<Entry>) -> raft::Result<()> {
+    fn apply_now(&mut self, coord: &Coordinator, entries: Vec<Entry>) -> raft::Result<()> {
         let Some(last) = entries.last().map(|e| e.index) else {
             return Ok(());
         };
+        self.last_applied = self.last_applied.max(last);
         let mut new_config: Option<(ReplSetConfig, Vec<u8>)> = None;
         let mut conf_state = None;
         for e in &entries {
