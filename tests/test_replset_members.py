@@ -199,6 +199,13 @@ def test_add_member_to_set_with_data_then_change_and_remove_it(rs):
     with primary.client() as c:
         c.test.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=20000)).insert_one({"_id": "after-remove"})
         assert c.local["system.replset"].find_one()["version"] == 5
+    # The removed member learns it from the set's replies: REMOVED, no status.
+    wait_until(lambda: (h := rs.hello(third)) is not None and h["secondary"] is False, 20,
+               "the removed member leaves SECONDARY")
+    with pytest.raises(OperationFailure) as e:
+        admin(third, {"replSetGetStatus": 1})
+    assert e.value.code == 93
+    assert e.value.details["errmsg"] == "Our replica set config is invalid or we are not a member of it"
 
 
 def test_force_reconfig_on_member_that_lost_its_majority(rs):

@@ -171,6 +171,9 @@ pub struct Coordinator {
     stopping: AtomicBool,
     /// `replSetMaintenance` calls in force: a secondary with any is RECOVERING.
     maintenance: std::sync::atomic::AtomicI64,
+    /// The configuration version under which a newer member reported this one removed (-1:
+    /// never); this member is REMOVED until it applies another configuration.
+    removed_at: std::sync::atomic::AtomicI64,
     /// The newest oplog timestamp this member issued or saw (`ts` only moves forward).
     clock: Mutex<bson::Timestamp>,
     weak: Weak<Coordinator>,
@@ -202,6 +205,7 @@ impl Coordinator {
             known_hosts: RwLock::new(HashMap::new()),
             stopping: AtomicBool::new(false),
             maintenance: std::sync::atomic::AtomicI64::new(0),
+            removed_at: std::sync::atomic::AtomicI64::new(-1),
             clock: Mutex::new(bson::Timestamp {
                 time: 0,
                 increment: 0,
@@ -528,7 +532,13 @@ impl Coordinator {
             }
             self.send_input(Input::Messages(msgs));
         }
-        Ok(doc! { "status": self.status_document() })
+        let mut reply = doc! { "status": self.status_document() };
+        if let Ok(status) = body.get_document("status") {
+            if self.removed_sender(from, status) {
+                reply.insert("removed", true);
+            }
+        }
+        Ok(reply)
     }
 
     /// The status a member sends with every message and heartbeat.
@@ -640,7 +650,7 @@ impl Coordinator {
     }
 
     pub(crate) fn publish(&self, mut view: View) {
-        view.state = self.maintenance_state(view.state);
+        view.state = self.maintenance_state(self.removed_state(&view));
         let changed = {
             let old = self.view.read();
             old.state != view.state
@@ -827,6 +837,12 @@ impl Coordinator {
                 "no replset config has been received",
             ));
         };
+        if v.state == MemberState::Removed {
+            return Err(Error::new(
+                ErrorCode::InvalidReplicaSetConfig,
+                "Our replica set config is invalid or we are not a member of it",
+            ));
+        }
         let now = bson::DateTime::now();
         let heartbeat = config.settings.heartbeat_interval_millis;
         let mut members = Vec::new();
@@ -974,6 +990,9 @@ impl transport::LinkOwner for Coordinator {
     fn on_reply(&self, id: u64, reply: &Document, ping: Duration, had_snapshot: bool) {
         if let Ok(status) = reply.get_document("status") {
             self.note_peer_status(id, status, Some(ping));
+        }
+        if reply.get_bool("removed").unwrap_or(false) {
+            self.note_removed();
         }
         if had_snapshot {
             self.send_input(Input::SnapshotDone(id, true));

@@ -275,6 +275,41 @@ impl Coordinator {
         Ok(())
     }
 
+    /// A member that sends Raft traffic but is not in this member's newer configuration
+    /// was removed from the set (it learns so from the reply, as MongoDB's heartbeats tell).
+    pub(crate) fn removed_sender(&self, from: u64, status: &Document) -> bool {
+        let v = self.view.read();
+        let Some(c) = &v.config else { return false };
+        let theirs = status.get_i64("configVersion").unwrap_or(-1);
+        from != 0 && c.member_by_raft_id(from).is_none() && theirs >= 0 && c.version > theirs
+    }
+
+    pub(crate) fn note_removed(&self) {
+        {
+            let mut v = self.view.write();
+            let Some(version) = v.config.as_ref().map(|c| c.version) else {
+                return;
+            };
+            self.removed_at.store(version, Ordering::SeqCst);
+            if v.state == MemberState::Removed || v.state == MemberState::Primary {
+                return;
+            }
+            v.state = MemberState::Removed;
+        }
+        self.bump_topology();
+    }
+
+    /// REMOVED while the configuration this member holds is the one it was removed under.
+    pub(crate) fn removed_state(&self, view: &crate::View) -> MemberState {
+        let at = self.removed_at.load(Ordering::SeqCst);
+        match &view.config {
+            Some(c) if at >= 0 && c.version == at && view.state != MemberState::Primary => {
+                MemberState::Removed
+            }
+            _ => view.state,
+        }
+    }
+
     /// True while maintenance mode holds this member out of elections.
     pub(crate) fn in_maintenance(&self) -> bool {
         self.maintenance.load(Ordering::SeqCst) > 0
