@@ -533,10 +533,22 @@ impl Driver {
                     };
                     let mut cs = cs;
                     if let Some(c) = parse_config(&e.context) {
-                        if crate::membership::needs_reconcile(&cs, &c) {
-                            cs = crate::membership::install_locally(&mut self.raw, &c)?;
+                        // Versions only grow along the log, except after a forced
+                        // configuration: an older configuration committed after it (an
+                        // entry of the lost majority's term) does not replace it.
+                        let current = new_config
+                            .as_ref()
+                            .map(|(n, _)| n)
+                            .or(self.config.as_ref())
+                            .filter(|cur| cur.version > c.version)
+                            .cloned();
+                        let target = current.as_ref().unwrap_or(&c);
+                        if crate::membership::needs_reconcile(&cs, target) {
+                            cs = crate::membership::install_locally(&mut self.raw, target)?;
                         }
-                        new_config = Some((c, e.context.to_vec()));
+                        if current.is_none() {
+                            new_config = Some((c, e.context.to_vec()));
+                        }
                     }
                     conf_state = Some(cs);
                 }
