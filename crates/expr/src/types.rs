@@ -1,5 +1,6 @@
 //! Types: `$type`, `$isNumber`, `$convert` (with `onError`/`onNull`) and its shortcuts
-//! `$toInt $toLong $toDouble $toDecimal $toString $toBool $toObjectId $toDate`.
+//! `$toInt $toLong $toDouble $toDecimal $toString $toBool $toObjectId $toDate`, and
+//! `$toHashedIndexKey`.
 
 use crate::date;
 use crate::decimal::{self, Rounding};
@@ -25,7 +26,31 @@ pub(crate) const OPS: &[(&str, Parser)] = &[
     ("$toBool", parse_shortcut),
     ("$toObjectId", parse_shortcut),
     ("$toDate", parse_shortcut),
+    ("$toHashedIndexKey", parse_to_hashed_index_key),
 ];
+
+/// `{$toHashedIndexKey: <expression>}`: the operand is one expression (an array literal is
+/// the value hashed, not an argument list).
+fn parse_to_hashed_index_key(
+    name: &'static str,
+    arg: &Bson,
+    ctx: &ParseContext,
+) -> Result<Expression> {
+    Ok(Expression::op(Nary {
+        name,
+        args: vec![Expression::parse(arg, ctx)?],
+        f: to_hashed_index_key,
+    }))
+}
+
+/// The key a hashed index stores for the value (a missing value hashes as null).
+fn to_hashed_index_key(op: &Nary, vars: &mut Variables) -> Result<Value> {
+    let v = op.arg(0, vars)?.unwrap_or(Bson::Null);
+    Ok(Some(Bson::Int64(nidus_doc::hashed::hash64(
+        &v,
+        nidus_doc::hashed::DEFAULT_HASH_SEED,
+    ))))
+}
 
 fn type_of(op: &Nary, vars: &mut Variables) -> Result<Value> {
     let v = op.arg(0, vars)?;
