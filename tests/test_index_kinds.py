@@ -254,3 +254,14 @@ def test_updates_move_keys(db, hashed_coll):
     hashed_coll.delete_one({"_id": 0})
     assert list(hashed_coll.find({"a": "moved"})) == []
     assert db.command("validate", "c")["valid"] is True
+
+
+def test_to_hashed_index_key_operand_and_explain(db):
+    db.c.insert_one({"_id": 1, "a": [1, 2]})
+    # The operand is one expression: an array literal is hashed whole.
+    out = list(db.c.aggregate([{"$project": {"_id": 0, "h": {"$toHashedIndexKey": [1, 2]},
+                                             "g": {"$toHashedIndexKey": "$a"}}}]))
+    assert out == [{"h": hashed(db, [1, 2]), "g": hashed(db, [1, 2])}]
+    explain = db.command("explain", {"aggregate": "c", "cursor": {},
+                                     "pipeline": [{"$project": {"h": {"$toHashedIndexKey": "$a"}}}]})
+    assert explain["queryPlanner"]["winningPlan"]["transformBy"]["h"] == {"$toHashedIndexKey": "$a"}
