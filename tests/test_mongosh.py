@@ -130,3 +130,15 @@ def test_mongosh_prints_int32_counters_and_admin_helpers(mongosh, shell_db, clie
     mongosh(shell_db, "db.setLogLevel(-1, 'query')")
     out = mongosh(shell_db, "db.c.aggregate([{$indexStats: {}}]).toArray().map(i => i.name).sort()")
     assert "_id_" in out and "a_1" in out, out
+
+
+def test_mongosh_hashed_index(mongosh, shell_db, client):
+    """convertShardKeyToHashed gives MongoDB's values; a hashed index answers equality."""
+    out = mongosh(shell_db, "print(convertShardKeyToHashed(42)); print(convertShardKeyToHashed('hello'))")
+    assert out.splitlines() == ["Long('-944302157085130861')", "Long('5347277839332858538')"]
+    out = mongosh(shell_db, "db.c.createIndex({a: 'hashed'}); db.c.insertMany([{a: 1}, {a: 1.5}, {a: 'x'}]); "
+                            "const p = db.c.find({a: 1.5}).explain().queryPlanner.winningPlan; "
+                            "print(p.stage, p.inputStage.stage, p.inputStage.indexName, db.c.countDocuments({a: 1.5}))")
+    assert out == "FETCH IXSCAN a_hashed 1"
+    out = mongosh(shell_db, "try { db.c.insertOne({a: [1]}) } catch (e) { print(e.code) }")
+    assert out == "16766"

@@ -236,6 +236,57 @@ impl FieldKeys {
     }
 }
 
+/// The one key of `doc` in a hashed index (MongoDB's hash key generator) before hashing:
+/// each field's value (null when missing; documents whole). No array may lie on any key path
+/// (16766); a sparse index has no key when every field is missing. The caller replaces the
+/// hashed field's value by its hash (after applying the index's collation).
+pub fn hashed_index_keys(
+    doc: &RawDocument,
+    pattern: &[(String, bool)],
+    sparse: bool,
+) -> Result<Vec<Vec<Bson>>> {
+    let mut key = Vec::with_capacity(pattern.len());
+    let mut all_missing = true;
+    for (path, _) in pattern {
+        let value = hashed_path_value(doc, path)?;
+        all_missing &= value.is_none();
+        key.push(value.unwrap_or(Bson::Null));
+    }
+    if sparse && all_missing {
+        return Ok(Vec::new());
+    }
+    Ok(vec![key])
+}
+
+/// The value at `path` without array traversal (a numeric component names a field of a
+/// document, never an element): None when missing, 16766 at the first array met.
+fn hashed_path_value(doc: &RawDocument, path: &str) -> Result<Option<Bson>> {
+    let array_error = |at: &str| {
+        Error::new(
+            ErrorCode::Location(16766),
+            format!(
+                "Error: hashed indexes do not currently support array values. Found array at path: {at}"
+            ),
+        )
+    };
+    let parts: Vec<&str> = path.split('.').collect();
+    let mut current = RawBsonRef::Document(doc);
+    for (i, part) in parts.iter().enumerate() {
+        let RawBsonRef::Document(d) = current else {
+            return Ok(None);
+        };
+        match d.get(part) {
+            Ok(Some(RawBsonRef::Array(_))) => return Err(array_error(&parts[..=i].join("."))),
+            Ok(Some(v)) => current = v,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(Error::internal(format!("corrupt document: {e}"))),
+        }
+    }
+    Bson::try_from(current)
+        .map(Some)
+        .map_err(|e| Error::internal(format!("corrupt document: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@
 
 pub mod collation;
 pub mod compare;
+pub mod hashed;
 pub mod keys;
 pub mod keystring;
 pub mod number;

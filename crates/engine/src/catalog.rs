@@ -40,6 +40,9 @@ pub struct IndexMeta {
     /// `partialFilterExpression` parsed (with the index's collation): documents it does not
     /// match have no entry in the index.
     pub partial: Option<Arc<nidus_query::matcher::Matcher>>,
+    /// The key field (by position) whose value the index stores as its hash
+    /// (`nidus_doc::hashed::hash64`), for `{a: "hashed"}` and compound hashed indexes.
+    pub hashed: Option<usize>,
 }
 
 /// The state writers share with an index build in progress.
@@ -138,6 +141,11 @@ impl IndexMeta {
             .unwrap_or_default()
     }
 
+    /// Whether key field `field` holds hashes rather than values.
+    pub fn is_hashed_field(&self, field: usize) -> bool {
+        self.hashed == Some(field)
+    }
+
     pub fn is_hidden(&self) -> bool {
         self.spec.get_bool("hidden").unwrap_or(false)
     }
@@ -192,6 +200,9 @@ impl IndexMeta {
             .iter()
             .map(|(k, v)| (k.clone(), direction_is_descending(v)))
             .collect();
+        let hashed = key
+            .iter()
+            .position(|(_, v)| matches!(v, Bson::String(s) if s == "hashed"));
         let name = spec.get_str("name").map_err(corrupt)?.to_string();
         let collation = match spec.get_document("collation") {
             Ok(c) => nidus_doc::collation::Collation::parse(c)?,
@@ -212,6 +223,7 @@ impl IndexMeta {
             build: None,
             collation,
             partial,
+            hashed,
             spec,
         })
     }

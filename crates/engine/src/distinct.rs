@@ -55,7 +55,12 @@ impl Engine {
             .iter()
             .filter(|ix| {
                 // A collated index holds collation keys, not the values distinct returns.
-                !ix.is_hidden() && !ix.is_partial() && !ix.sparse && ix.collation.is_none()
+                // A hashed index holds hashes.
+                !ix.is_hidden()
+                    && !ix.is_partial()
+                    && !ix.sparse
+                    && ix.collation.is_none()
+                    && ix.hashed.is_none()
             })
             .filter_map(|ix| {
                 let field = ix.pattern.iter().position(|(p, _)| p == key)?;

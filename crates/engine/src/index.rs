@@ -33,15 +33,28 @@ fn generate_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<(IndexKeySet, Vec<
     if !ix.covers_document(doc)? {
         return Ok((IndexKeySet::new(), Vec::new()));
     }
-    let generated = nidus_doc::keys::index_keys(doc, &ix.pattern, ix.sparse)?;
+    // A hashed index holds one key per document and is never multikey.
+    let generated = match ix.hashed {
+        Some(_) => nidus_doc::keys::IndexKeys {
+            keys: nidus_doc::keys::hashed_index_keys(doc, &ix.pattern, ix.sparse)?,
+            multikey_paths: vec![Vec::new(); ix.pattern.len()],
+            is_multikey: false,
+        },
+        None => nidus_doc::keys::index_keys(doc, &ix.pattern, ix.sparse)?,
+    };
     let mut out = IndexKeySet::new();
     for values in generated.keys {
         // A collated index stores each string as its collation key (kept as a string so
         // the key still decodes and compares as one); errors still show the values.
-        let stored: Vec<Bson> = match &ix.collation {
+        let mut stored: Vec<Bson> = match &ix.collation {
             Some(c) => values.iter().map(|v| collate_value(v, c)).collect(),
             None => values.clone(),
         };
+        if let Some(h) = ix.hashed {
+            if let Some(v) = stored.get_mut(h) {
+                *v = hashed_key_value(v);
+            }
+        }
         let raw: Vec<bson::RawBson> = stored
             .iter()
             .map(|v| bson::RawBson::try_from(v.clone()))
@@ -56,6 +69,15 @@ fn generate_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<(IndexKeySet, Vec<
         out.insert(ks, (values, type_bits));
     }
     Ok((out, generated.multikey_paths))
+}
+
+/// The key a hashed field stores for a value (already collated when the index has a
+/// collation): MongoDB's 64-bit hash, as an int64.
+pub fn hashed_key_value(v: &Bson) -> Bson {
+    Bson::Int64(nidus_doc::hashed::hash64(
+        v,
+        nidus_doc::hashed::DEFAULT_HASH_SEED,
+    ))
 }
 
 /// A value as a collated index stores it: every string (also inside documents and arrays)

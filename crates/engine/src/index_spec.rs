@@ -87,6 +87,7 @@ fn validate_key(key: &Document) -> Result<()> {
                 ))
             }
             Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) => {}
+            Bson::String(kind) if kind == "hashed" && field != "$**" && !field.ends_with(".$**") => {}
             Bson::String(kind) => {
                 return Err(Error::new(
                     ErrorCode::CannotCreateIndex,
@@ -103,6 +104,19 @@ fn validate_key(key: &Document) -> Result<()> {
                 ))
             }
         }
+    }
+    let hashed = key
+        .values()
+        .filter(|v| matches!(v, Bson::String(s) if s == "hashed"))
+        .count();
+    if hashed > 1 {
+        return Err(Error::new(
+            ErrorCode::Location(31303),
+            format!(
+                "A maximum of one index field is allowed to be hashed but found {hashed} for 'key' {}",
+                nidus_common::shell::format(&Bson::Document(key.clone()))
+            ),
+        ));
     }
     Ok(())
 }
@@ -212,6 +226,16 @@ pub fn normalize(spec: &Document) -> Result<Document> {
                 ))
             }
         }
+    }
+    if out.get_bool("unique").unwrap_or(false)
+        && key
+            .values()
+            .any(|v| matches!(v, Bson::String(s) if s == "hashed"))
+    {
+        return Err(Error::new(
+            ErrorCode::Location(16764),
+            "Currently hashed indexes cannot guarantee uniqueness. Use a regular index.",
+        ));
     }
     if let Some(Bson::Document(filter)) = out.get("partialFilterExpression") {
         if out.get_bool("sparse").unwrap_or(false) {

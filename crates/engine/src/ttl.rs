@@ -52,7 +52,8 @@ fn ttl_indexes(coll: &CollectionRef) -> Vec<TtlIndex> {
     let meta = coll.meta.read();
     meta.indexes
         .iter()
-        .filter(|ix| ix.pattern.len() == 1)
+        // A hashed index keeps no date to compare with the expiry.
+        .filter(|ix| ix.pattern.len() == 1 && ix.hashed.is_none())
         .filter_map(|ix| {
             let seconds = match ix.spec.get("expireAfterSeconds")? {
                 Bson::Int32(n) => i64::from(*n),

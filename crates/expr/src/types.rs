@@ -1,9 +1,10 @@
 //! Types: `$type`, `$isNumber`, `$convert` (with `onError`/`onNull`) and its shortcuts
-//! `$toInt $toLong $toDouble $toDecimal $toString $toBool $toObjectId $toDate`.
+//! `$toInt $toLong $toDouble $toDecimal $toString $toBool $toObjectId $toDate`, and
+//! `$toHashedIndexKey`.
 
 use crate::date;
 use crate::decimal::{self, Rounding};
-use crate::expression::{fixed, named_raw, parse_args, Expression, Named, Nary, Parser};
+use crate::expression::{fixed, named_raw, parse_args, Expression, Named, Nary, Operator, Parser};
 use crate::value::{
     err, format_double, integral32, is_numeric, nullish, to_decimal, truthy_bson, type_name,
     type_name_bson, Value,
@@ -25,7 +26,50 @@ pub(crate) const OPS: &[(&str, Parser)] = &[
     ("$toBool", parse_shortcut),
     ("$toObjectId", parse_shortcut),
     ("$toDate", parse_shortcut),
+    ("$toHashedIndexKey", parse_to_hashed_index_key),
 ];
+
+/// `{$toHashedIndexKey: <expression>}`: the operand is one expression (an array literal is
+/// the value hashed, not an argument list), serialized back without an argument list.
+#[derive(Debug)]
+struct ToHashedIndexKey {
+    operand: Expression,
+}
+
+fn parse_to_hashed_index_key(
+    _name: &'static str,
+    arg: &Bson,
+    ctx: &ParseContext,
+) -> Result<Expression> {
+    Ok(Expression::op(ToHashedIndexKey {
+        operand: Expression::parse(arg, ctx)?,
+    }))
+}
+
+impl Operator for ToHashedIndexKey {
+    fn name(&self) -> &str {
+        "$toHashedIndexKey"
+    }
+
+    /// The key a hashed index stores for the value (a missing value hashes as null).
+    fn evaluate(&self, vars: &mut Variables) -> Result<Value> {
+        let v = self.operand.evaluate(vars)?.unwrap_or(Bson::Null);
+        Ok(Some(Bson::Int64(nidus_doc::hashed::hash64(
+            &v,
+            nidus_doc::hashed::DEFAULT_HASH_SEED,
+        ))))
+    }
+
+    fn serialize(&self) -> Bson {
+        let mut d = bson::Document::new();
+        d.insert("$toHashedIndexKey", self.operand.serialize());
+        Bson::Document(d)
+    }
+
+    fn children(&self) -> Vec<&Expression> {
+        vec![&self.operand]
+    }
+}
 
 fn type_of(op: &Nary, vars: &mut Variables) -> Result<Value> {
     let v = op.arg(0, vars)?;

@@ -44,7 +44,7 @@ pub fn explode_for_sort(ix: &IndexMeta, bounds: &IndexBounds, sort: &SortPattern
 }
 
 /// The scan direction in which the key fields after `prefix` return `sort` (the sort must be
-/// a prefix of them, or of their reverse), with no array on a sorted path.
+/// a prefix of them, or of their reverse), with no array and no hash on a sorted path.
 fn sort_after_prefix(ix: &IndexMeta, prefix: usize, sort: &SortPattern) -> Option<bool> {
     let rest = &ix.pattern[prefix..];
     if sort.fields.is_empty() || sort.fields.len() > rest.len() {
@@ -52,7 +52,11 @@ fn sort_after_prefix(ix: &IndexMeta, prefix: usize, sort: &SortPattern) -> Optio
     }
     let mut direction = None;
     for (i, (f, (path, desc))) in sort.fields.iter().zip(rest).enumerate() {
-        if f.path.as_str() != path || !ix.multikey_components(prefix + i).is_empty() {
+        // A hashed field's keys are ordered by hash, not by value.
+        if f.path.as_str() != path
+            || !ix.multikey_components(prefix + i).is_empty()
+            || ix.is_hashed_field(prefix + i)
+        {
             return None;
         }
         let forward = f.descending == *desc;

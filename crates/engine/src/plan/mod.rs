@@ -152,7 +152,11 @@ pub fn enumerate(indexes: &[IndexMeta], query: &Query, hinted: Option<&str>) -> 
         let sol = plan_index(ix, &conjuncts, &preds, query);
         let relevant = preds.iter().any(|p| {
             p.path == ix.pattern[0].0
-                && builder::is_indexable(p.leaf)
+                && if ix.is_hashed_field(0) {
+                    !p.negated && hashable(p.leaf)
+                } else {
+                    builder::is_indexable(p.leaf)
+                }
                 && collation_allows(ix, p.leaf, query)
                 && !(ix.sparse && matches_missing(p))
         });
@@ -210,6 +214,46 @@ fn has_string(v: &bson::Bson) -> bool {
     }
 }
 
+/// Predicates a hashed field answers through its index: equality and `$in` without regexes
+/// (the hash keeps no order, so no range can use it).
+fn hashable(leaf: &Leaf) -> bool {
+    match leaf {
+        Leaf::Eq(v) => !matches!(v.bson, bson::Bson::RegularExpression(_)),
+        Leaf::In(l) => l.regexes.is_empty(),
+        _ => false,
+    }
+}
+
+/// Point bounds on a hashed field: the hash of each value (collated first on a collated
+/// index). Never exact: distinct values may share a hash (a hashed index stores 2.3 and 2 as
+/// one key), so the FETCH filter decides.
+fn hashed_points(
+    leaf: &Leaf,
+    collation: Option<&nidus_doc::collation::Collation>,
+) -> builder::Translated {
+    let values: Vec<&bson::Bson> = match leaf {
+        Leaf::Eq(v) => vec![&v.bson],
+        Leaf::In(l) => l.values.iter().map(|v| &v.bson).collect(),
+        _ => Vec::new(),
+    };
+    let mut intervals: Vec<bounds::Interval> = values
+        .into_iter()
+        .map(|v| {
+            let stored = match collation {
+                Some(c) => crate::index::collate_value(v, c),
+                None => v.clone(),
+            };
+            bounds::Interval::point(crate::index::hashed_key_value(&stored))
+        })
+        .collect();
+    intervals.sort_by(|a, b| nidus_doc::compare::cmp_bson(&a.start, &b.start));
+    intervals.dedup_by(|a, b| nidus_doc::compare::cmp_bson(&a.start, &b.start).is_eq());
+    builder::Translated {
+        intervals,
+        exact: false,
+    }
+}
+
 /// Bounds over a collated index compare collation keys: every string endpoint becomes one.
 fn collate_intervals(intervals: &mut [bounds::Interval], c: &nidus_doc::collation::Collation) {
     for iv in intervals {
@@ -239,9 +283,14 @@ fn plan_index(
         let field_multikey = !ix.multikey_components(fi).is_empty();
         let mut acc: Option<Vec<bounds::Interval>> = None;
         let mut source: Option<Option<usize>> = None;
+        let hashed_field = ix.is_hashed_field(fi);
         for p in preds.iter().filter(|p| {
             &p.path == field
-                && builder::is_indexable_or_negated(p.leaf, p.negated)
+                && if hashed_field {
+                    !p.negated && hashable(p.leaf)
+                } else {
+                    builder::is_indexable_or_negated(p.leaf, p.negated)
+                }
                 && collation_allows(ix, p.leaf, query)
         }) {
             // A plain predicate cannot combine with bounds of another field under the same array.
@@ -252,13 +301,18 @@ fn plan_index(
             if blocked {
                 continue;
             }
-            let mut t = builder::translate(p.leaf, p.negated);
-            // A collated index orders strings by their collation keys: endpoints become keys
-            // before intervals are sorted, merged and intersected (in binary order "B" < "a",
-            // under a case-insensitive collation "a" < "B").
-            if let Some(c) = &ix.collation {
-                collate_intervals(&mut t.intervals, c);
-            }
+            let t = if hashed_field {
+                hashed_points(p.leaf, ix.collation.as_ref())
+            } else {
+                let mut t = builder::translate(p.leaf, p.negated);
+                // A collated index orders strings by their collation keys: endpoints become
+                // keys before intervals are sorted, merged and intersected (in binary order
+                // "B" < "a", under a case-insensitive collation "a" < "B").
+                if let Some(c) = &ix.collation {
+                    collate_intervals(&mut t.intervals, c);
+                }
+                t
+            };
             let asc = OrderedIntervalList::from_ascending(field, t.intervals, false).intervals;
             let combined = match &acc {
                 None => asc,
@@ -295,7 +349,14 @@ fn plan_index(
         _ => (true, true),
     };
     // Collation keys cannot give the strings back: a collated index covers only counts.
+    // Hashes cannot either, nor can they feed a sort on the hashed field.
+    let sorts_on_hash = ix.hashed.is_some_and(|h| {
+        query
+            .sort
+            .is_some_and(|s| s.fields.iter().any(|f| f.path.as_str() == ix.pattern[h].0))
+    });
     let covered = residual.is_empty()
+        && !sorts_on_hash
         && (query.count || (ix.collation.is_none() && is_covered(ix, query.projection)));
     let mut sol = IndexSolution {
         index: ix.clone(),
@@ -361,7 +422,10 @@ fn provided_sort(ix: &IndexMeta, bounds: &IndexBounds, sort: &SortPattern) -> (b
                 .zip(&equality)
                 .enumerate()
                 .any(|(i, ((p, _), eq))| {
-                    *eq && p == f.path.as_str() && ix.multikey_components(i).is_empty()
+                    // A point on a hash fixes the hash, not the value.
+                    *eq && p == f.path.as_str()
+                        && ix.multikey_components(i).is_empty()
+                        && !ix.is_hashed_field(i)
                 })
         })
         .map(|f| (f.path.as_str(), f.descending))
@@ -374,7 +438,7 @@ fn provided_sort(ix: &IndexMeta, bounds: &IndexBounds, sort: &SortPattern) -> (b
     }
     let mut direction: Option<bool> = None;
     for ((name, desc), (i, (path, ix_desc))) in wanted.iter().zip(&remaining) {
-        if name != path || !ix.multikey_components(*i).is_empty() {
+        if name != path || !ix.multikey_components(*i).is_empty() || ix.is_hashed_field(*i) {
             return (false, true);
         }
         let forward = desc == ix_desc;
@@ -394,10 +458,9 @@ fn is_covered(ix: &IndexMeta, projection: Option<&Projection>) -> bool {
         return false;
     };
     let in_index = |f: &str| {
-        ix.pattern
-            .iter()
-            .enumerate()
-            .any(|(i, (path, _))| path == f && ix.multikey_components(i).is_empty())
+        ix.pattern.iter().enumerate().any(|(i, (path, _))| {
+            path == f && ix.multikey_components(i).is_empty() && !ix.is_hashed_field(i)
+        })
     };
     fields.iter().all(|f| in_index(f)) && (!p.includes_id() || in_index("_id"))
 }
