@@ -17,6 +17,7 @@ pub mod apply;
 pub mod config;
 pub mod diff;
 mod driver;
+mod rollback;
 pub mod state;
 pub mod storage;
 pub mod transport;
@@ -239,6 +240,10 @@ impl Coordinator {
     }
 
     pub(crate) fn observe_timestamp(&self, ts: bson::Timestamp) {
+        // A new primary's first entry must follow every entry in its log, applied or not.
+        if self.engine.oplog().is_some() {
+            nidus_engine::oplog::clock().advance_to(ts);
+        }
         let mut last = self.clock.lock();
         if (ts.time, ts.increment) > (last.time, last.increment) {
             *last = ts;
