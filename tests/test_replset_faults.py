@@ -70,7 +70,7 @@ def rollback_files(m) -> list[Path]:
 def test_rollback_undoes_writes_no_majority_received(rs, monkeypatch):
     a, b, c_ = rs.members
     rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
-    assert rs.wait_for_primary(30) is a
+    rs.wait_for_state(a, "PRIMARY", 30)
     for m in (b, c_):
         rs.wait_for_state(m, "SECONDARY")
     majority = WriteConcern(w="majority")
@@ -157,3 +157,84 @@ def test_rollback_undoes_writes_no_majority_received(rs, monkeypatch):
         client.test.get_collection("c", write_concern=majority).insert_one({"_id": "end", "k": 200})
     final = wait_until(lambda: (lambda ds: ds if all(d == ds[0] for d in ds) else None)([docs_of(m) for m in rs.members]), 20, "same data")
     assert {0, 1, 2, 3, 4, "new-primary", "lost-2", "end"} == {d["_id"] for d in final[0]}
+
+
+# ---------------------------------------------------------------- read concerns
+
+def test_read_concern_combinations_refused_as_mongodb(rs):
+    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
+    primary = rs.wait_for_primary(30)
+    secondary = rs.members[2]
+    rs.wait_for_state(secondary, "SECONDARY")
+    from bson import Timestamp
+    from pymongo.errors import OperationFailure
+
+    ts = Timestamp(1, 1)
+    cases = [
+        ({"afterClusterTime": ts, "afterOpTime": {"ts": ts, "t": 1}}, 72),
+        ({"level": "available", "afterClusterTime": ts}, 72),
+        ({"level": "linearizable", "afterClusterTime": ts}, 72),
+        ({"level": "snapshot", "afterOpTime": {"ts": ts, "t": 1}}, 72),
+        ({"level": "local", "afterClusterTime": Timestamp(0, 0)}, 72),
+        ({"level": "linearizable", "afterOpTime": {"ts": ts, "t": 1}}, 9),
+    ]
+    with primary.client() as c:
+        for rc, code in cases:
+            with pytest.raises(OperationFailure) as e:
+                c.test.command("find", "c", readConcern=rc)
+            assert e.value.code == code, (rc, e.value.details)
+        # Fine on the primary.
+        c.test.command("find", "c", readConcern={"level": "linearizable"})
+        c.test.command("find", "c", readConcern={"level": "majority", "afterClusterTime": ts})
+    with secondary.client(readPreference="secondaryPreferred") as c:
+        with pytest.raises(PyMongoError) as e:
+            c.test.command("find", "c", readConcern={"level": "linearizable"},
+                           read_preference=c.read_preference)
+        assert e.value.details["code"] == 10107
+        assert "linearizable read concern on non-primary" in str(e.value)
+
+
+def test_majority_read_on_primary_never_shows_a_write_that_rolls_back(rs):
+    a, b, c_ = rs.members
+    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
+    rs.wait_for_state(a, "PRIMARY", 30)
+    for m in (b, c_):
+        rs.wait_for_state(m, "SECONDARY")
+    with a.client() as ca:
+        ca.test.get_collection("c", write_concern=WriteConcern(w="majority")).insert_one({"_id": "kept"})
+        # Majority reads see majority-committed writes at once.
+        got = ca.test.command("find", "c", readConcern={"level": "majority"})["cursor"]["firstBatch"]
+        assert [d["_id"] for d in got] == ["kept"]
+        b.kill()
+        c_.kill()
+        ca.test.get_collection("c", write_concern=WriteConcern(w=1)).insert_one({"_id": "doomed"})
+        local = ca.test.command("find", "c", readConcern={"level": "local"})["cursor"]["firstBatch"]
+        assert {d["_id"] for d in local} == {"kept", "doomed"}
+        from pymongo.errors import OperationFailure
+        with pytest.raises(OperationFailure) as e:
+            ca.test.command("find", "c", readConcern={"level": "majority"}, maxTimeMS=500)
+        assert e.value.code in (50, 11602), e.value.details
+    a.kill()
+    b.restart()
+    c_.restart()
+    assert rs.wait_for_primary(30, exclude=a) is b
+    a.restart()
+    wait_until(lambda: my_state(a) in ("SECONDARY", "PRIMARY"), 30, "old primary back")
+    assert wait_until(lambda: [d["_id"] for d in docs_of(a)] == ["kept"], 20, "doomed write rolled back")
+
+
+def test_causal_reads_on_secondaries_wait_for_the_write(rs):
+    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
+    primary = rs.wait_for_primary(30)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    uri = rs.uri(readPreference="secondary", w="majority", journal="true", serverSelectionTimeoutMS=20000)
+    with MongoClient(uri) as client:
+        coll = client.test.c
+        for i in range(30):
+            with client.start_session(causal_consistency=True) as s:
+                coll.update_one({"_id": "x"}, {"$set": {"v": i}}, upsert=True, session=s)
+                # afterClusterTime from the session: the secondary waits until it applied
+                # the write (w:majority alone does not make it visible there).
+                d = coll.with_options(read_concern=__import__("pymongo").read_concern.ReadConcern("majority")).find_one({"_id": "x"}, session=s)
+                assert d is not None and d["v"] == i, (i, d)

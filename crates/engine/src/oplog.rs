@@ -481,6 +481,12 @@ impl Oplog {
         self.visible.load(Ordering::Acquire)
     }
 
+    /// The newest `ts` handed out so far: every write acknowledged before this call has its
+    /// entry at or before it (a causal read waits for visibility up to here).
+    pub fn last_reserved_u64(&self) -> u64 {
+        self.slots.lock().last_reserved
+    }
+
     pub fn term(&self) -> i64 {
         self.term.load(Ordering::Acquire)
     }

@@ -59,6 +59,12 @@ pub(crate) fn spawn(
 ) -> raft::Result<mpsc::Sender<Input>> {
     let config = store.config()?.and_then(|b| parse_config(&b));
     let applied = store.applied()?;
+    // Committed entries are applied before the hard state carrying their commit index is
+    // persisted; a member stopped in between restarts with applied past its stored commit
+    // index, which Raft refuses. Applied entries were committed: the commit index is raised.
+    if applied > store.initial_state()?.hard_state.commit {
+        store.set_commit(applied)?;
+    }
     let priority = config
         .as_ref()
         .and_then(|c| c.member_by_raft_id(id))

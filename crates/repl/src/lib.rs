@@ -17,6 +17,7 @@ pub mod apply;
 pub mod config;
 pub mod diff;
 mod driver;
+pub mod read_concern;
 mod rollback;
 pub mod state;
 pub mod storage;
@@ -113,6 +114,9 @@ pub struct PeerInfo {
     pub frozen_until: Option<Instant>,
     pub last_message: String,
     pub up_since: Option<Instant>,
+    /// The peer's oplog visibility point (`ts` as u64) and when this member learned it.
+    pub visible: u64,
+    pub visible_seen: Option<Instant>,
 }
 
 impl Default for PeerInfo {
@@ -132,6 +136,8 @@ impl Default for PeerInfo {
             frozen_until: None,
             last_message: String::new(),
             up_since: None,
+            visible: 0,
+            visible_seen: None,
         }
     }
 }
@@ -545,6 +551,7 @@ impl Coordinator {
             "durableWall": v.durable.wall,
             "configVersion": v.config.as_ref().map_or(-1, |c| c.version),
             "syncSourceHost": self.sync_source(&v),
+            "visibleTs": self.engine.oplog().map_or(0, |o| o.visible_u64() as i64),
             "frozenMs": v.frozen_until.map_or(0, |t| t.saturating_duration_since(Instant::now()).as_millis() as i64),
         };
         if let Some(e) = v.election_date {
@@ -583,6 +590,11 @@ impl Coordinator {
         p.frozen_until =
             (frozen > 0).then(|| Instant::now() + Duration::from_millis(frozen as u64));
         p.last_message.clear();
+        // Only a reply tells when its status was built: after the request was sent.
+        if let (Ok(v), Some(ping)) = (status.get_i64("visibleTs"), ping) {
+            p.visible = v as u64;
+            p.visible_seen = Instant::now().checked_sub(ping);
+        }
         match ping {
             Some(ping) => {
                 p.last_heartbeat = Some(now);
@@ -1002,6 +1014,9 @@ fn split_host(h: &str) -> (&str, &str) {
     }
 }
 
+/// All of 127.0.0.0/8 is loopback (a test harness's proxy listens on 127.0.0.2 for a member
+/// on 127.0.0.1 with the same port).
 fn is_loopback(h: &str) -> bool {
-    matches!(h, "localhost" | "127.0.0.1" | "::1" | "[::1]")
+    matches!(h, "localhost" | "::1" | "[::1]")
+        || h.parse::<std::net::Ipv4Addr>().is_ok_and(|a| a.is_loopback())
 }
