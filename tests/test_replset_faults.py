@@ -238,3 +238,155 @@ def test_causal_reads_on_secondaries_wait_for_the_write(rs):
                 # the write (w:majority alone does not make it visible there).
                 d = coll.with_options(read_concern=__import__("pymongo").read_concern.ReadConcern("majority")).find_one({"_id": "x"}, session=s)
                 assert d is not None and d["v"] == i, (i, d)
+
+
+# ---------------------------------------------------------------- faults through a proxy
+
+@pytest.fixture
+def proxied():
+    from fault_proxy import ProxiedSet
+
+    r = ReplicaSet(3).start()
+    p = ProxiedSet(r)
+    try:
+        yield p
+    finally:
+        p.close()
+        r.stop()
+        for m in r.members:
+            assert m.panics() == [], m.log_tail()
+
+
+def start_proxied(p):
+    p.initiate(priorities=[3, 2, 1], settings=SETTINGS)
+    a = p.rs.members[0]
+    p.rs.wait_for_state(a, "PRIMARY", 30)
+    for m in p.rs.members[1:]:
+        p.rs.wait_for_state(m, "SECONDARY", 30)
+    return a
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def test_seed000_lab_stale_reads_causal_reads_and_majority_cost(proxied):
+    """Seed 000's lab: priorities 3/2/1, a client with readPreference=secondaryPreferred,
+    w=majority, journal=true, and injected network latency."""
+    from pymongo.read_concern import ReadConcern
+
+    start_proxied(proxied)
+    delay_ms = 50
+    uri = proxied.uri(readPreference="secondaryPreferred", retryWrites="true", w="majority",
+                      journal="true", serverSelectionTimeoutMS=20000)
+    with MongoClient(uri) as client:
+        client.test.c.insert_one({"_id": "warm", "v": 0})
+        proxied.faults.delay(delay_ms)
+        # w:1 and a plain read from a secondary: the read can miss the write.
+        w1 = client.test.get_collection("c", write_concern=WriteConcern(w=1))
+        stale = 0
+        for i in range(8):
+            w1.update_one({"_id": "w1"}, {"$set": {"v": i}}, upsert=True)
+            d = client.test.c.find_one({"_id": "w1"})
+            if d is None or d["v"] != i:
+                stale += 1
+        assert stale >= 1, "no stale read from a secondary after w:1 writes under latency"
+        # A causally consistent session with majority reads and writes: never stale.
+        maj = client.test.get_collection("c", read_concern=ReadConcern("majority"))
+        with client.start_session(causal_consistency=True) as s:
+            for i in range(8):
+                maj.update_one({"_id": "causal"}, {"$set": {"v": i}}, upsert=True, session=s)
+                d = maj.find_one({"_id": "causal"}, session=s)
+                assert d is not None and d["v"] == i, (i, d)
+        # w:majority costs about one replication round trip (2 x delay) more than w:1.
+        t1, tm = [], []
+        for i in range(8):
+            t = time.monotonic()
+            w1.insert_one({"k": "w1", "i": i})
+            t1.append(time.monotonic() - t)
+            t = time.monotonic()
+            client.test.c.insert_one({"k": "maj", "i": i})
+            tm.append(time.monotonic() - t)
+        extra = median(tm) - median(t1)
+        print(f"\nunder {delay_ms} ms one-way delay: w:1 median {median(t1) * 1000:.0f} ms, "
+              f"w:majority median {median(tm) * 1000:.0f} ms (+{extra * 1000:.0f} ms)")
+        rtt = 2 * delay_ms / 1000
+        assert 0.5 * rtt <= extra <= 4 * rtt, (t1, tm)
+        proxied.faults.delay(0)
+
+
+def test_isolated_primary_steps_down_and_majority_elects(proxied):
+    a = start_proxied(proxied)
+    rs = proxied.rs
+    with MongoClient(proxied.uri(w="majority", serverSelectionTimeoutMS=20000)) as client:
+        client.test.c.insert_one({"_id": "before"})
+        t0 = time.monotonic()
+        proxied.faults.isolate(a.port)
+        # The majority side elects the priority-2 member.
+        new = wait_until(lambda: next((m for m in rs.members[1:] if (rs.hello(m) or {}).get("isWritablePrimary")), None),
+                         30, "a primary on the majority side")
+        assert new is rs.members[1]
+        # The isolated primary steps down (it no longer hears a majority).
+        wait_until(lambda: (rs.hello(a) or {}).get("isWritablePrimary") is False, 20,
+                   "isolated primary stepped down")
+        print(f"\npartition -> new primary in {time.monotonic() - t0:.2f} s")
+        with new.client() as cn:
+            cn.test.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=20000)).insert_one({"_id": "during"})
+        with a.client() as ca:
+            from pymongo.errors import NotPrimaryError
+            with pytest.raises(NotPrimaryError):
+                ca.test.c.insert_one({"_id": "refused"})
+        proxied.faults.heal()
+        # The old primary catches up and takes its role back by priority.
+        rs.wait_for_state(a, "PRIMARY", 40)
+        client.test.c.insert_one({"_id": "after"})
+        final = wait_until(lambda: (lambda ds: ds if all(d == ds[0] for d in ds) else None)([docs_of(m) for m in rs.members]), 20, "same data")
+        assert [d["_id"] for d in final[0]] == ["after", "before", "during"]
+
+
+def test_change_stream_resumes_across_failover_exactly_once(rs):
+    a = rs.members[0]
+    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
+    rs.wait_for_state(a, "PRIMARY", 30)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    uri = rs.uri(w="majority", retryWrites="true", retryReads="true", serverSelectionTimeoutMS=20000)
+    with MongoClient(uri) as client:
+        coll = client.test.get_collection("cs")
+        coll.insert_one({"_id": -1})
+        seen = []
+        with coll.watch(max_await_time_ms=200) as stream:
+            for i in range(5):
+                coll.insert_one({"_id": i})
+            while len(seen) < 5:
+                ev = stream.try_next()
+                if ev is not None:
+                    seen.append(ev["documentKey"]["_id"])
+            a.kill()
+            i = 5
+            deadline = time.monotonic() + 40
+            while i < 10 and time.monotonic() < deadline:
+                try:
+                    coll.insert_one({"_id": i})
+                    i += 1
+                except PyMongoError:
+                    time.sleep(0.1)
+            assert i == 10, "writes did not resume after the failover"
+            while len(seen) < 10 and time.monotonic() < deadline:
+                try:
+                    ev = stream.try_next()
+                except PyMongoError:
+                    time.sleep(0.1)
+                    continue
+                if ev is not None:
+                    seen.append(ev["documentKey"]["_id"])
+            # Nothing more arrives: no event twice.
+            extra = []
+            t = time.monotonic()
+            while time.monotonic() - t < 1.0:
+                ev = stream.try_next()
+                if ev is not None:
+                    extra.append(ev["documentKey"]["_id"])
+    assert seen == list(range(10)), seen
+    assert extra == [], extra

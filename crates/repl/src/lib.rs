@@ -1018,5 +1018,6 @@ fn split_host(h: &str) -> (&str, &str) {
 /// on 127.0.0.1 with the same port).
 fn is_loopback(h: &str) -> bool {
     matches!(h, "localhost" | "::1" | "[::1]")
-        || h.parse::<std::net::Ipv4Addr>().is_ok_and(|a| a.is_loopback())
+        || h.parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|a| a.is_loopback())
 }
