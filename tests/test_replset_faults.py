@@ -390,3 +390,92 @@ def test_change_stream_resumes_across_failover_exactly_once(rs):
                     extra.append(ev["documentKey"]["_id"])
     assert seen == list(range(10)), seen
     assert extra == [], extra
+
+
+def test_randomized_history_keeps_majority_writes_and_causal_order(proxied):
+    """A short Jepsen-style run: w:majority inserts and register updates in a causal session
+    (reads from secondaries, majority read concern) while a nemesis partitions members, kills
+    and restarts them and injects latency. Checked: no acknowledged w:majority insert is lost,
+    and reads in the causal session never go backwards or miss the session's own writes.
+    `NIDUS_JEPSEN_SECONDS` sets the length (default 15), `NIDUS_JEPSEN_SEED` the seed."""
+    import random
+
+    from pymongo.read_concern import ReadConcern
+
+    seconds = float(os.environ.get("NIDUS_JEPSEN_SECONDS", "15"))
+    seed = int(os.environ.get("NIDUS_JEPSEN_SEED", str(int(time.time()))))
+    rnd = random.Random(seed)
+    print(f"\nseed {seed}, {seconds} s")
+    start_proxied(proxied)
+    rs = proxied.rs
+    uri = proxied.uri(readPreference="secondaryPreferred", retryWrites="true", w="majority",
+                      wtimeoutMS="5000", serverSelectionTimeoutMS="5000", socketTimeoutMS="8000",
+                      connectTimeoutMS="2000")
+    acked: list[int] = []
+    history: list[tuple] = []
+    killed = None
+    with MongoClient(uri) as client:
+        coll = client.test.get_collection("h", read_concern=ReadConcern("majority"))
+        session = client.start_session(causal_consistency=True)
+        last_read = -1
+        last_written = -1
+        next_id = 0
+        next_nemesis = time.monotonic() + 2
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if time.monotonic() >= next_nemesis:
+                next_nemesis = time.monotonic() + rnd.uniform(1.5, 3.0)
+                proxied.faults.heal()
+                proxied.faults.delay(0)
+                if killed is not None:
+                    killed.restart()
+                    history.append(("restart", killed.port))
+                    killed = None
+                action = rnd.choice(["isolate", "kill", "delay", "none"])
+                victim = rnd.choice(rs.members)
+                if action == "isolate":
+                    proxied.faults.isolate(victim.port)
+                elif action == "kill":
+                    victim.kill()
+                    killed = victim
+                elif action == "delay":
+                    proxied.faults.delay(rnd.choice([5, 20, 40]))
+                history.append((action, victim.port))
+            op = rnd.choice(["insert", "insert", "write", "read", "read"])
+            try:
+                if op == "insert":
+                    i = next_id
+                    next_id += 1
+                    coll.insert_one({"_id": i})
+                    acked.append(i)
+                elif op == "write":
+                    v = last_written + 1
+                    coll.update_one({"_id": "reg"}, {"$max": {"v": v}}, upsert=True, session=session)
+                    last_written = v
+                else:
+                    d = coll.find_one({"_id": "reg"}, session=session)
+                    v = -1 if d is None else d["v"]
+                    history.append(("read", v))
+                    assert v >= last_read, f"read went backwards: {v} after {last_read} ({history[-20:]})"
+                    assert v >= last_written, f"read {v} misses the session's write {last_written}"
+                    last_read = v
+            except PyMongoError as e:
+                history.append((op, "error", type(e).__name__))
+                time.sleep(0.05)
+        session.end_session()
+    proxied.faults.heal()
+    proxied.faults.delay(0)
+    if killed is not None:
+        killed.restart()
+    wait_until(lambda: any((rs.hello(m) or {}).get("isWritablePrimary") for m in rs.members), 40, "a primary")
+    for m in rs.members:
+        wait_until(lambda: my_state(m) in ("PRIMARY", "SECONDARY"), 60, f"{rs.host(m)} healthy")
+
+    def present_everywhere():
+        sets = [{d["_id"] for d in docs_of(m, "h")} for m in rs.members]
+        return sets if all(set(acked) <= s for s in sets) else None
+
+    wait_until(present_everywhere, 40, f"every acknowledged insert on every member ({len(acked)} acked)")
+    print(f"{len(acked)} acknowledged inserts, {sum(1 for h in history if h[0] == 'read')} causal reads, "
+          f"nemesis: {[h for h in history if h[0] in ('isolate', 'kill', 'delay', 'none', 'restart')]}")
+    assert len(acked) > 5
