@@ -489,6 +489,20 @@ impl Driver {
             // entries instead (`on_became_leader`).
             return Ok(());
         }
+        // Nothing of this member's own past the common point (Raft replaced entries it had
+        // received but not applied): nothing to undo.
+        let holds_more = coord.engine().oplog().is_some_and(|o| {
+            o.visible_u64() > nidus_engine::oplog::ts_to_u64(common)
+                || o.last_reserved_u64() > nidus_engine::oplog::ts_to_u64(common)
+        });
+        if !holds_more {
+            self.rollback_to = None;
+            if crate::rollback::pending(coord.engine()).is_some() {
+                crate::rollback::set_pending(coord.engine(), None)
+                    .map_err(|e| store_error(format!("rollback: {}", e.message)))?;
+            }
+            return Ok(());
+        }
         let leader = self.raw.raft.leader_id;
         let Some(host) = (leader != 0 && leader != self.id())
             .then(|| coord.host_of(leader))

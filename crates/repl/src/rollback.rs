@@ -275,6 +275,10 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
         return Ok(Outcome::default());
     };
     let entries = oplog.read_after(engine.kv(), common, usize::MAX)?;
+    if entries.is_empty() {
+        // Raft replaced entries this member had received but not applied: nothing to undo.
+        return Ok(Outcome::default());
+    }
     let mut affected = Affected::default();
     for raw in &entries {
         let d = Document::try_from(raw.as_ref()).map_err(|e| Error::internal(e.to_string()))?;
