@@ -321,8 +321,18 @@ def test_isolated_primary_steps_down_and_majority_elects(proxied):
     rs = proxied.rs
     with MongoClient(proxied.uri(w="majority", serverSelectionTimeoutMS=20000)) as client:
         client.test.c.insert_one({"_id": "before"})
+        with a.client() as ca:
+            got = ca.test.command("find", "c", readConcern={"level": "linearizable"}, maxTimeMS=5000)
+            assert [d["_id"] for d in got["cursor"]["firstBatch"]] == ["before"]
         t0 = time.monotonic()
         proxied.faults.isolate(a.port)
+        # A linearizable read cannot be served by a primary that lost its majority (Raft's
+        # read index needs a majority's heartbeat acknowledgements).
+        time.sleep(0.5)  # the proxies cut open connections within 0.2 s
+        with a.client() as ca:
+            with pytest.raises(PyMongoError) as e:
+                ca.test.command("find", "c", readConcern={"level": "linearizable"}, maxTimeMS=1000)
+            assert e.value.details["code"] in (50, 11602, 10107), e.value.details
         # The majority side elects the priority-2 member.
         new = wait_until(lambda: next((m for m in rs.members[1:] if (rs.hello(m) or {}).get("isWritablePrimary")), None),
                          30, "a primary on the majority side")

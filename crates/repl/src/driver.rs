@@ -288,6 +288,7 @@ impl Driver {
                 self.frozen_until = (!d.is_zero()).then(|| Instant::now() + d);
             }
             Input::Wake => {}
+            Input::ReadIndex(id) => self.raw.read_index(id.to_be_bytes().to_vec()),
             Input::Unreachable(id) => self.raw.report_unreachable(id),
             Input::SnapshotDone(id, ok) => self.raw.report_snapshot(
                 id,
@@ -378,6 +379,11 @@ impl Driver {
             self.store.apply_snapshot(&snap)?;
             if let Some(c) = parse_config(&snap.data) {
                 self.set_config(coord, c);
+            }
+        }
+        for rs in ready.take_read_states() {
+            if let Ok(id) = <[u8; 8]>::try_from(rs.request_ctx.as_slice()) {
+                coord.reads.done(u64::from_be_bytes(id), rs.index);
             }
         }
         let conflict = self.note_conflict(ready.entries());

@@ -153,6 +153,8 @@ pub(crate) enum Input {
     SnapshotDone(u64, bool),
     /// The oplog advanced: the primary proposes its new entries.
     Wake,
+    /// A linearizable read asks Raft to confirm leadership (`read_concern::ReadIndexes`).
+    ReadIndex(u64),
 }
 
 /// The replication coordinator of one member.
@@ -176,6 +178,7 @@ pub struct Coordinator {
     stopping: AtomicBool,
     /// The newest oplog timestamp this member issued or saw (`ts` only moves forward).
     clock: Mutex<bson::Timestamp>,
+    reads: read_concern::ReadIndexes,
     weak: Weak<Coordinator>,
 }
 
@@ -208,6 +211,7 @@ impl Coordinator {
                 time: 0,
                 increment: 0,
             }),
+            reads: Default::default(),
             weak: weak.clone(),
         });
         if coord.store.initialized() {

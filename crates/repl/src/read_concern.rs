@@ -10,8 +10,9 @@
 //!   during rollback or before minValid), so its data is majority-committed. A primary
 //!   applies its writes before they commit: a majority read waits until every entry visible
 //!   when it began is majority-committed, so it never shows a write that could roll back.
-//! - `linearizable`: primary only; waits as `majority`, then checks the member is still
-//!   primary.
+//! - `linearizable`: primary only; waits as `majority`, then confirms with Raft's read index
+//!   (a heartbeat round acknowledged by a majority) that it is still the primary, and waits
+//!   until it applied up to that index.
 
 use crate::{Coordinator, MemberState};
 use bson::{Bson, Document, Timestamp};
@@ -105,11 +106,69 @@ pub fn parse(body: &Document) -> Result<Option<ReadConcern>> {
     }))
 }
 
+/// Raft read-index requests of linearizable reads and their answers.
+#[derive(Default)]
+pub(crate) struct ReadIndexes {
+    next: std::sync::atomic::AtomicU64,
+    answered: parking_lot::Mutex<std::collections::HashMap<u64, u64>>,
+}
+
+impl ReadIndexes {
+    pub(crate) fn done(&self, id: u64, index: u64) {
+        let mut answered = self.answered.lock();
+        // Answers for reads that gave up are never taken: keep the map bounded.
+        if answered.len() > 10_000 {
+            answered.clear();
+        }
+        answered.insert(id, index);
+    }
+}
+
 fn expired() -> Error {
     Error::new(ErrorCode::MaxTimeMSExpired, "operation exceeded time limit")
 }
 
 impl Coordinator {
+    /// Raft's read index: a majority acknowledged this member as leader after the read
+    /// began; then waits until it applied up to the index Raft returned.
+    fn confirm_leadership(&self, deadline: Option<Instant>) -> Result<()> {
+        let id = self
+            .reads
+            .next
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut asked = Instant::now();
+        self.send_input(crate::Input::ReadIndex(id));
+        let outcome = loop {
+            let seen = *self.progress.lock();
+            let v = self.view();
+            if v.state != MemberState::Primary {
+                break Err(Error::new(
+                    ErrorCode::InterruptedDueToReplStateChange,
+                    "operation was interrupted because a node stepped down",
+                ));
+            }
+            let index = self.reads.answered.lock().get(&id).copied();
+            if index.is_some_and(|i| v.applied_index >= i) {
+                break Ok(());
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break Err(expired());
+            }
+            if index.is_none() && asked.elapsed() > Duration::from_secs(1) {
+                // Raft drops a read index request it cannot serve yet: ask again.
+                asked = Instant::now();
+                self.send_input(crate::Input::ReadIndex(id));
+            }
+            let mut g = self.progress.lock();
+            if *g == seen {
+                self.progress_changed
+                    .wait_for(&mut g, Duration::from_millis(10));
+            }
+        };
+        self.reads.answered.lock().remove(&id);
+        outcome
+    }
+
     /// Waits until this member may serve a read with `rc` (see the module documentation),
     /// until `deadline`.
     pub fn wait_for_read_concern(&self, rc: &ReadConcern, deadline: Option<Instant>) -> Result<()> {
@@ -163,6 +222,9 @@ impl Coordinator {
                         }
                         if let Some(target) = commit_target {
                             if ts_to_u64(v.committed.ts) >= target {
+                                if rc.level == Level::Linearizable {
+                                    return self.confirm_leadership(deadline);
+                                }
                                 return Ok(());
                             }
                         }
