@@ -271,3 +271,67 @@ impl Coordinator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    #[test]
+    fn combinations_as_mongodb() {
+        let ts = Timestamp {
+            time: 5,
+            increment: 1,
+        };
+        let zero = Timestamp {
+            time: 0,
+            increment: 0,
+        };
+        let cases: Vec<(Document, Option<ErrorCode>)> = vec![
+            (doc! {}, None),
+            (doc! { "level": "majority", "afterClusterTime": ts }, None),
+            (doc! { "afterClusterTime": ts }, None),
+            (doc! { "level": "snapshot", "afterClusterTime": ts }, None),
+            (
+                doc! { "level": "local", "afterOpTime": { "ts": ts, "t": 1i64 } },
+                None,
+            ),
+            (
+                doc! { "afterClusterTime": ts, "afterOpTime": { "ts": ts, "t": 1i64 } },
+                Some(ErrorCode::InvalidOptions),
+            ),
+            (
+                doc! { "level": "available", "afterClusterTime": ts },
+                Some(ErrorCode::InvalidOptions),
+            ),
+            (
+                doc! { "level": "linearizable", "afterClusterTime": ts },
+                Some(ErrorCode::InvalidOptions),
+            ),
+            (
+                doc! { "level": "snapshot", "afterOpTime": { "ts": ts, "t": 1i64 } },
+                Some(ErrorCode::InvalidOptions),
+            ),
+            (
+                doc! { "afterClusterTime": zero },
+                Some(ErrorCode::InvalidOptions),
+            ),
+            (
+                doc! { "level": "linearizable", "afterOpTime": { "ts": ts, "t": 1i64 } },
+                Some(ErrorCode::FailedToParse),
+            ),
+        ];
+        for (rc, want) in cases {
+            let got = parse(&doc! { "find": "c", "readConcern": rc.clone() });
+            assert_eq!(got.as_ref().err().map(|e| e.code), want, "{rc}");
+            if want.is_none() {
+                let parsed = got.unwrap().unwrap();
+                assert_eq!(
+                    parsed.after.is_some(),
+                    rc.contains_key("afterClusterTime") || rc.contains_key("afterOpTime")
+                );
+            }
+        }
+        assert!(parse(&doc! { "find": "c" }).unwrap().is_none());
+    }
+}

@@ -387,3 +387,37 @@ fn all_docs(engine: &Engine, coll: &nidus_engine::catalog::CollectionRef) -> Res
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affected_documents_of_divergent_entries() {
+        let mut a = Affected::default();
+        let entries = [
+            doc! { "op": "i", "ns": "test.c", "o": { "_id": 1, "x": 1 } },
+            doc! { "op": "u", "ns": "test.c", "o": { "$v": 2, "diff": {} }, "o2": { "_id": 2 } },
+            doc! { "op": "d", "ns": "test.c", "o": { "_id": 1 } },
+            doc! { "op": "c", "ns": "test.$cmd", "o": { "create": "fresh" } },
+            doc! { "op": "c", "ns": "admin.$cmd", "o": { "applyOps": [
+                { "op": "i", "ns": "test.d", "o": { "_id": "t" } },
+            ] } },
+            doc! { "op": "c", "ns": "test.$cmd", "o": { "dropIndexes": "c", "index": "x_1" } },
+            doc! { "op": "n", "ns": "", "o": { "msg": "new primary" } },
+        ];
+        for e in &entries {
+            a.note(e);
+        }
+        let ids: Vec<(&str, &Vec<Bson>)> = a.docs.iter().map(|(k, v)| (k.as_str(), &v.1)).collect();
+        assert_eq!(
+            ids,
+            vec![
+                ("test.c", &vec![Bson::Int32(1), Bson::Int32(2)]),
+                ("test.d", &vec![Bson::String("t".into())]),
+            ]
+        );
+        assert_eq!(a.created.iter().collect::<Vec<_>>(), vec!["test.fresh"]);
+        assert_eq!(a.unsupported, vec!["dropIndexes on test.$cmd".to_string()]);
+    }
+}
