@@ -481,6 +481,12 @@ impl Oplog {
         self.visible.load(Ordering::Acquire)
     }
 
+    /// The newest `ts` handed out so far: every write acknowledged before this call has its
+    /// entry at or before it (a causal read waits for visibility up to here).
+    pub fn last_reserved_u64(&self) -> u64 {
+        self.slots.lock().last_reserved
+    }
+
     pub fn term(&self) -> i64 {
         self.term.load(Ordering::Acquire)
     }
@@ -554,6 +560,53 @@ impl Oplog {
         }
         c.status()?;
         Ok(out)
+    }
+
+    /// Rollback: deletes every entry with `ts` > `after` (entries this member wrote that
+    /// the set does not hold) and moves the visibility point back to `after`. Only a member
+    /// that takes no writes of its own (not primary) truncates, so no reservation is in
+    /// flight past `after`.
+    pub fn truncate_after(
+        &self,
+        kv: &dyn nidus_storage::KvEngine,
+        after: Timestamp,
+    ) -> Result<usize> {
+        let start = ts_to_u64(after).saturating_add(1);
+        let mut keys = Vec::new();
+        let mut bytes = 0i64;
+        {
+            let snap = kv.snapshot();
+            let mut c = snap.cursor(
+                Space::Records,
+                &self.key(start),
+                &keys::prefix_end(self.coll.id),
+            );
+            c.seek_to_first();
+            while c.valid() {
+                keys.push(c.key().to_vec());
+                bytes += c.value().len() as i64;
+                c.next();
+            }
+            c.status()?;
+        }
+        if !keys.is_empty() {
+            let mut txn = kv.begin();
+            for k in &keys {
+                txn.delete(Space::Records, k)?;
+            }
+            txn.commit()?;
+            self.coll.adjust_stats(-(keys.len() as i64), -bytes);
+        }
+        let mut slots = self.slots.lock();
+        let after = ts_to_u64(after);
+        if slots.in_flight.is_empty() {
+            slots.last_reserved = slots.last_reserved.min(after);
+            self.visible.store(
+                self.visible.load(Ordering::Acquire).min(after),
+                Ordering::Release,
+            );
+        }
+        Ok(keys.len())
     }
 
     /// The `ts` of the oldest entry (None when the oplog is empty).
@@ -833,6 +886,15 @@ impl Engine {
         drop(slot);
         oplog.note_written(1, bytes);
         Ok(())
+    }
+
+    /// Runs `f` with its writes not logged: a rollback restores documents to the state the
+    /// set holds, which is no operation of its own.
+    pub fn without_oplog<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        REPLICATED.with(|r| *r.borrow_mut() = Some(None));
+        let out = f();
+        REPLICATED.with(|r| r.borrow_mut().take());
+        out
     }
 
     /// Applies a replicated oplog entry (a secondary's): `apply` makes the entry's change

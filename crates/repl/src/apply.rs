@@ -122,7 +122,7 @@ fn apply_op(engine: &Engine, entry: &Document) -> Result<()> {
     }
 }
 
-fn find_one(
+pub(crate) fn find_one(
     engine: &Engine,
     coll: &nidus_engine::catalog::CollectionRef,
     filter: &Document,

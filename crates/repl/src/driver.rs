@@ -59,6 +59,12 @@ pub(crate) fn spawn(
 ) -> raft::Result<mpsc::Sender<Input>> {
     let config = store.config()?.and_then(|b| parse_config(&b));
     let applied = store.applied()?;
+    // Committed entries are applied before the hard state carrying their commit index is
+    // persisted; a member stopped in between restarts with applied past its stored commit
+    // index, which Raft refuses. Applied entries were committed: the commit index is raised.
+    if applied > store.initial_state()?.hard_state.commit {
+        store.set_commit(applied)?;
+    }
     let priority = config
         .as_ref()
         .and_then(|c| c.member_by_raft_id(id))
@@ -107,9 +113,14 @@ pub(crate) fn spawn(
         forced_config: None,
         delayed: Default::default(),
         last_applied: applied,
+        rollback_to: crate::rollback::pending(coord.engine()),
+        rolling_back: false,
+        min_valid: None,
+        check_local_only_until: Some(Instant::now()),
     };
     coord.observe_timestamp(driver.applied.ts);
     coord.observe_timestamp(driver.durable.ts);
+    driver.note_local_only(&coord);
     driver.publish(&coord);
     drop(coord);
     std::thread::Builder::new()
@@ -165,6 +176,16 @@ struct Driver {
     delayed: std::collections::VecDeque<Entry>,
     /// The newest Raft index applied (Raft is told only this much is applied).
     last_applied: u64,
+    /// Rollback: the common point (the newest oplog entry the set holds) when this member's
+    /// oplog holds entries past it that the set does not.
+    rollback_to: Option<bson::Timestamp>,
+    rolling_back: bool,
+    /// After a rollback: the sync source's newest entry when its documents were fetched;
+    /// the member is RECOVERING until it applied that far.
+    min_valid: Option<bson::Timestamp>,
+    /// Until when to look for entries written as primary and never proposed: at start and
+    /// for a while after stepping down (writes that raced the stepdown commit late).
+    check_local_only_until: Option<Instant>,
 }
 
 impl Driver {
@@ -216,12 +237,16 @@ impl Driver {
             }
             self.propose_new_entries(&coord);
             self.propose_forced_config();
-            let released = if self.delayed.is_empty() {
-                Ok(())
-            } else {
-                self.apply(&coord, Vec::new())
-                    .map(|()| self.advance_apply())
-            };
+            self.note_local_only(&coord);
+            let rolled = self.maybe_rollback(&coord).map(|_| ());
+            let released = rolled.and_then(|()| {
+                if self.delayed.is_empty() {
+                    Ok(())
+                } else {
+                    self.apply(&coord, Vec::new())
+                        .map(|()| self.advance_apply())
+                }
+            });
             if let Err(e) = released.and_then(|()| self.on_ready(&coord)) {
                 // MongoDB stops a member that cannot persist its replication state; this one
                 // stops taking part (it no longer votes, leads or acknowledges).
@@ -288,6 +313,7 @@ impl Driver {
                 let result = self.reconfig(req.config, req.force);
                 let _ = req.reply.send(result);
             }
+            Input::ReadIndex(id) => self.raw.read_index(id.to_be_bytes().to_vec()),
             Input::Unreachable(id) => self.raw.report_unreachable(id),
             Input::SnapshotDone(id, ok) => self.raw.report_snapshot(
                 id,
@@ -431,6 +457,17 @@ impl Driver {
                 self.set_config(coord, c);
             }
         }
+        for rs in ready.take_read_states() {
+            if let Ok(id) = <[u8; 8]>::try_from(rs.request_ctx.as_slice()) {
+                coord.reads.done(u64::from_be_bytes(id), rs.index);
+            }
+        }
+        let conflict = self.note_conflict(ready.entries());
+        if conflict {
+            // Undone before Raft's log loses the divergent entries and before anything
+            // after the common point is applied.
+            self.maybe_rollback(coord)?;
+        }
         let committed = ready.take_committed_entries();
         self.apply(coord, committed)?;
         if !ready.entries().is_empty() || ready.hs().is_some() {
@@ -438,6 +475,8 @@ impl Driver {
             if let Some(op) = ready.entries().iter().rev().find_map(entry_optime) {
                 self.durable = op;
                 coord.observe_timestamp(op.ts);
+            } else if conflict {
+                self.durable = optime_at_or_before(&self.store, self.store.last_index_cached());
             }
         }
         if !ready.persisted_messages().is_empty() {
@@ -483,6 +522,140 @@ impl Driver {
         }
         let ready: Vec<Entry> = self.delayed.drain(..due).collect();
         self.apply_now(coord, ready)
+    /// Raft replaces this member's log from the first of `entries` when that index is
+    /// already stored (the leader's log conflicts there): the oplog entries of the replaced
+    /// part, and any after them, are divergent. Returns whether there is a conflict.
+    fn note_conflict(&mut self, entries: &[Entry]) -> bool {
+        let Some(first) = entries.first().map(|e| e.index) else {
+            return false;
+        };
+        let last = self.store.last_index_cached();
+        if first > last {
+            return false;
+        }
+        // The replaced entries' first optime (the log's ts only grows); Raft never replaces
+        // committed entries, so this is after the majority commit point.
+        let replaced = (first..=last).find_map(|i| {
+            self.store
+                .entry(i)
+                .ok()
+                .flatten()
+                .as_ref()
+                .and_then(entry_optime)
+        });
+        let Some(op) = replaced else {
+            return false;
+        };
+        let common =
+            nidus_engine::oplog::u64_to_ts(nidus_engine::oplog::ts_to_u64(op.ts).saturating_sub(1));
+        self.set_rollback_to(common);
+        true
+    }
+
+    fn set_rollback_to(&mut self, common: bson::Timestamp) {
+        let earlier = self.rollback_to.is_none_or(|r| {
+            nidus_engine::oplog::ts_to_u64(common) < nidus_engine::oplog::ts_to_u64(r)
+        });
+        if earlier {
+            self.rollback_to = Some(common);
+        }
+    }
+
+    /// A member that is not primary writes nothing of its own: oplog entries past the
+    /// newest one in its Raft log were written as primary and never proposed (a write that
+    /// raced a stepdown, or a primary stopped before proposing), so they are divergent.
+    fn note_local_only(&mut self, coord: &Coordinator) {
+        if self.raw.raft.state == StateRole::Leader {
+            return;
+        }
+        let Some(until) = self.check_local_only_until else {
+            return;
+        };
+        if Instant::now() > until {
+            self.check_local_only_until = None;
+        }
+        let Some(oplog) = coord.engine().oplog() else {
+            return;
+        };
+        let known = nidus_engine::oplog::ts_to_u64(self.durable.ts)
+            .max(nidus_engine::oplog::ts_to_u64(self.applied.ts));
+        // No entry in the Raft log yet: what the oplog holds predates the set.
+        if known == 0 {
+            return;
+        }
+        if oplog.visible_u64() > known {
+            self.set_rollback_to(nidus_engine::oplog::u64_to_ts(known));
+        }
+    }
+
+    /// Runs a pending rollback against the primary (see `rollback`): retried a few times
+    /// when the primary cannot be reached; a member that cannot roll back stops taking part,
+    /// as MongoDB's does, and resumes the rollback at its next start.
+    fn maybe_rollback(&mut self, coord: &Coordinator) -> raft::Result<()> {
+        let Some(common) = self.rollback_to else {
+            return Ok(());
+        };
+        if self.raw.raft.state == StateRole::Leader {
+            // Elected with entries it never proposed: they are proposed with its first
+            // entries instead (`on_became_leader`).
+            return Ok(());
+        }
+        // Nothing of this member's own past the common point (Raft replaced entries it had
+        // received but not applied): nothing to undo.
+        let holds_more = coord.engine().oplog().is_some_and(|o| {
+            o.visible_u64() > nidus_engine::oplog::ts_to_u64(common)
+                || o.last_reserved_u64() > nidus_engine::oplog::ts_to_u64(common)
+        });
+        if !holds_more {
+            self.rollback_to = None;
+            if crate::rollback::pending(coord.engine()).is_some() {
+                crate::rollback::set_pending(coord.engine(), None)
+                    .map_err(|e| store_error(format!("rollback: {}", e.message)))?;
+            }
+            return Ok(());
+        }
+        let leader = self.raw.raft.leader_id;
+        let Some(host) = (leader != 0 && leader != self.id())
+            .then(|| coord.host_of(leader))
+            .flatten()
+        else {
+            return Ok(());
+        };
+        crate::rollback::set_pending(coord.engine(), Some(common))
+            .map_err(|e| store_error(format!("rollback: {}", e.message)))?;
+        self.rolling_back = true;
+        self.publish(coord);
+        // A test hook (MongoDB's tests use the `rollbackHangBeforeStart` fail point): holds
+        // the member in ROLLBACK so its state can be observed.
+        if let Some(ms) = std::env::var("NIDUS_TEST_ROLLBACK_PAUSE_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            std::thread::sleep(Duration::from_millis(ms.min(60_000)));
+        }
+        let mut last_err = String::new();
+        for attempt in 0..10 {
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            match crate::rollback::run(coord.engine(), common, &host) {
+                Ok(out) => {
+                    eprintln!(
+                        "replication: rolled back {} oplog entries ({} documents) after {:?} from {host}",
+                        out.entries, out.documents, common
+                    );
+                    crate::rollback::set_pending(coord.engine(), None)
+                        .map_err(|e| store_error(format!("rollback: {}", e.message)))?;
+                    self.rollback_to = None;
+                    self.rolling_back = false;
+                    self.min_valid = out.min_valid;
+                    return Ok(());
+                }
+                Err(e) => last_err = e.message.to_string(),
+            }
+        }
+        self.rolling_back = false;
+        Err(store_error(format!("rollback failed: {last_err}")))
     }
 
     fn set_config(&mut self, coord: &Coordinator, config: ReplSetConfig) {
@@ -593,6 +766,24 @@ impl Driver {
         if let Some(oplog) = coord.engine().oplog() {
             oplog.set_term(term);
         }
+        // Entries it wrote as an earlier primary and never proposed go first (in `ts`
+        // order, before the no-op, whose `ts` is later).
+        if let (Some(after), Some(oplog)) = (self.rollback_to.take(), coord.engine().oplog()) {
+            let after = if nidus_engine::oplog::ts_to_u64(self.durable.ts)
+                > nidus_engine::oplog::ts_to_u64(after)
+            {
+                self.durable.ts
+            } else {
+                after
+            };
+            let _ = crate::rollback::set_pending(coord.engine(), None);
+            for raw in oplog
+                .read_after(coord.engine().kv(), after, usize::MAX)
+                .unwrap_or_default()
+            {
+                let _ = self.raw.propose(Vec::new(), raw.as_bytes().to_vec());
+            }
+        }
         if let Ok(bytes) = bson::to_vec(&entry) {
             let _ = self.raw.propose(Vec::new(), bytes);
         }
@@ -640,6 +831,7 @@ impl Driver {
             self.on_became_leader(coord);
         } else if !leader && self.leader_since.is_some() {
             self.leader_since = None;
+            self.check_local_only_until = Some(Instant::now() + Duration::from_secs(5));
             self.election_date = None;
         }
         let raft = &self.raw.raft;
@@ -647,6 +839,13 @@ impl Driver {
             (None, _) => MemberState::Startup2,
             (Some(c), _) if c.member_by_raft_id(raft.id).is_none() => MemberState::Removed,
             (_, true) => MemberState::Primary,
+            _ if self.rolling_back => MemberState::Rollback,
+            _ if self.min_valid.is_some_and(|m| {
+                nidus_engine::oplog::ts_to_u64(self.applied.ts) < nidus_engine::oplog::ts_to_u64(m)
+            }) =>
+            {
+                MemberState::Recovering
+            }
             _ => MemberState::Secondary,
         };
         let writable = leader
@@ -698,6 +897,9 @@ impl Driver {
             self.proposed_through = None;
         }
         self.was_writable = writable;
+        if state == MemberState::Secondary || state == MemberState::Primary {
+            self.min_valid = None;
+        }
         coord.publish(View {
             state,
             config: self.config.clone(),

@@ -18,6 +18,8 @@ pub mod config;
 pub mod diff;
 mod driver;
 pub mod membership;
+pub mod read_concern;
+mod rollback;
 pub mod state;
 pub mod storage;
 pub mod transport;
@@ -113,6 +115,9 @@ pub struct PeerInfo {
     pub frozen_until: Option<Instant>,
     pub last_message: String,
     pub up_since: Option<Instant>,
+    /// The peer's oplog visibility point (`ts` as u64) and when this member learned it.
+    pub visible: u64,
+    pub visible_seen: Option<Instant>,
 }
 
 impl Default for PeerInfo {
@@ -132,6 +137,8 @@ impl Default for PeerInfo {
             frozen_until: None,
             last_message: String::new(),
             up_since: None,
+            visible: 0,
+            visible_seen: None,
         }
     }
 }
@@ -148,6 +155,8 @@ pub(crate) enum Input {
     /// The oplog advanced: the primary proposes its new entries.
     Wake,
     Reconfig(membership::ReconfigRequest),
+    /// A linearizable read asks Raft to confirm leadership (`read_concern::ReadIndexes`).
+    ReadIndex(u64),
 }
 
 /// The replication coordinator of one member.
@@ -176,6 +185,7 @@ pub struct Coordinator {
     removed_at: std::sync::atomic::AtomicI64,
     /// The newest oplog timestamp this member issued or saw (`ts` only moves forward).
     clock: Mutex<bson::Timestamp>,
+    reads: read_concern::ReadIndexes,
     weak: Weak<Coordinator>,
 }
 
@@ -210,6 +220,7 @@ impl Coordinator {
                 time: 0,
                 increment: 0,
             }),
+            reads: Default::default(),
             weak: weak.clone(),
         });
         if coord.store.initialized() {
@@ -248,6 +259,10 @@ impl Coordinator {
     }
 
     pub(crate) fn observe_timestamp(&self, ts: bson::Timestamp) {
+        // A new primary's first entry must follow every entry in its log, applied or not.
+        if self.engine.oplog().is_some() {
+            nidus_engine::oplog::clock().advance_to(ts);
+        }
         let mut last = self.clock.lock();
         if (ts.time, ts.increment) > (last.time, last.increment) {
             *last = ts;
@@ -555,6 +570,7 @@ impl Coordinator {
             "durableWall": v.durable.wall,
             "configVersion": v.config.as_ref().map_or(-1, |c| c.version),
             "syncSourceHost": self.sync_source(&v),
+            "visibleTs": self.engine.oplog().map_or(0, |o| o.visible_u64() as i64),
             "frozenMs": v.frozen_until.map_or(0, |t| t.saturating_duration_since(Instant::now()).as_millis() as i64),
         };
         if let Some(e) = v.election_date {
@@ -593,6 +609,11 @@ impl Coordinator {
         p.frozen_until =
             (frozen > 0).then(|| Instant::now() + Duration::from_millis(frozen as u64));
         p.last_message.clear();
+        // Only a reply tells when its status was built: after the request was sent.
+        if let (Ok(v), Some(ping)) = (status.get_i64("visibleTs"), ping) {
+            p.visible = v as u64;
+            p.visible_seen = Instant::now().checked_sub(ping);
+        }
         match ping {
             Some(ping) => {
                 p.last_heartbeat = Some(now);
@@ -1030,6 +1051,10 @@ fn split_host(h: &str) -> (&str, &str) {
     }
 }
 
+/// All of 127.0.0.0/8 is loopback (a test harness's proxy listens on 127.0.0.2 for a member
+/// on 127.0.0.1 with the same port).
 fn is_loopback(h: &str) -> bool {
-    matches!(h, "localhost" | "127.0.0.1" | "::1" | "[::1]")
+    matches!(h, "localhost" | "::1" | "[::1]")
+        || h.parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|a| a.is_loopback())
 }

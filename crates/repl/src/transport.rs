@@ -135,7 +135,7 @@ fn run<O: LinkOwner>(owner: Weak<O>, id: u64, rx: Receiver<Vec<Message>>) {
     }
 }
 
-fn connect(host: &str) -> std::io::Result<TcpStream> {
+pub(crate) fn connect(host: &str) -> std::io::Result<TcpStream> {
     let addr = host
         .to_socket_addrs()?
         .next()
@@ -153,7 +153,10 @@ fn next_request_id() -> i32 {
 }
 
 /// Sends one OP_MSG command and reads its reply.
-fn round_trip(mut s: TcpStream, cmd: &Document) -> std::io::Result<(TcpStream, Document)> {
+pub(crate) fn round_trip(
+    mut s: TcpStream,
+    cmd: &Document,
+) -> std::io::Result<(TcpStream, Document)> {
     let bytes = nidus_wire::encode_msg(next_request_id(), 0, 0, cmd, None);
     s.write_all(&bytes)?;
     let mut len = [0u8; 4];

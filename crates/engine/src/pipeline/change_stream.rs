@@ -445,6 +445,10 @@ impl ChangeStreamSource {
     /// Queues the events of one oplog entry.
     fn events_of(&mut self, entry: &Document, ts: u64) -> Result<()> {
         let op = entry.get_str("op").unwrap_or("");
+        // No-ops (a new primary's "new primary" entry, ns "") are no change.
+        if op == "n" {
+            return Ok(());
+        }
         if op == "c" {
             let items = entry
                 .get_document("o")

@@ -656,6 +656,12 @@ fn run_handler(
             "operation exceeded time limit",
         ));
     }
+    // Causal, majority and linearizable reads wait here until this member may answer.
+    if let Some(repl) = &state.repl {
+        if let Some(rc) = nidus_repl::read_concern::parse(&req.body)? {
+            repl.wait_for_read_concern(&rc, deadline)?;
+        }
+    }
     let write_concern = WriteConcern::parse(&req.body)?;
     // This thread's last logged write belongs to an earlier command until the handler runs.
     let _ = nidus_engine::oplog::take_last_write_ts();

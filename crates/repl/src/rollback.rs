@@ -1,0 +1,423 @@
+//! Rollback: a member whose oplog holds entries the set does not (writes it took as primary
+//! that no majority received) undoes them, as MongoDB's rollback via refetch does.
+//!
+//! The common point is found by Raft: when the leader's entries conflict with this member's
+//! log, Raft truncates the log from the first conflicting index, and every oplog entry of
+//! this member after the newest entry before that index is divergent (entries this member
+//! wrote but never proposed come after it too: proposals go in `ts` order). Committed entries
+//! are never truncated by Raft, so nothing majority-acknowledged is rolled back.
+//!
+//! Undo: each document a divergent entry touched is fetched from the sync source (the
+//! primary) and written back locally without being logged (deleted when the source lacks
+//! it); the local version is first saved under `<dbpath>/rollback/<collection uuid>/
+//! removed.<time>.bson`, as MongoDB does. Collections created by divergent entries and
+//! absent on the source are dropped (their documents saved first). Then the oplog is
+//! truncated to the common point. The member's data now reflects the source at the time of
+//! the fetch, later than the common point; it stays RECOVERING until it applied the source's
+//! entries up to that time (MongoDB's minValid), so no read sees a mixed state.
+//!
+//! The pending common point is persisted (`raft\0rollback`) before Raft's log is truncated,
+//! so a member that stops mid-rollback resumes it at start.
+
+use bson::{doc, Bson, Document, RawDocumentBuf, Timestamp};
+use nidus_common::{Error, Result};
+use nidus_engine::namespace::Namespace;
+use nidus_engine::write::{UpdateSpec, WriteOpts};
+use nidus_engine::Engine;
+use nidus_query::update::Update;
+use nidus_storage::Space;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+
+const PENDING_KEY: &[u8] = b"raft\0rollback";
+/// Documents per `find` on the sync source.
+const FETCH_BATCH: usize = 500;
+
+/// The persisted common point of a rollback not finished yet.
+pub(crate) fn pending(engine: &Engine) -> Option<Timestamp> {
+    let v = engine
+        .kv()
+        .snapshot()
+        .get(Space::Catalog, PENDING_KEY)
+        .ok()??;
+    let n = u64::from_be_bytes(v.get(..8)?.try_into().ok()?);
+    Some(nidus_engine::oplog::u64_to_ts(n))
+}
+
+pub(crate) fn set_pending(engine: &Engine, common: Option<Timestamp>) -> Result<()> {
+    let mut txn = engine.kv().begin();
+    match common {
+        Some(ts) => txn.put(
+            Space::Catalog,
+            PENDING_KEY,
+            &nidus_engine::oplog::ts_to_u64(ts).to_be_bytes(),
+        )?,
+        None => txn.delete(Space::Catalog, PENDING_KEY)?,
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+/// What the divergent entries touched.
+#[derive(Default, Debug)]
+struct Affected {
+    /// Per namespace: its collection UUID (when logged) and the `_id`s of changed documents.
+    docs: BTreeMap<String, (Option<bson::Uuid>, Vec<Bson>)>,
+    /// Collections the divergent entries created.
+    created: BTreeSet<String>,
+    /// Commands rolled back only partly (their effect other than on documents stays).
+    unsupported: Vec<String>,
+}
+
+impl Affected {
+    fn note_doc(&mut self, ns: &str, ui: Option<bson::Uuid>, id: Bson) {
+        let e = self
+            .docs
+            .entry(ns.to_string())
+            .or_insert_with(|| (ui, Vec::new()));
+        if e.0.is_none() {
+            e.0 = ui;
+        }
+        if !e.1.contains(&id) {
+            e.1.push(id);
+        }
+    }
+
+    fn note(&mut self, entry: &Document) {
+        let ns = entry.get_str("ns").unwrap_or_default();
+        let ui = match entry.get("ui") {
+            Some(Bson::Binary(b)) => b.to_uuid().ok(),
+            _ => None,
+        };
+        let o = entry.get_document("o").cloned().unwrap_or_default();
+        match entry.get_str("op").unwrap_or("n") {
+            "i" | "d" => {
+                if let Some(id) = o.get("_id") {
+                    self.note_doc(ns, ui, id.clone());
+                }
+            }
+            "u" => {
+                if let Some(id) = entry.get_document("o2").ok().and_then(|d| d.get("_id")) {
+                    self.note_doc(ns, ui, id.clone());
+                }
+            }
+            "c" => {
+                let db = ns.split('.').next().unwrap_or_default();
+                match o.iter().next() {
+                    Some((cmd, Bson::String(c))) if cmd == "create" => {
+                        self.created.insert(format!("{db}.{c}"));
+                    }
+                    Some((cmd, _)) if cmd == "applyOps" => {
+                        for op in o.get_array("applyOps").into_iter().flatten() {
+                            if let Bson::Document(op) = op {
+                                self.note(op);
+                            }
+                        }
+                    }
+                    // Index builds leave documents as they are; the index stays.
+                    Some((cmd, _)) if cmd == "createIndexes" => {}
+                    Some((cmd, _)) => self.unsupported.push(format!("{cmd} on {ns}")),
+                    None => {}
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A client connection to the sync source.
+struct Source {
+    host: String,
+    conn: Option<std::net::TcpStream>,
+}
+
+impl Source {
+    fn run(&mut self, cmd: &Document) -> Result<Document> {
+        let conn = match self.conn.take() {
+            Some(c) => c,
+            None => crate::transport::connect(&self.host).map_err(|e| {
+                Error::internal(format!("rollback: cannot reach {}: {e}", self.host))
+            })?,
+        };
+        let (conn, reply) = crate::transport::round_trip(conn, cmd)
+            .map_err(|e| Error::internal(format!("rollback: {} on {}: {e}", cmd, self.host)))?;
+        self.conn = Some(conn);
+        Ok(reply)
+    }
+
+    /// The `ts` of the source's newest oplog entry: every write whose effect the fetched
+    /// documents show is at or before it.
+    fn last_oplog_ts(&mut self) -> Result<Option<Timestamp>> {
+        let reply = self.run(&doc! {
+            "find": "oplog.rs",
+            "sort": { "$natural": -1 },
+            "limit": 1,
+            "projection": { "ts": 1 },
+            "$db": "local",
+            "$readPreference": { "mode": "primaryPreferred" },
+        })?;
+        Ok(reply
+            .get_document("cursor")
+            .and_then(|c| c.get_array("firstBatch"))
+            .ok()
+            .and_then(|b| b.first())
+            .and_then(Bson::as_document)
+            .and_then(|d| d.get_timestamp("ts").ok()))
+    }
+
+    /// The source's documents of `ns` with the given `_id`s.
+    fn fetch(&mut self, ns: &Namespace, ids: &[Bson]) -> Result<Vec<Document>> {
+        let mut out = Vec::new();
+        for chunk in ids.chunks(FETCH_BATCH) {
+            let mut reply = self.run(&doc! {
+                "find": &ns.coll,
+                "filter": { "_id": { "$in": chunk.to_vec() } },
+                "batchSize": FETCH_BATCH as i32 * 2,
+                "$db": &ns.db,
+                "$readPreference": { "mode": "primaryPreferred" },
+            })?;
+            loop {
+                let cursor = reply
+                    .get_document("cursor")
+                    .map_err(|_| Error::internal("rollback: find reply without a cursor"))?;
+                let batch = cursor
+                    .get_array("firstBatch")
+                    .or_else(|_| cursor.get_array("nextBatch"))
+                    .map_err(|_| Error::internal("rollback: find reply without a batch"))?;
+                out.extend(batch.iter().filter_map(|d| d.as_document().cloned()));
+                let id = cursor.get_i64("id").unwrap_or(0);
+                if id == 0 {
+                    break;
+                }
+                reply = self.run(&doc! {
+                    "getMore": id,
+                    "collection": &ns.coll,
+                    "$db": &ns.db,
+                })?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn has_collection(&mut self, ns: &Namespace) -> Result<bool> {
+        let reply = self.run(&doc! {
+            "listCollections": 1,
+            "filter": { "name": &ns.coll },
+            "nameOnly": true,
+            "$db": &ns.db,
+            "$readPreference": { "mode": "primaryPreferred" },
+        })?;
+        Ok(reply
+            .get_document("cursor")
+            .and_then(|c| c.get_array("firstBatch"))
+            .is_ok_and(|b| !b.is_empty()))
+    }
+}
+
+/// What one rollback did.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    pub entries: usize,
+    pub documents: usize,
+    /// The source's optime when its documents were read: the member is consistent once it
+    /// applied up to here.
+    pub min_valid: Option<Timestamp>,
+}
+
+/// `<dbpath>/rollback`: the spill directory is `<dbpath>/_tmp`.
+fn rollback_dir(engine: &Engine) -> std::path::PathBuf {
+    let spill = engine.spill_dir();
+    spill
+        .parent()
+        .map_or_else(|| spill.clone(), |p| p.to_path_buf())
+        .join("rollback")
+}
+
+/// MongoDB's file-name time: `2026-11-25T04-10-00.0`.
+fn file_time() -> String {
+    let t = bson::DateTime::now()
+        .try_to_rfc3339_string()
+        .unwrap_or_default();
+    format!("{}.0", t.get(..19).unwrap_or("unknown").replace(':', "-"))
+}
+
+fn local_doc(engine: &Engine, ns: &Namespace, id: &Bson) -> Result<Option<Document>> {
+    match engine.collection(ns) {
+        Some(coll) => crate::apply::find_one(engine, &coll, &doc! { "_id": id.clone() }),
+        None => Ok(None),
+    }
+}
+
+fn save_removed(dir: &std::path::Path, time: &str, docs: &[Document]) -> Result<()> {
+    if docs.is_empty() {
+        return Ok(());
+    }
+    let io =
+        |e: std::io::Error| Error::internal(format!("rollback file in {}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let path = dir.join(format!("removed.{time}.bson"));
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(io)?;
+    for d in docs {
+        let raw = RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))?;
+        f.write_all(raw.as_bytes()).map_err(io)?;
+    }
+    f.sync_all().map_err(io)
+}
+
+/// Rolls this member back to `common` (its oplog's newest entry the set holds), refetching
+/// from `source_host`.
+pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Result<Outcome> {
+    let Some(oplog) = engine.oplog() else {
+        return Ok(Outcome::default());
+    };
+    let entries = oplog.read_after(engine.kv(), common, usize::MAX)?;
+    if entries.is_empty() {
+        // Raft replaced entries this member had received but not applied: nothing to undo.
+        return Ok(Outcome::default());
+    }
+    let mut affected = Affected::default();
+    for raw in &entries {
+        let d = Document::try_from(raw.as_ref()).map_err(|e| Error::internal(e.to_string()))?;
+        affected.note(&d);
+    }
+    for u in &affected.unsupported {
+        eprintln!("replication: rollback leaves the effect of {u} in place");
+    }
+    let mut source = Source {
+        host: source_host.to_string(),
+        conn: None,
+    };
+    let mut out = Outcome {
+        entries: entries.len(),
+        ..Default::default()
+    };
+    // Everything is read from the source before anything changes here, so a source that
+    // fails midway leaves this member as it was (the rollback is retried).
+    let mut fetched = Vec::new();
+    for (ns_str, (ui, ids)) in &affected.docs {
+        let ns = Namespace::parse(ns_str)?;
+        let docs = source.fetch(&ns, ids)?;
+        fetched.push((ns, *ui, ids.clone(), docs));
+    }
+    let mut drop_created = Vec::new();
+    for ns_str in &affected.created {
+        let ns = Namespace::parse(ns_str)?;
+        if !source.has_collection(&ns)? {
+            drop_created.push(ns);
+        }
+    }
+    let min_valid = source.last_oplog_ts()?;
+    let time = file_time();
+    let dir = rollback_dir(engine);
+    let opts = WriteOpts {
+        bypass_document_validation: true,
+        ..WriteOpts::default()
+    };
+    engine.without_oplog(|| {
+        for (ns, ui, ids, docs) in &fetched {
+            let mut removed = Vec::new();
+            for id in ids {
+                if let Some(d) = local_doc(engine, ns, id)? {
+                    removed.push(d);
+                }
+            }
+            let uuid = ui.or_else(|| engine.collection(ns).map(|c| c.meta.read().uuid));
+            let sub = uuid.map_or_else(|| ns.to_string(), |u| u.to_string());
+            save_removed(&dir.join(sub), &time, &removed)?;
+            let Some(coll) = engine.collection(ns).or_else(|| {
+                (!docs.is_empty())
+                    .then(|| engine.ensure_collection(ns).ok())
+                    .flatten()
+            }) else {
+                continue;
+            };
+            // Deletes first, so a restored document cannot collide on a unique index with
+            // a divergent one.
+            for id in ids {
+                engine.delete(&coll, &doc! { "_id": id.clone() }, false, None, &opts)?;
+            }
+            for d in docs {
+                let Some(id) = d.get("_id") else { continue };
+                let spec = UpdateSpec {
+                    filter: doc! { "_id": id.clone() },
+                    update: Update::Replacement(d.clone()),
+                    multi: false,
+                    upsert: true,
+                    sort: None,
+                    hint: None,
+                };
+                // A unique-key collision with a document this member has not updated yet
+                // is resolved by the entries it applies next (up to minValid).
+                if let Err(e) = engine.update(&coll, &spec, &opts) {
+                    eprintln!(
+                        "replication: rollback defers {} {{_id: {id}}}: {}",
+                        ns, e.message
+                    );
+                }
+            }
+            out.documents += ids.len();
+        }
+        for ns in &drop_created {
+            if let Some(coll) = engine.collection(ns) {
+                let uuid = coll.meta.read().uuid;
+                let docs = all_docs(engine, &coll)?;
+                save_removed(&dir.join(uuid.to_string()), &time, &docs)?;
+                engine.drop_collection(ns)?;
+            }
+        }
+        Ok(())
+    })?;
+    oplog.truncate_after(engine.kv(), common)?;
+    out.min_valid = min_valid;
+    Ok(out)
+}
+
+fn all_docs(engine: &Engine, coll: &nidus_engine::catalog::CollectionRef) -> Result<Vec<Document>> {
+    let spec = nidus_engine::find::FindSpec::default();
+    let mut exec = engine.plan_find(Some(coll), &spec)?;
+    let mut out = Vec::new();
+    while let Some(m) = exec.get_next()? {
+        out.push(
+            Document::try_from(m.doc()?.as_ref()).map_err(|e| Error::internal(e.to_string()))?,
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affected_documents_of_divergent_entries() {
+        let mut a = Affected::default();
+        let entries = [
+            doc! { "op": "i", "ns": "test.c", "o": { "_id": 1, "x": 1 } },
+            doc! { "op": "u", "ns": "test.c", "o": { "$v": 2, "diff": {} }, "o2": { "_id": 2 } },
+            doc! { "op": "d", "ns": "test.c", "o": { "_id": 1 } },
+            doc! { "op": "c", "ns": "test.$cmd", "o": { "create": "fresh" } },
+            doc! { "op": "c", "ns": "admin.$cmd", "o": { "applyOps": [
+                { "op": "i", "ns": "test.d", "o": { "_id": "t" } },
+            ] } },
+            doc! { "op": "c", "ns": "test.$cmd", "o": { "dropIndexes": "c", "index": "x_1" } },
+            doc! { "op": "n", "ns": "", "o": { "msg": "new primary" } },
+        ];
+        for e in &entries {
+            a.note(e);
+        }
+        let ids: Vec<(&str, &Vec<Bson>)> = a.docs.iter().map(|(k, v)| (k.as_str(), &v.1)).collect();
+        assert_eq!(
+            ids,
+            vec![
+                ("test.c", &vec![Bson::Int32(1), Bson::Int32(2)]),
+                ("test.d", &vec![Bson::String("t".into())]),
+            ]
+        );
+        assert_eq!(a.created.iter().collect::<Vec<_>>(), vec!["test.fresh"]);
+        assert_eq!(a.unsupported, vec!["dropIndexes on test.$cmd".to_string()]);
+    }
+}

@@ -1,0 +1,491 @@
+"""Replica set safety under faults: rollback of writes no majority received, read concerns
+on a multi-member set, partitions and latency through a fault-injecting proxy.
+
+Three nidus processes on loopback ports (priorities 3/2/1 as in seed 000's lab). Every wait
+is bounded; only this test's own processes are signalled (by pid, through the harness)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import bson
+import pytest
+from pymongo import MongoClient, WriteConcern
+from pymongo.errors import PyMongoError
+
+from nidus_harness import ReplicaSet
+
+ELECTION_TIMEOUT_MS = 2000
+SETTINGS = {"electionTimeoutMillis": ELECTION_TIMEOUT_MS, "heartbeatIntervalMillis": 500}
+
+
+@pytest.fixture
+def rs():
+    r = ReplicaSet(3).start()
+    try:
+        yield r
+    finally:
+        r.stop()
+        for m in r.members:
+            assert m.panics() == [], m.log_tail()
+
+
+def wait_until(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = pred()
+        except PyMongoError as e:
+            last = repr(e)
+        else:
+            if last:
+                return last
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout}s: {what} (last: {last!r})")
+
+
+def my_state(m) -> str | None:
+    try:
+        with m.client(serverSelectionTimeoutMS=1000) as c:
+            return c.admin.command("replSetGetStatus")["members"][
+                [x.get("self", False) for x in c.admin.command("replSetGetStatus")["members"]].index(True)
+            ]["stateStr"]
+    except (PyMongoError, ValueError):
+        return None
+
+
+def docs_of(m, coll="c", db="test"):
+    with m.client(serverSelectionTimeoutMS=2000) as c:
+        return sorted(c[db][coll].find({}), key=lambda d: str(d["_id"]))
+
+
+def rollback_files(m) -> list[Path]:
+    root = Path(m.dbpath) / "rollback"
+    return sorted(root.glob("*/removed.*.bson")) if root.exists() else []
+
+
+def test_rollback_undoes_writes_no_majority_received(rs, monkeypatch):
+    a, b, c_ = rs.members
+    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
+    rs.wait_for_state(a, "PRIMARY", 30)
+    for m in (b, c_):
+        rs.wait_for_state(m, "SECONDARY")
+    majority = WriteConcern(w="majority")
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=20000)) as client:
+        coll = client.test.get_collection("c", write_concern=majority)
+        coll.create_index("k", unique=True)
+        coll.insert_many([{"_id": i, "k": i, "v": "committed"} for i in range(5)])
+    uuid_before = None
+    with a.client() as ca:
+        info = ca.test.command("listCollections", filter={"name": "c"})["cursor"]["firstBatch"][0]
+        uuid_before = info["info"]["uuid"]
+
+    # Both secondaries stop; the primary takes w:1 writes before it notices (check-quorum
+    # steps it down after the election timeout).
+    b.kill()
+    c_.kill()
+    with a.client() as ca:
+        w1 = ca.test.get_collection("c", write_concern=WriteConcern(w=1))
+        w1.insert_one({"_id": "lost-insert", "k": 100, "v": "w1"})
+        w1.update_one({"_id": 1}, {"$set": {"v": "lost-update"}})
+        w1.delete_one({"_id": 2})
+        w1.insert_one({"_id": "lost-2", "k": 101})
+        ca.test.get_collection("fresh", write_concern=WriteConcern(w=1)).insert_one({"_id": "only-here"})
+        assert ca.test.c.find_one({"_id": 1})["v"] == "lost-update"
+    a.kill()
+
+    # The others elect a new primary and take writes of their own (reusing a unique key
+    # and an _id the lost writes used).
+    b.restart()
+    c_.restart()
+    assert rs.wait_for_primary(30, exclude=a) is b
+    with b.client() as cb:
+        nb = cb.test.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=20000))
+        nb.insert_one({"_id": "new-primary", "k": 100})
+        nb.update_one({"_id": 3}, {"$set": {"v": "after-failover"}})
+        nb.insert_one({"_id": "lost-2", "k": 102, "v": "b's own"})
+
+    # The old primary restarts: it is held in ROLLBACK for a while (test hook) so its state
+    # can be seen, undoes its w:1 writes and syncs.
+    monkeypatch.setenv("NIDUS_TEST_ROLLBACK_PAUSE_MS", "3000")
+    a.restart()
+    monkeypatch.delenv("NIDUS_TEST_ROLLBACK_PAUSE_MS")
+    wait_until(lambda: my_state(a) == "ROLLBACK", 20, "old primary in ROLLBACK")
+    with b.client() as cb:
+        seen = wait_until(
+            lambda: [x for x in cb.admin.command("replSetGetStatus")["members"] if x["name"] == rs.host(a) and x["stateStr"] in ("ROLLBACK", "SECONDARY", "PRIMARY")],
+            20, "primary sees the old primary")
+    wait_until(lambda: my_state(a) in ("SECONDARY", "PRIMARY"), 30, "old primary back")
+
+    want = docs_of(b)
+    assert {d["_id"] for d in want} == {0, 1, 2, 3, 4, "new-primary", "lost-2"}
+    assert next(d for d in want if d["_id"] == 1)["v"] == "committed"
+    got = wait_until(lambda: docs_of(a) if docs_of(a) == want else None, 20, "old primary equals the new one")
+    assert got == want
+    with a.client() as ca:
+        # The unique index agrees with the documents (k: 100 belongs to the new primary's).
+        assert [d["_id"] for d in ca.test.c.find({"k": 100}).hint("k_1")] == ["new-primary"]
+        assert ca.test.c.count_documents({}) == len(want)
+        # The collection only the lost writes created is gone.
+        assert "fresh" not in ca.test.list_collection_names()
+        # Its oplog holds none of the lost entries.
+        lost = list(ca.local["oplog.rs"].find({"$or": [{"o._id": "lost-insert"}, {"ns": "test.fresh"}, {"o.create": "fresh"}]}))
+        assert lost == [], lost
+        res = ca.test.command("validate", "c")
+        assert res["valid"], res
+
+    # The local versions of what was rolled back, as MongoDB writes them.
+    files = rollback_files(a)
+    assert files, "no rollback files"
+    saved = []
+    for f in files:
+        saved += bson.decode_all(f.read_bytes())
+    ids = {d["_id"] for d in saved}
+    assert {"lost-insert", 1, "lost-2", "only-here"} <= ids, saved
+    assert any(d["_id"] == 1 and d["v"] == "lost-update" for d in saved)
+    dirs = {f.parent.name for f in files}
+    assert all(len(d) == 36 for d in dirs), dirs  # collection UUIDs
+    assert "rolled back" in a.log_text()
+
+    # The set goes on: the old primary takes its role back by priority and every member
+    # holds the same data; everything majority-acknowledged survived.
+    rs.wait_for_state(a, "PRIMARY", 30)
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=20000)) as client:
+        client.test.get_collection("c", write_concern=majority).insert_one({"_id": "end", "k": 200})
+    final = wait_until(lambda: (lambda ds: ds if all(d == ds[0] for d in ds) else None)([docs_of(m) for m in rs.members]), 20, "same data")
+    assert {0, 1, 2, 3, 4, "new-primary", "lost-2", "end"} == {d["_id"] for d in final[0]}
+
+
+# ---------------------------------------------------------------- read concerns
+
+def test_read_concern_combinations_refused_as_mongodb(rs):
+    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
+    primary = rs.wait_for_primary(30)
+    secondary = rs.members[2]
+    rs.wait_for_state(secondary, "SECONDARY")
+    from bson import Timestamp
+    from pymongo.errors import OperationFailure
+
+    ts = Timestamp(1, 1)
+    cases = [
+        ({"afterClusterTime": ts, "afterOpTime": {"ts": ts, "t": 1}}, 72),
+        ({"level": "available", "afterClusterTime": ts}, 72),
+        ({"level": "linearizable", "afterClusterTime": ts}, 72),
+        ({"level": "snapshot", "afterOpTime": {"ts": ts, "t": 1}}, 72),
+        ({"level": "local", "afterClusterTime": Timestamp(0, 0)}, 72),
+        ({"level": "linearizable", "afterOpTime": {"ts": ts, "t": 1}}, 9),
+    ]
+    with primary.client() as c:
+        for rc, code in cases:
+            with pytest.raises(OperationFailure) as e:
+                c.test.command("find", "c", readConcern=rc)
+            assert e.value.code == code, (rc, e.value.details)
+        # Fine on the primary.
+        c.test.command("find", "c", readConcern={"level": "linearizable"})
+        c.test.command("find", "c", readConcern={"level": "majority", "afterClusterTime": ts})
+    with secondary.client(readPreference="secondaryPreferred") as c:
+        with pytest.raises(PyMongoError) as e:
+            c.test.command("find", "c", readConcern={"level": "linearizable"},
+                           read_preference=c.read_preference)
+        assert e.value.details["code"] == 10107
+        assert "linearizable read concern on non-primary" in str(e.value)
+
+
+def test_majority_read_on_primary_never_shows_a_write_that_rolls_back(rs):
+    a, b, c_ = rs.members
+    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
+    rs.wait_for_state(a, "PRIMARY", 30)
+    for m in (b, c_):
+        rs.wait_for_state(m, "SECONDARY")
+    with a.client() as ca:
+        ca.test.get_collection("c", write_concern=WriteConcern(w="majority")).insert_one({"_id": "kept"})
+        # Majority reads see majority-committed writes at once.
+        got = ca.test.command("find", "c", readConcern={"level": "majority"})["cursor"]["firstBatch"]
+        assert [d["_id"] for d in got] == ["kept"]
+        b.kill()
+        c_.kill()
+        ca.test.get_collection("c", write_concern=WriteConcern(w=1)).insert_one({"_id": "doomed"})
+        local = ca.test.command("find", "c", readConcern={"level": "local"})["cursor"]["firstBatch"]
+        assert {d["_id"] for d in local} == {"kept", "doomed"}
+        from pymongo.errors import OperationFailure
+        with pytest.raises(OperationFailure) as e:
+            ca.test.command("find", "c", readConcern={"level": "majority"}, maxTimeMS=500)
+        assert e.value.code in (50, 11602), e.value.details
+    a.kill()
+    b.restart()
+    c_.restart()
+    assert rs.wait_for_primary(30, exclude=a) is b
+    a.restart()
+    wait_until(lambda: my_state(a) in ("SECONDARY", "PRIMARY"), 30, "old primary back")
+    assert wait_until(lambda: [d["_id"] for d in docs_of(a)] == ["kept"], 20, "doomed write rolled back")
+
+
+def test_causal_reads_on_secondaries_wait_for_the_write(rs):
+    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
+    primary = rs.wait_for_primary(30)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    uri = rs.uri(readPreference="secondary", w="majority", journal="true", serverSelectionTimeoutMS=20000)
+    with MongoClient(uri) as client:
+        coll = client.test.c
+        for i in range(30):
+            with client.start_session(causal_consistency=True) as s:
+                coll.update_one({"_id": "x"}, {"$set": {"v": i}}, upsert=True, session=s)
+                # afterClusterTime from the session: the secondary waits until it applied
+                # the write (w:majority alone does not make it visible there).
+                d = coll.with_options(read_concern=__import__("pymongo").read_concern.ReadConcern("majority")).find_one({"_id": "x"}, session=s)
+                assert d is not None and d["v"] == i, (i, d)
+
+
+# ---------------------------------------------------------------- faults through a proxy
+
+@pytest.fixture
+def proxied():
+    from fault_proxy import ProxiedSet
+
+    r = ReplicaSet(3).start()
+    p = ProxiedSet(r)
+    try:
+        yield p
+    finally:
+        p.close()
+        r.stop()
+        for m in r.members:
+            assert m.panics() == [], m.log_tail()
+
+
+def start_proxied(p):
+    p.initiate(priorities=[3, 2, 1], settings=SETTINGS)
+    a = p.rs.members[0]
+    p.rs.wait_for_state(a, "PRIMARY", 30)
+    for m in p.rs.members[1:]:
+        p.rs.wait_for_state(m, "SECONDARY", 30)
+    return a
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def test_seed000_lab_stale_reads_causal_reads_and_majority_cost(proxied):
+    """Seed 000's lab: priorities 3/2/1, a client with readPreference=secondaryPreferred,
+    w=majority, journal=true, and injected network latency."""
+    from pymongo.read_concern import ReadConcern
+
+    start_proxied(proxied)
+    delay_ms = 50
+    uri = proxied.uri(readPreference="secondaryPreferred", retryWrites="true", w="majority",
+                      journal="true", serverSelectionTimeoutMS=20000)
+    with MongoClient(uri) as client:
+        client.test.c.insert_one({"_id": "warm", "v": 0})
+        proxied.faults.delay(delay_ms)
+        # w:1 and a plain read from a secondary: the read can miss the write.
+        w1 = client.test.get_collection("c", write_concern=WriteConcern(w=1))
+        stale = 0
+        for i in range(8):
+            w1.update_one({"_id": "w1"}, {"$set": {"v": i}}, upsert=True)
+            d = client.test.c.find_one({"_id": "w1"})
+            if d is None or d["v"] != i:
+                stale += 1
+        assert stale >= 1, "no stale read from a secondary after w:1 writes under latency"
+        # A causally consistent session with majority reads and writes: never stale.
+        maj = client.test.get_collection("c", read_concern=ReadConcern("majority"))
+        with client.start_session(causal_consistency=True) as s:
+            for i in range(8):
+                maj.update_one({"_id": "causal"}, {"$set": {"v": i}}, upsert=True, session=s)
+                d = maj.find_one({"_id": "causal"}, session=s)
+                assert d is not None and d["v"] == i, (i, d)
+        # w:majority costs about one replication round trip (2 x delay) more than w:1.
+        t1, tm = [], []
+        for i in range(8):
+            t = time.monotonic()
+            w1.insert_one({"k": "w1", "i": i})
+            t1.append(time.monotonic() - t)
+            t = time.monotonic()
+            client.test.c.insert_one({"k": "maj", "i": i})
+            tm.append(time.monotonic() - t)
+        extra = median(tm) - median(t1)
+        print(f"\nunder {delay_ms} ms one-way delay: w:1 median {median(t1) * 1000:.0f} ms, "
+              f"w:majority median {median(tm) * 1000:.0f} ms (+{extra * 1000:.0f} ms)")
+        rtt = 2 * delay_ms / 1000
+        assert 0.5 * rtt <= extra <= 4 * rtt, (t1, tm)
+        proxied.faults.delay(0)
+
+
+def test_isolated_primary_steps_down_and_majority_elects(proxied):
+    a = start_proxied(proxied)
+    rs = proxied.rs
+    with MongoClient(proxied.uri(w="majority", serverSelectionTimeoutMS=20000)) as client:
+        client.test.c.insert_one({"_id": "before"})
+        with a.client() as ca:
+            got = ca.test.command("find", "c", readConcern={"level": "linearizable"}, maxTimeMS=5000)
+            assert [d["_id"] for d in got["cursor"]["firstBatch"]] == ["before"]
+        t0 = time.monotonic()
+        proxied.faults.isolate(a.port)
+        # A linearizable read cannot be served by a primary that lost its majority (Raft's
+        # read index needs a majority's heartbeat acknowledgements).
+        time.sleep(0.5)  # the proxies cut open connections within 0.2 s
+        with a.client() as ca:
+            with pytest.raises(PyMongoError) as e:
+                ca.test.command("find", "c", readConcern={"level": "linearizable"}, maxTimeMS=1000)
+            assert e.value.details["code"] in (50, 11602, 10107), e.value.details
+        # The majority side elects the priority-2 member.
+        new = wait_until(lambda: next((m for m in rs.members[1:] if (rs.hello(m) or {}).get("isWritablePrimary")), None),
+                         30, "a primary on the majority side")
+        assert new is rs.members[1]
+        # The isolated primary steps down (it no longer hears a majority).
+        wait_until(lambda: (rs.hello(a) or {}).get("isWritablePrimary") is False, 20,
+                   "isolated primary stepped down")
+        print(f"\npartition -> new primary in {time.monotonic() - t0:.2f} s")
+        with new.client() as cn:
+            cn.test.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=20000)).insert_one({"_id": "during"})
+        with a.client() as ca:
+            from pymongo.errors import NotPrimaryError
+            with pytest.raises(NotPrimaryError):
+                ca.test.c.insert_one({"_id": "refused"})
+        proxied.faults.heal()
+        # The old primary catches up and takes its role back by priority.
+        rs.wait_for_state(a, "PRIMARY", 40)
+        client.test.c.insert_one({"_id": "after"})
+        final = wait_until(lambda: (lambda ds: ds if all(d == ds[0] for d in ds) else None)([docs_of(m) for m in rs.members]), 20, "same data")
+        assert [d["_id"] for d in final[0]] == ["after", "before", "during"]
+
+
+def test_change_stream_resumes_across_failover_exactly_once(rs):
+    a = rs.members[0]
+    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
+    rs.wait_for_state(a, "PRIMARY", 30)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    uri = rs.uri(w="majority", retryWrites="true", retryReads="true", serverSelectionTimeoutMS=20000)
+    with MongoClient(uri) as client:
+        coll = client.test.get_collection("cs")
+        coll.insert_one({"_id": -1})
+        seen = []
+        with coll.watch(max_await_time_ms=200) as stream:
+            for i in range(5):
+                coll.insert_one({"_id": i})
+            while len(seen) < 5:
+                ev = stream.try_next()
+                if ev is not None:
+                    seen.append(ev["documentKey"]["_id"])
+            a.kill()
+            i = 5
+            deadline = time.monotonic() + 40
+            while i < 10 and time.monotonic() < deadline:
+                try:
+                    coll.insert_one({"_id": i})
+                    i += 1
+                except PyMongoError:
+                    time.sleep(0.1)
+            assert i == 10, "writes did not resume after the failover"
+            while len(seen) < 10 and time.monotonic() < deadline:
+                try:
+                    ev = stream.try_next()
+                except PyMongoError:
+                    time.sleep(0.1)
+                    continue
+                if ev is not None:
+                    seen.append(ev["documentKey"]["_id"])
+            # Nothing more arrives: no event twice.
+            extra = []
+            t = time.monotonic()
+            while time.monotonic() - t < 1.0:
+                ev = stream.try_next()
+                if ev is not None:
+                    extra.append(ev["documentKey"]["_id"])
+    assert seen == list(range(10)), seen
+    assert extra == [], extra
+
+
+def test_randomized_history_keeps_majority_writes_and_causal_order(proxied):
+    """A short Jepsen-style run: w:majority inserts and register updates in a causal session
+    (reads from secondaries, majority read concern) while a nemesis partitions members, kills
+    and restarts them and injects latency. Checked: no acknowledged w:majority insert is lost,
+    and reads in the causal session never go backwards or miss the session's own writes.
+    `NIDUS_JEPSEN_SECONDS` sets the length (default 15), `NIDUS_JEPSEN_SEED` the seed."""
+    import random
+
+    from pymongo.read_concern import ReadConcern
+
+    seconds = float(os.environ.get("NIDUS_JEPSEN_SECONDS", "15"))
+    seed = int(os.environ.get("NIDUS_JEPSEN_SEED", str(int(time.time()))))
+    rnd = random.Random(seed)
+    print(f"\nseed {seed}, {seconds} s")
+    start_proxied(proxied)
+    rs = proxied.rs
+    uri = proxied.uri(readPreference="secondaryPreferred", retryWrites="true", w="majority",
+                      wtimeoutMS="5000", serverSelectionTimeoutMS="5000", socketTimeoutMS="8000",
+                      connectTimeoutMS="2000")
+    acked: list[int] = []
+    history: list[tuple] = []
+    killed = None
+    with MongoClient(uri) as client:
+        coll = client.test.get_collection("h", read_concern=ReadConcern("majority"))
+        session = client.start_session(causal_consistency=True)
+        last_read = -1
+        last_written = -1
+        next_id = 0
+        next_nemesis = time.monotonic() + 2
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if time.monotonic() >= next_nemesis:
+                next_nemesis = time.monotonic() + rnd.uniform(1.5, 3.0)
+                proxied.faults.heal()
+                proxied.faults.delay(0)
+                if killed is not None:
+                    killed.restart()
+                    history.append(("restart", killed.port))
+                    killed = None
+                action = rnd.choice(["isolate", "kill", "delay", "none"])
+                victim = rnd.choice(rs.members)
+                if action == "isolate":
+                    proxied.faults.isolate(victim.port)
+                elif action == "kill":
+                    victim.kill()
+                    killed = victim
+                elif action == "delay":
+                    proxied.faults.delay(rnd.choice([5, 20, 40]))
+                history.append((action, victim.port))
+            op = rnd.choice(["insert", "insert", "write", "read", "read"])
+            try:
+                if op == "insert":
+                    i = next_id
+                    next_id += 1
+                    coll.insert_one({"_id": i})
+                    acked.append(i)
+                elif op == "write":
+                    v = last_written + 1
+                    coll.update_one({"_id": "reg"}, {"$max": {"v": v}}, upsert=True, session=session)
+                    last_written = v
+                else:
+                    d = coll.find_one({"_id": "reg"}, session=session)
+                    v = -1 if d is None else d["v"]
+                    history.append(("read", v))
+                    assert v >= last_read, f"read went backwards: {v} after {last_read} ({history[-20:]})"
+                    assert v >= last_written, f"read {v} misses the session's write {last_written}"
+                    last_read = v
+            except PyMongoError as e:
+                history.append((op, "error", type(e).__name__))
+                time.sleep(0.05)
+        session.end_session()
+    proxied.faults.heal()
+    proxied.faults.delay(0)
+    if killed is not None:
+        killed.restart()
+    wait_until(lambda: any((rs.hello(m) or {}).get("isWritablePrimary") for m in rs.members), 40, "a primary")
+    for m in rs.members:
+        wait_until(lambda: my_state(m) in ("PRIMARY", "SECONDARY"), 60, f"{rs.host(m)} healthy")
+
+    def present_everywhere():
+        sets = [{d["_id"] for d in docs_of(m, "h")} for m in rs.members]
+        return sets if all(set(acked) <= s for s in sets) else None
+
+    wait_until(present_everywhere, 40, f"every acknowledged insert on every member ({len(acked)} acked)")
+    print(f"{len(acked)} acknowledged inserts, {sum(1 for h in history if h[0] == 'read')} causal reads, "
+          f"nemesis: {[h for h in history if h[0] in ('isolate', 'kill', 'delay', 'none', 'restart')]}")
+    assert len(acked) > 5
