@@ -301,7 +301,11 @@ const INLINE_MAX_DOCUMENTS: usize = 64;
 /// blocks on those as well).
 fn runs_inline(state: &ServerState, msg: &nidus_wire::OpMsg) -> bool {
     use bson::Bson;
-    if msg.exhaust_allowed() || state.fail_points.command_fail_point_set() {
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // NIDUS_INLINE_COMMANDS=0 sends every command to the blocking pool (for A/B measurements).
+    let disabled =
+        *DISABLED.get_or_init(|| std::env::var("NIDUS_INLINE_COMMANDS").is_ok_and(|v| v == "0"));
+    if disabled || msg.exhaust_allowed() || state.fail_points.command_fail_point_set() {
         return false;
     }
     let body = &msg.body;
