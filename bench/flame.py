@@ -41,7 +41,13 @@ def workloads(client):
         for i in range(n):
             coll.update_one({"_id": i % 10000}, {"$inc": {"n": 1}})
 
-    return {"ping": ping, "find_one": find_one, "update_one": update_one}
+    def insert_many(n):
+        many = client["bench"]["many"]
+        for _ in range(max(1, n // 1000)):
+            many.insert_many([{"k": i, "s": "x" * 100} for i in range(1000)])
+
+    return {"ping": ping, "find_one": find_one, "update_one": update_one,
+            "insert_many": insert_many}
 
 
 def main():
@@ -51,7 +57,7 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--tag", required=True, help="file name suffix, e.g. before or after")
     p.add_argument("--ops", type=int, default=20000)
-    p.add_argument("--only", default="ping,find_one,update_one")
+    p.add_argument("--only", default="ping,find_one,update_one,insert_many")
     args = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="nidus-flame-")
     port = free_port()
