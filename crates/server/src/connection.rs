@@ -293,9 +293,9 @@ impl Out {
 const INLINE_MAX_DOCUMENTS: usize = 64;
 
 /// Whether a command is cheap and cannot wait, so it runs on the connection's task: `ping`,
-/// a non-awaitable `hello`, `find` by `_id` equality, and `insert`/`update`/`delete` by
-/// `_id` outside a multi-statement transaction with a write concern that waits for nothing
-/// (no `j`, no majority or `w` > 1). Such a command touches a bounded number of keys; the
+/// a non-awaitable `hello`, `find` by `_id` equality on a collection (no hint or collation),
+/// and `insert`/`update`/`delete` by `_id` (no hint or collation) outside a multi-statement
+/// transaction with a write concern that waits for nothing (no `j`, no majority or `w` > 1). Such a command touches a bounded number of keys; the
 /// only waits left are a session used by two commands at once (see `session.rs`, which
 /// leaves the worker in that case) and RocksDB write stalls (mongod's connection thread
 /// blocks on those as well).
@@ -341,9 +341,21 @@ fn runs_inline(state: &ServerState, msg: &nidus_wire::OpMsg) -> bool {
         "ping" => true,
         "hello" | "isMaster" | "ismaster" => !body.contains_key("maxAwaitTimeMS"),
         "find" => {
+            // A hint, min or max can make a scan of another index out of an `_id` filter, a
+            // collation other than the `_id` index's a collection scan; a view runs its
+            // pipeline.
+            let is_view = match (body.get("find"), body.get("$db")) {
+                (Some(Bson::String(c)), Some(Bson::String(db))) => state
+                    .engine
+                    .view(&nidus_engine::namespace::Namespace::new(db, c))
+                    .is_some(),
+                _ => true,
+            };
             by_id(body.get("filter"))
-                && !body.contains_key("tailable")
-                && !body.contains_key("awaitData")
+                && !["tailable", "awaitData", "hint", "min", "max", "collation"]
+                    .iter()
+                    .any(|k| body.contains_key(k))
+                && !is_view
         }
         "insert" => {
             let n = match body.get("documents") {
@@ -372,6 +384,8 @@ fn runs_inline(state: &ServerState, msg: &nidus_wire::OpMsg) -> bool {
                         Bson::Document(op) => {
                             by_id(op.get("q"))
                                 && !matches!(op.get("multi"), Some(Bson::Boolean(true)))
+                                && !op.contains_key("hint")
+                                && !op.contains_key("collation")
                         }
                         _ => false,
                     };
@@ -380,7 +394,10 @@ fn runs_inline(state: &ServerState, msg: &nidus_wire::OpMsg) -> bool {
             for (_, ops) in msg.sequences.iter().filter(|(f, _)| f == field) {
                 for op in ops {
                     n += 1;
-                    all_by_id &= raw_by_id(op) && !matches!(op.get_bool("multi"), Ok(true));
+                    all_by_id &= raw_by_id(op)
+                        && !matches!(op.get_bool("multi"), Ok(true))
+                        && !matches!(op.get("hint"), Ok(Some(_)))
+                        && !matches!(op.get("collation"), Ok(Some(_)));
                 }
             }
             n > 0 && n <= INLINE_MAX_DOCUMENTS && all_by_id && !write_waits()
