@@ -1,5 +1,6 @@
 //! The engine: catalog, write path and read path over the storage traits.
 
+pub mod blocking;
 pub mod capped;
 pub mod catalog;
 mod ddl;

@@ -46,7 +46,7 @@ pub fn with_write_conflict_retry<T>(
                     }
                 }
                 if !pause.is_zero() {
-                    std::thread::sleep(pause);
+                    crate::blocking::wait(|| std::thread::sleep(pause));
                 }
                 attempt = attempt.saturating_add(1);
             }

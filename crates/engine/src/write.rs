@@ -405,6 +405,92 @@ impl Engine {
         Ok(())
     }
 
+    /// Inserts prepared documents (see [`prepare_insert`]), each with its own statement
+    /// options, in one storage transaction with one oplog entry per document, as MongoDB
+    /// groups a batch's inserts (`internalInsertMaxBatchSize`). All or nothing: on any error
+    /// nothing is written and the caller inserts the documents one at a time with
+    /// [`Engine::insert_one`], which reports each document's own error. Multi-statement
+    /// transactions and capped collections are refused here (they insert one at a time).
+    pub fn insert_batch(
+        &self,
+        coll: &CollectionRef,
+        docs: &[(&RawDocument, &WriteOpts)],
+    ) -> Result<()> {
+        self.check_not_oplog(coll)?;
+        let Some((_, first)) = docs.first() else {
+            return Ok(());
+        };
+        let meta = coll.meta.read();
+        if meta.dropped {
+            return Err(Error::new(
+                ErrorCode::NamespaceNotFound,
+                "collection dropped",
+            ));
+        }
+        if docs.iter().any(|(_, o)| o.txn.is_some())
+            || crate::capped::CappedLimits::of(&meta.options).is_some()
+        {
+            return Err(Error::internal("insert batch: not batchable"));
+        }
+        let mut widened = false;
+        let prepared = docs
+            .iter()
+            .map(|(doc, opts)| {
+                if let (Some(v), false) = (&meta.validator, opts.bypass_document_validation) {
+                    v.check_insert(&coll.ns, doc)?;
+                }
+                let (ks, w) = index_keys_all(&meta, doc)?;
+                widened |= w;
+                Ok(ks)
+            })
+            .collect::<Result<Vec<_>>>();
+        let result = prepared.and_then(|all_keys| {
+            self.retry(first, || {
+                let mut txn = self.kv.begin();
+                let mut ops = Vec::with_capacity(docs.len());
+                for ((doc, opts), doc_keys) in docs.iter().zip(&all_keys) {
+                    let rid = coll.allocate_record_id();
+                    for (ix, ks) in meta.write_indexes().zip(doc_keys) {
+                        index::insert_keys(txn.as_mut(), coll, ix, ks, rid)?;
+                    }
+                    txn.put(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
+                    self.log_op(&mut ops, coll, &meta, opts, (None, None), || {
+                        Ok(OplogEntry::insert(
+                            &coll.ns,
+                            meta.uuid,
+                            Document::try_from(*doc)?,
+                        ))
+                    })?;
+                    record_insert(txn.as_mut(), opts, doc)?;
+                }
+                if widened {
+                    write_catalog_entry(txn.as_mut(), coll, &meta)?;
+                }
+                self.commit_logged(txn, ops)?;
+                Ok(all_keys.iter().flatten().map(|k| k.len()).sum::<usize>())
+            })
+        });
+        match result {
+            Ok(index_keys) => {
+                count_index_changes(index_keys, 0);
+                let bytes: usize = docs.iter().map(|(d, _)| d.as_bytes().len()).sum();
+                coll.adjust_stats(docs.len() as i64, bytes as i64);
+                Ok(())
+            }
+            Err(e) => {
+                // Key generation already marked the indexes multikey in memory; the
+                // one-at-a-time inserts that follow would not see a change to persist.
+                // Multikey is a conservative flag, so persisting it is right either way.
+                if widened {
+                    let mut txn = self.kv.begin();
+                    write_catalog_entry(txn.as_mut(), coll, &meta)?;
+                    txn.commit()?;
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Record ids of the documents a write statement targets, read from a snapshot. The
     /// plan's counters go to the thread's operation (the profiler's `keysExamined`, ...).
     fn target_ids(

@@ -1,4 +1,10 @@
-//! One client connection: read a message, run it off the reactor, write the reply.
+//! One client connection: read a message, run it, write the reply.
+//!
+//! Cheap commands (see [`runs_inline`]) run on the connection's own task, as mongod runs a
+//! command on its connection's thread: no hand-off to another thread and back. Everything
+//! that can wait (awaitable `hello`, cursors, write-concern waits, journal syncs, scans,
+//! transactions, fail points) runs on tokio's blocking pool while the task watches the
+//! client for a hang-up.
 
 use crate::commands::{self, Reply, Request};
 use crate::log;
@@ -168,6 +174,27 @@ async fn handle_one<S: ClientStream>(
         request,
         compressor,
     } = decoded;
+    if let WireRequest::Msg(msg) = &request {
+        if runs_inline(state, msg) {
+            let _hook = nidus_engine::blocking::install(|f| tokio::task::block_in_place(f));
+            let mut conn = conn;
+            let mut out = Out::Buffer(Vec::new());
+            let close = execute(
+                state,
+                &mut conn,
+                request,
+                header.request_id,
+                compressor,
+                &mut out,
+            );
+            if let Out::Buffer(frames) = out {
+                for frame in frames {
+                    stream.write_all(&frame).await?;
+                }
+            }
+            return Ok((!close).then_some(conn));
+        }
+    }
     // Replies travel through a channel so an exhaust cursor can stream several of them.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
     let state2 = state.clone();
@@ -179,7 +206,7 @@ async fn handle_one<S: ClientStream>(
             request,
             header.request_id,
             compressor,
-            &tx,
+            &mut Out::Channel(tx),
         );
         (conn, close)
     });
@@ -233,28 +260,195 @@ fn next_request_id() -> i32 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Runs one request, sending its replies on `tx`. Returns true when the connection must close.
+/// Where a command's reply frames go.
+enum Out {
+    /// To the connection task, which writes them while the command runs on another thread.
+    Channel(tokio::sync::mpsc::Sender<Vec<u8>>),
+    /// Kept until an inline command returns (it sends one reply at most).
+    Buffer(Vec<Vec<u8>>),
+}
+
+impl Out {
+    /// False when the client is gone.
+    fn send(&mut self, frame: Vec<u8>) -> bool {
+        match self {
+            Out::Channel(tx) => tx.blocking_send(frame).is_ok(),
+            Out::Buffer(frames) => {
+                frames.push(frame);
+                true
+            }
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        match self {
+            Out::Channel(tx) => tx.is_closed(),
+            Out::Buffer(_) => false,
+        }
+    }
+}
+
+/// Most documents an inline `insert` may carry (MongoDB's internalInsertMaxBatchSize: one
+/// storage batch).
+const INLINE_MAX_DOCUMENTS: usize = 64;
+
+/// Whether a command is cheap and cannot wait, so it runs on the connection's task: `ping`,
+/// a non-awaitable `hello`, `find` by `_id` equality on a collection (no hint or collation),
+/// and `insert`/`update`/`delete` by `_id` (no hint or collation) outside a multi-statement
+/// transaction with a write concern that waits for nothing (no `j`, no majority or `w` > 1). Such a command touches a bounded number of keys; the
+/// only waits left are a session used by two commands at once (see `session.rs`, which
+/// leaves the worker in that case) and RocksDB write stalls (mongod's connection thread
+/// blocks on those as well).
+fn runs_inline(state: &ServerState, msg: &nidus_wire::OpMsg) -> bool {
+    use bson::Bson;
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // NIDUS_INLINE_COMMANDS=0 sends every command to the blocking pool (for A/B measurements).
+    let disabled =
+        *DISABLED.get_or_init(|| std::env::var("NIDUS_INLINE_COMMANDS").is_ok_and(|v| v == "0"));
+    if disabled || msg.exhaust_allowed() || state.fail_points.command_fail_point_set() {
+        return false;
+    }
+    let body = &msg.body;
+    let Some(name) = body.keys().next() else {
+        return false;
+    };
+    let transaction = body.contains_key("autocommit") || body.contains_key("startTransaction");
+    let read_concern_waits = match body.get("readConcern") {
+        None => false,
+        Some(Bson::Document(rc)) => rc.iter().any(|(k, v)| match k.as_str() {
+            "level" => !matches!(v, Bson::String(l) if l == "local" || l == "available"),
+            _ => true,
+        }),
+        Some(_) => true,
+    };
+    if transaction || read_concern_waits || body.contains_key("maxTimeMS") {
+        return false;
+    }
+    let by_id = |filter: Option<&Bson>| -> bool {
+        let Some(Bson::Document(f)) = filter else {
+            return false;
+        };
+        f.len() == 1
+            && matches!(f.get("_id"), Some(v) if !matches!(v,
+                Bson::Document(_) | Bson::Array(_) | Bson::RegularExpression(_)
+                | Bson::JavaScriptCode(_) | Bson::JavaScriptCodeWithScope(_)))
+    };
+    let write_waits = || match commands::WriteConcern::parse(body) {
+        Ok(wc) => wc.journal || wc.majority || wc.nodes.is_some_and(|n| n > 1),
+        Err(_) => true,
+    };
+    match name.as_str() {
+        "ping" => true,
+        "hello" | "isMaster" | "ismaster" => !body.contains_key("maxAwaitTimeMS"),
+        "find" => {
+            // A hint, min or max can make a scan of another index out of an `_id` filter, a
+            // collation other than the `_id` index's a collection scan; a view runs its
+            // pipeline.
+            let is_view = match (body.get("find"), body.get("$db")) {
+                (Some(Bson::String(c)), Some(Bson::String(db))) => state
+                    .engine
+                    .view(&nidus_engine::namespace::Namespace::new(db, c))
+                    .is_some(),
+                _ => true,
+            };
+            by_id(body.get("filter"))
+                && !["tailable", "awaitData", "hint", "min", "max", "collation"]
+                    .iter()
+                    .any(|k| body.contains_key(k))
+                && !is_view
+        }
+        "insert" => {
+            let n = match body.get("documents") {
+                Some(Bson::Array(a)) => a.len(),
+                _ => msg
+                    .sequences
+                    .iter()
+                    .filter(|(f, _)| f == "documents")
+                    .map(|(_, d)| d.len())
+                    .sum(),
+            };
+            n <= INLINE_MAX_DOCUMENTS && !write_waits()
+        }
+        "update" | "delete" => {
+            let field = if name == "update" {
+                "updates"
+            } else {
+                "deletes"
+            };
+            let mut n = 0usize;
+            let mut all_by_id = true;
+            if let Some(Bson::Array(ops)) = body.get(field) {
+                for op in ops {
+                    n += 1;
+                    all_by_id &= match op {
+                        Bson::Document(op) => {
+                            by_id(op.get("q"))
+                                && !matches!(op.get("multi"), Some(Bson::Boolean(true)))
+                                && !op.contains_key("hint")
+                                && !op.contains_key("collation")
+                        }
+                        _ => false,
+                    };
+                }
+            }
+            for (_, ops) in msg.sequences.iter().filter(|(f, _)| f == field) {
+                for op in ops {
+                    n += 1;
+                    all_by_id &= raw_by_id(op)
+                        && !matches!(op.get_bool("multi"), Ok(true))
+                        && !matches!(op.get("hint"), Ok(Some(_)))
+                        && !matches!(op.get("collation"), Ok(Some(_)));
+                }
+            }
+            n > 0 && n <= INLINE_MAX_DOCUMENTS && all_by_id && !write_waits()
+        }
+        _ => false,
+    }
+}
+
+/// Whether a write statement from a document sequence selects by `_id` equality alone (as
+/// `by_id` in [`runs_inline`]).
+fn raw_by_id(op: &bson::RawDocumentBuf) -> bool {
+    use bson::spec::ElementType;
+    let Ok(q) = op.get_document("q") else {
+        return false;
+    };
+    let mut fields = q.iter();
+    let first = match fields.next() {
+        Some(Ok(("_id", value))) => value,
+        _ => return false,
+    };
+    fields.next().is_none()
+        && !matches!(
+            first.element_type(),
+            ElementType::EmbeddedDocument
+                | ElementType::Array
+                | ElementType::RegularExpression
+                | ElementType::JavaScriptCode
+                | ElementType::JavaScriptCodeWithScope
+        )
+}
+
+/// Runs one request, sending its replies to `out`. Returns true when the connection must close.
 fn execute(
     state: &ServerState,
     conn: &mut ConnState,
     request: WireRequest,
     request_id: i32,
     compressor: Option<Compressor>,
-    tx: &tokio::sync::mpsc::Sender<Vec<u8>>,
+    out: &mut Out,
 ) -> bool {
     state.connections.active.fetch_add(1, Ordering::Relaxed);
     let close = match request {
-        WireRequest::Msg(msg) => run_msg(state, conn, msg, request_id, compressor, tx),
+        WireRequest::Msg(msg) => run_msg(state, conn, msg, request_id, compressor, out),
         WireRequest::Query(q) => {
             let reply = legacy_query(state, conn, q);
             reply.close_connection
-                || tx
-                    .blocking_send(nidus_wire::encode_reply(
-                        next_request_id(),
-                        request_id,
-                        &reply.body,
-                    ))
-                    .is_err()
+                || !out.send(nidus_wire::encode_reply(
+                    next_request_id(),
+                    request_id,
+                    &reply.body,
+                ))
         }
     };
     state.connections.active.fetch_sub(1, Ordering::Relaxed);
@@ -271,7 +465,7 @@ fn run_msg(
     msg: nidus_wire::OpMsg,
     request_id: i32,
     compressor: Option<Compressor>,
-    tx: &tokio::sync::mpsc::Sender<Vec<u8>>,
+    out: &mut Out,
 ) -> bool {
     let silent = msg.more_to_come();
     let exhaust =
@@ -286,7 +480,7 @@ fn run_msg(
     let mut response_to = request_id;
     loop {
         if let Some(wait) = await_hello {
-            if !await_topology_change(state, tx, wait) {
+            if !await_topology_change(state, out, wait) {
                 return true;
             }
         }
@@ -302,7 +496,7 @@ fn run_msg(
         let id = next_request_id();
         let flags = if more { nidus_wire::MORE_TO_COME } else { 0 };
         let frame = nidus_wire::encode_msg(id, response_to, flags, &reply.body, compressor);
-        if tx.blocking_send(frame).is_err() {
+        if !out.send(frame) {
             return true;
         }
         if !more {
@@ -341,15 +535,11 @@ fn awaitable_hello(state: &ServerState, body: &Document) -> Option<std::time::Du
 
 /// Waits out an awaitable `hello`: until `wait` passes or the replica set's topology changes.
 /// False when the client went away or the server is shutting down.
-fn await_topology_change(
-    state: &ServerState,
-    tx: &tokio::sync::mpsc::Sender<Vec<u8>>,
-    wait: std::time::Duration,
-) -> bool {
+fn await_topology_change(state: &ServerState, out: &Out, wait: std::time::Duration) -> bool {
     let until = std::time::Instant::now() + wait;
     let seen = state.repl.as_ref().map(|r| r.topology_version());
     while std::time::Instant::now() < until {
-        if tx.is_closed() || state.shutting_down.load(Ordering::Relaxed) {
+        if out.is_closed() || state.shutting_down.load(Ordering::Relaxed) {
             return false;
         }
         let slice = std::time::Duration::from_millis(50).min(wait);

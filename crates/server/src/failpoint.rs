@@ -243,6 +243,12 @@ impl FailPoints {
     }
 
     /// Decides whether `command` from a client named `app_name` fails, consuming one activation.
+    /// Whether `failCommand` or `onPrimaryTransactionalWrite` is configured (either may
+    /// block a command or close its connection).
+    pub fn command_fail_point_set(&self) -> bool {
+        self.fail_command.lock().is_some() || self.transactional_write.lock().is_some()
+    }
+
     pub fn check(&self, command: &str, app_name: Option<&str>) -> Option<Injection> {
         let mut slot = self.fail_command.lock();
         let fc = slot.as_mut()?;

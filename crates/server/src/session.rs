@@ -556,8 +556,16 @@ impl Session {
     /// Waits until no other command runs on the session, then claims it.
     fn check_out(&self) {
         let mut out = self.checked_out.lock();
-        while *out {
-            self.released.wait(&mut out);
+        if *out {
+            drop(out);
+            nidus_engine::blocking::wait(|| {
+                let mut out = self.checked_out.lock();
+                while *out {
+                    self.released.wait(&mut out);
+                }
+                *out = true;
+            });
+            return;
         }
         *out = true;
     }

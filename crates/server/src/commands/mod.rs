@@ -572,9 +572,13 @@ pub fn note_read(
         (docs - examined.1).max(0) as u64,
     );
     *examined = (keys, docs);
-    let mut stats = nidus_engine::plan::explain::stats_document(root);
+    // `execStats` appears only in `system.profile` documents: built when the database is
+    // profiled (a filter may also read it), not for every read.
+    let settings = ctx.state.profiler.settings(&ctx.db);
     let mut exec_stats = doc! { "isCached": exec.is_cached };
-    exec_stats.extend(std::mem::take(&mut stats));
+    if settings.level > 0 || settings.filter.is_some() {
+        exec_stats.extend(nidus_engine::plan::explain::stats_document(root));
+    }
     ctx.op.ctx.set_plan(nidus_engine::opctx::PlanInfo {
         summary: root.plan_summary(),
         exec_stats,

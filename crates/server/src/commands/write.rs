@@ -187,39 +187,104 @@ pub fn insert(ctx: &mut Ctx) -> Result<Document> {
     };
     let opts = opts(ctx)?;
     let mut n = 0i32;
-    for (i, raw) in docs.iter().enumerate() {
-        if opts
-            .deadline
-            .is_some_and(|d| std::time::Instant::now() >= d)
+    let mut start = 0;
+    while start < docs.len() {
+        let end = (start + INSERT_BATCH).min(docs.len());
+        // The batch's documents in one storage transaction; on any error (or when it cannot
+        // be batched) they are inserted one at a time below, which reports each document's
+        // own error with its index and applies ordered/unordered as before.
+        if let Some(inserted) = insert_batch(ctx, &coll, &docs[start..end], start, &opts, empty_ts)?
         {
-            return Err(Error::new(
-                ErrorCode::MaxTimeMSExpired,
-                "operation exceeded time limit",
-            ));
-        }
-        ctx.state.opcounters.insert.fetch_add(1, Ordering::Relaxed);
-        let (stmt, done) = ctx.retryable_statement(i, false)?;
-        if done.is_some() {
-            n += 1;
+            n += inserted;
+            start = end;
             continue;
         }
-        let opts = with_statement(&opts, stmt);
-        let result = coll.clone().and_then(|coll| {
-            fill_empty_timestamps_raw(raw, empty_ts)
-                .and_then(|raw| prepare_insert(&raw))
-                .and_then(|doc| ctx.state.engine.insert_one(&coll, &doc, &opts))
-        });
-        match result {
-            Ok(()) => n += 1,
-            Err(e) => {
-                if errors.push(i, &e)? {
-                    break;
+        for (i, raw) in docs.iter().enumerate().take(end).skip(start) {
+            if opts
+                .deadline
+                .is_some_and(|d| std::time::Instant::now() >= d)
+            {
+                return Err(Error::new(
+                    ErrorCode::MaxTimeMSExpired,
+                    "operation exceeded time limit",
+                ));
+            }
+            ctx.state.opcounters.insert.fetch_add(1, Ordering::Relaxed);
+            let (stmt, done) = ctx.retryable_statement(i, false)?;
+            if done.is_some() {
+                n += 1;
+                continue;
+            }
+            let opts = with_statement(&opts, stmt);
+            let result = coll.clone().and_then(|coll| {
+                fill_empty_timestamps_raw(raw, empty_ts)
+                    .and_then(|raw| prepare_insert(&raw))
+                    .and_then(|doc| ctx.state.engine.insert_one(&coll, &doc, &opts))
+            });
+            match result {
+                Ok(()) => n += 1,
+                Err(e) => {
+                    if errors.push(i, &e)? {
+                        ctx.op.extra.lock().writes = doc! { "ninserted": n as i64 };
+                        return Ok(errors.finish(doc! { "n": n }));
+                    }
                 }
             }
         }
+        start = end;
     }
     ctx.op.extra.lock().writes = doc! { "ninserted": n as i64 };
     Ok(errors.finish(doc! { "n": n }))
+}
+
+/// Most documents of an `insert` written in one storage transaction (MongoDB's
+/// `internalInsertMaxBatchSize`).
+const INSERT_BATCH: usize = 64;
+
+/// Inserts `batch` (the command's documents from index `first`) in one storage transaction.
+/// `Some(n)` when all of them were inserted or had already been executed (a retried
+/// statement); `None` when nothing was written and the caller must insert them one at a time:
+/// a single document, a multi-statement transaction, a view or missing collection, a
+/// document that does not prepare, or any error from the storage write.
+fn insert_batch(
+    ctx: &Ctx,
+    coll: &Result<nidus_engine::catalog::CollectionRef>,
+    batch: &[RawDocumentBuf],
+    first: usize,
+    opts: &WriteOpts,
+    empty_ts: Option<&ClusterClock>,
+) -> Result<Option<i32>> {
+    let Ok(coll) = coll else {
+        return Ok(None);
+    };
+    if batch.len() < 2 || opts.txn.is_some() || opts.deadline.is_some() {
+        return Ok(None);
+    }
+    let mut prepared = Vec::with_capacity(batch.len());
+    for (i, raw) in batch.iter().enumerate() {
+        let (stmt, done) = ctx.retryable_statement(first + i, false)?;
+        if done.is_some() {
+            // Already executed: the one-at-a-time path counts it as today.
+            return Ok(None);
+        }
+        let Ok(doc) = fill_empty_timestamps_raw(raw, empty_ts).and_then(|r| prepare_insert(&r))
+        else {
+            return Ok(None);
+        };
+        prepared.push((doc, with_statement(opts, stmt)));
+    }
+    let refs: Vec<(&RawDocument, &WriteOpts)> = prepared
+        .iter()
+        .map(|(d, o)| (d.as_ref(), o.as_ref()))
+        .collect();
+    if ctx.state.engine.insert_batch(coll, &refs).is_err() {
+        return Ok(None);
+    }
+    ctx.state
+        .opcounters
+        .insert
+        .fetch_add(batch.len() as i64, Ordering::Relaxed);
+    Ok(Some(batch.len() as i32))
 }
 
 /// A multi-document statement cannot be retried safely, so MongoDB refuses it in a

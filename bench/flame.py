@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Flame graphs of the server's request path: `ping` and point `find_one` by `_id`.
+
+Starts a nidus binary on a free 127.0.0.1 port with a temporary dbpath (as bench.py does:
+a one-member replica set), inserts documents, then records the server with `perf record`
+(DWARF call graphs) while one client runs each workload, and writes one SVG per workload
+with `inferno-collapse-perf` and `inferno-flamegraph` (`cargo install inferno`). Also
+prints the server CPU per operation and the client's rate for each workload.
+
+    bench/.venv/bin/python bench/flame.py --nidus BIN --out bench/results --tag before
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+import pymongo
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import free_port, wait_until  # noqa: E402
+
+
+def workloads(client):
+    admin = client.admin
+    coll = client["bench"]["docs"]
+
+    def ping(n):
+        for _ in range(n):
+            admin.command("ping")
+
+    def find_one(n):
+        for i in range(n):
+            if coll.find_one({"_id": i % 10000}) is None:
+                raise RuntimeError(f"_id {i % 10000} not found")
+
+    def update_one(n):
+        for i in range(n):
+            coll.update_one({"_id": i % 10000}, {"$inc": {"n": 1}})
+
+    def insert_many(n):
+        many = client["bench"]["many"]
+        for _ in range(max(1, n // 1000)):
+            many.insert_many([{"k": i, "s": "x" * 100} for i in range(1000)])
+
+    return {"ping": ping, "find_one": find_one, "update_one": update_one,
+            "insert_many": insert_many}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nidus", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--tag", required=True, help="file name suffix, e.g. before or after")
+    p.add_argument("--ops", type=int, default=20000)
+    p.add_argument("--only", default="ping,find_one,update_one,insert_many")
+    args = p.parse_args()
+    tmp = tempfile.mkdtemp(prefix="nidus-flame-")
+    port = free_port()
+    log = open(os.path.join(tmp, "nidus.log"), "wb")
+    proc = subprocess.Popen([args.nidus, "--port", str(port), "--bind_ip", "127.0.0.1",
+                             "--dbpath", tmp, "--replSet", "rs0"],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        client = pymongo.MongoClient(f"mongodb://127.0.0.1:{port}/?directConnection=true")
+        wait_until(lambda: client.admin.command("ping")["ok"] == 1, 30, "nidus")
+        coll = client["bench"]["docs"]
+        coll.insert_many([{"_id": i, "k": i, "s": "x" * 100} for i in range(10000)])
+        server = psutil.Process(proc.pid)
+        for name, fn in workloads(client).items():
+            if name not in args.only.split(","):
+                continue
+            fn(1000)
+            c0 = sum(server.cpu_times()[:2])
+            t0 = time.perf_counter()
+            fn(args.ops)
+            elapsed = time.perf_counter() - t0
+            cpu = sum(server.cpu_times()[:2]) - c0
+            print(f"{name}: {args.ops / elapsed:.0f} ops/s, server CPU "
+                  f"{cpu / args.ops * 1e6:.1f} us/op", flush=True)
+            data = os.path.join(tmp, f"{name}.data")
+            rec = subprocess.Popen(["perf", "record", "-q", "-F", "499", "--call-graph",
+                                    "dwarf,16384", "-p", str(proc.pid), "-o", data],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)
+            fn(args.ops // 2)
+            rec.send_signal(2)
+            rec.wait()
+            script = subprocess.run(["perf", "script", "-i", data], capture_output=True,
+                                    check=True).stdout
+            folded = subprocess.run(["inferno-collapse-perf"], input=script,
+                                    capture_output=True, check=True).stdout
+            svg = subprocess.run(["inferno-flamegraph", "--title",
+                                  f"nidus {name} ({args.tag})"], input=folded,
+                                 capture_output=True, check=True).stdout
+            with open(os.path.join(args.out, f"flame-{name}-{args.tag}.svg"), "wb") as f:
+                f.write(svg)
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
