@@ -331,6 +331,26 @@ async fn ttl_monitor(state: Arc<ServerState>) {
         ) {
             continue;
         }
+        // Every member expires its own change-stream images (their deletion is not
+        // replicated), as `changeStreamOptions` says.
+        if let Ok(Some(secs)) = commands::cluster_parameter::pre_image_expiry_secs(&state.engine) {
+            let engine = state.engine.clone();
+            let cutoff = bson::DateTime::from_millis(
+                bson::DateTime::now()
+                    .timestamp_millis()
+                    .saturating_sub(secs.saturating_mul(1000)),
+            );
+            let expired = tokio::task::spawn_blocking(move || engine.expire_images_before(cutoff));
+            if let Ok(Err(e)) = expired.await {
+                log::info(
+                    "QUERY",
+                    6278511,
+                    "ChangeStreamExpiredPreImagesRemover",
+                    "Failed to remove expired pre-images",
+                    json!({ "error": e.message }),
+                );
+            }
+        }
         // Only a primary deletes expired documents (secondaries get the deletes replicated).
         if state.repl.as_ref().is_some_and(|r| !r.writable()) {
             continue;
