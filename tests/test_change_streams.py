@@ -194,6 +194,46 @@ def test_pre_images_expire_after_change_stream_options(start_nidus):
     client.close()
 
 
+def test_streams_woken_by_their_scope_see_every_event(db):
+    """Streams wake only for entries in their scope and skip reading the rest of the oplog;
+    with writers on other collections interleaved, each stream still gets exactly its own
+    events, in order, and a stream started in the past reads them all again."""
+    start = db.client.admin.command("ping")["operationTime"]
+    colls = [db[f"c{i}"] for i in range(4)]
+    for c in colls:
+        c.insert_one({"_id": "init"})
+    with colls[0].watch() as s0, db.watch() as sdb:
+        s0.try_next()
+        sdb.try_next()
+
+        def writer(c):
+            for i in range(50):
+                c.insert_one({"_id": i})
+                if i % 10 == 0:
+                    c.update_one({"_id": i}, {"$set": {"x": 1}})
+
+        threads = [threading.Thread(target=writer, args=(c,)) for c in colls]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        ev0 = drain(s0, 55, timeout=20)
+        evdb = drain(sdb, 220, timeout=20)
+    expected0 = []
+    for i in range(50):
+        expected0.append(("insert", i))
+        if i % 10 == 0:
+            expected0.append(("update", i))
+    assert [(e["operationType"], e["documentKey"]["_id"]) for e in ev0] == expected0
+    assert len(evdb) == 220
+    for c in colls:
+        mine = [(e["operationType"], e["documentKey"]["_id"]) for e in evdb if e["ns"]["coll"] == c.name]
+        assert mine == expected0
+    with colls[3].watch(start_at_operation_time=start) as s3:
+        again = drain(s3, 56, timeout=20)
+    assert [(e["operationType"], e["documentKey"]["_id"]) for e in again] == [("insert", "init")] + expected0
+
+
 def test_coll_mod_enables_pre_images(db):
     db.c.insert_one({"_id": 1, "a": 1})
     db.command("collMod", "c", changeStreamPreAndPostImages={"enabled": True})
