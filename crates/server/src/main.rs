@@ -161,7 +161,11 @@ fn run(config: Config) -> Result<(), String> {
     let state = Arc::new(ServerState::new(engine.clone(), config.clone())?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .max_blocking_threads(512)
+        // A command holds a blocking thread while it runs, including a getMore parked for
+        // events (change streams, awaitData cursors): as mongod's thread per connection,
+        // every connection may need one, so the pool follows --maxConns (threads are made
+        // only when needed). 512 parked change streams starved every other command.
+        .max_blocking_threads(config.max_conns.clamp(512, 20_000))
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(serve(state.clone()))?;
