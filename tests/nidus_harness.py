@@ -6,6 +6,7 @@ Only ever binds 127.0.0.1 and only ever signals the processes it started itself.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -67,6 +68,8 @@ class NidusServer:
     ):
         self.binary = Path(binary) if binary else find_binary()
         self._own_dbpath = dbpath is None
+        # A dbpath made here is removed by remove_dbpath() (ReplicaSet.stop does so).
+        self.owns_dbpath = dbpath is None
         self.dbpath = Path(dbpath) if dbpath else Path(tempfile.mkdtemp(prefix="nidus-db-"))
         self.port = port
         self.extra_args = list(extra_args or [])
@@ -183,6 +186,11 @@ class NidusServer:
         self._close_log()
         return self.proc.returncode
 
+    def remove_dbpath(self) -> None:
+        """Deletes the dbpath if this object made it (a temporary directory); stopped only."""
+        if self.owns_dbpath and not self.is_running():
+            shutil.rmtree(self.dbpath, ignore_errors=True)
+
     def kill(self) -> int | None:
         """SIGKILL (a crash)."""
         if self.proc is None:
@@ -263,11 +271,13 @@ class ReplicaSet:
         return self
 
     def stop(self) -> None:
+        """Stops every member and deletes the temporary dbpaths (a set is not restarted)."""
         for m in self.members:
             try:
                 m.stop(timeout=15)
             except NidusError:
                 pass
+            m.remove_dbpath()
 
     def host(self, m: NidusServer) -> str:
         return f"{HOST}:{m.port}"

@@ -147,6 +147,58 @@ def test_index_spec_errors(db, indexes, code, message):
     assert [ix["name"] for ix in db.c.list_indexes()] == ["_id_"]
 
 
+# MongoDB's parseMaxTimeMS, in its order: null is "not a number", other non-numbers fail the
+# IDL type check, the value read as a (truncated, saturating) long is range-checked, and a
+# fractional double in range is refused last.
+@pytest.mark.parametrize("value,code,message", [
+    (None, 2, "maxTimeMS must be a number"),
+    ("string", 14, "BSON field 'aggregate.maxTimeMS' is the wrong type 'string', expected types "
+                   "'[long, int, decimal, double]'"),
+    (True, 14, "BSON field 'aggregate.maxTimeMS' is the wrong type 'bool', expected types "
+               "'[long, int, decimal, double]'"),
+    ({"foo": 42}, 14, "BSON field 'aggregate.maxTimeMS' is the wrong type 'object', expected types "
+                      "'[long, int, decimal, double]'"),
+    (1000.5, 2, "maxTimeMS has non-integral value"),
+    (-1123123, 51024, "BSON field 'maxTimeMS' value must be >= 0, actual value '-1123123'"),
+    (-1.5, 51024, "BSON field 'maxTimeMS' value must be >= 0, actual value '-1'"),
+    (-1.7976931348623157e308, 51024,
+     "BSON field 'maxTimeMS' value must be >= 0, actual value '-9223372036854775808'"),
+    (2**31, 2, "2147483648 value for maxTimeMS is out of range"),
+    (Int64(2**63 - 1), 2, "9223372036854775807 value for maxTimeMS is out of range"),
+    (1.7976931348623157e308, 2, "9223372036854775807 value for maxTimeMS is out of range"),
+])
+def test_max_time_ms_parsing(db, value, code, message):
+    with pytest.raises(OperationFailure) as e:
+        db.command({"aggregate": "c", "pipeline": [], "cursor": {}, "maxTimeMS": value})
+    assert (e.value.code, e.value.details["errmsg"]) == (code, message)
+
+
+@pytest.mark.parametrize("value", [0, 2**31 - 1, 5.0, Int64(7)])
+def test_max_time_ms_accepted(db, value):
+    db.c.insert_one({"a": 1})
+    reply = db.command({"find": "c", "maxTimeMS": value})
+    assert len(reply["cursor"]["firstBatch"]) == 1
+
+
+# createIndexes names the refused spec: as given for validateIndexSpec's checks, and with the
+# `v: 2` normalization added for a partial filter MongoDB refuses afterwards.
+@pytest.mark.parametrize("spec,code,message", [
+    ({"key": {"email": 1.0}, "name": "email_1", "unique": True,
+      "partialFilterExpression": {"email": {"$exists": True, "$ne": None}}}, 67,
+     'Error in specification { key: { email: 1.0 }, name: "email_1", unique: true, '
+     'partialFilterExpression: { email: { $exists: true, $ne: null } }, v: 2 } :: caused by :: '
+     'Expression not supported in partial index: $not\n    email $eq null\n'),
+    ({"key": {"v": 1}}, 9,
+     "Error in specification { key: { v: 1 } } :: caused by :: "
+     "The 'name' field is a required property of an index specification"),
+])
+def test_index_spec_error_names_the_spec(db, spec, code, message):
+    db.c.insert_one({})
+    with pytest.raises(OperationFailure) as e:
+        db.command("createIndexes", "c", indexes=[spec])
+    assert (e.value.code, e.value.details["errmsg"]) == (code, message)
+
+
 @pytest.mark.parametrize("pipeline,code,message", [
     ([{"$group": {"_id": None, "n": 1}}], 40234, "The field 'n' must be an accumulator object"),
     ([{"$project": {"a.$": 1}}], 31324, "Invalid $project :: caused by :: Cannot use positional projection"),

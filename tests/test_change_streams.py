@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from bson import Timestamp
+from bson import Int64, Timestamp
 from pymongo.errors import OperationFailure
 from pymongo.read_concern import ReadConcern
 
@@ -120,6 +120,118 @@ def test_pre_and_post_images(db):
         with pytest.raises(OperationFailure) as e:
             drain(s, 1)
     assert e.value.code == 47
+
+
+@pytest.mark.parametrize("options,code", [
+    ({}, 2),
+    ({"preAndPostImages": {}}, 2),
+    ({"preAndPostImages": {"expireAfterSeconds": "unknown"}}, 2),
+    ({"preAndPostImages": {"expireAfterSeconds": -1}}, 2),
+    ({"preAndPostImages": {"expireAfterSeconds": 0}}, 2),
+])
+def test_change_stream_options_refused(rs_client, options, code):
+    with pytest.raises(OperationFailure) as e:
+        rs_client.admin.command({"setClusterParameter": {"changeStreamOptions": options}})
+    assert e.value.code == code, e.value.details
+
+
+def test_cluster_parameters_only_on_admin(rs_client):
+    for cmd in ({"setClusterParameter": {"changeStreamOptions": {
+                    "preAndPostImages": {"expireAfterSeconds": 10}}}},
+                {"getClusterParameter": "changeStreamOptions"}):
+        with pytest.raises(OperationFailure) as e:
+            rs_client.test.command(cmd)
+        assert e.value.code == 13
+    with pytest.raises(OperationFailure) as e:
+        rs_client.admin.command({"getClusterParameter": "noSuchParameter"})
+    assert e.value.code == 4
+
+
+def test_cluster_parameter_refused_on_standalone(client):
+    with pytest.raises(OperationFailure) as e:
+        client.admin.command({"setClusterParameter": {"changeStreamOptions": {
+            "preAndPostImages": {"expireAfterSeconds": 10}}}})
+    assert e.value.code == 20
+
+
+def test_pre_images_expire_after_change_stream_options(start_nidus):
+    # Its own member, with a pass of the expiry (the TTL monitor's) every second.
+    server = start_nidus(extra_args=["--replSet", "rs0", "--setParameter", "ttlMonitorSleepSecs=1"])
+    client = server.client()
+    db, admin = client.exp, client.admin
+    images = client.config["system.preimages"]
+    params = lambda: admin.command({"getClusterParameter": "changeStreamOptions"})["clusterParameters"]
+    assert [p["preAndPostImages"] for p in params()] == [{"expireAfterSeconds": "off"}]
+    db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
+    uuid = db.command("listCollections", filter={"name": "c"})["cursor"]["firstBatch"][0]["info"]["uuid"]
+    db.c.insert_one({"_id": 1, "a": 1})
+    db.c.update_one({"_id": 1}, {"$set": {"a": 2}})
+    db.c.update_one({"_id": 1}, {"$set": {"a": 3}})
+    kept = list(images.find({"_id.nsUUID": uuid}).sort("_id.ts", 1))
+    assert [k["preImage"]["a"] for k in kept] == [1, 2]
+    # "off": kept for as long as the oplog keeps their entries.
+    time.sleep(2.5)
+    assert images.count_documents({"_id.nsUUID": uuid}) == 2
+    admin.command({"setClusterParameter": {"changeStreamOptions": {
+        "preAndPostImages": {"expireAfterSeconds": Int64(1)}}}})
+    [p] = params()
+    assert p["_id"] == "changeStreamOptions"
+    assert p["preAndPostImages"] == {"expireAfterSeconds": 1}
+    assert isinstance(p["preAndPostImages"]["expireAfterSeconds"], Int64)
+    assert isinstance(p["clusterParameterTime"], Timestamp)
+    # Stored where MongoDB stores it, so it replicates with the oplog.
+    assert client.config.clusterParameters.find_one({"_id": "changeStreamOptions"}) == p
+    deadline = time.monotonic() + 15
+    while images.count_documents({"_id.nsUUID": uuid}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert images.count_documents({"_id.nsUUID": uuid}) == 0
+    # The events are still in the oplog; their pre-images are gone.
+    start = kept[0]["_id"]["ts"]
+    with db.c.watch(full_document_before_change="whenAvailable", start_at_operation_time=start) as s:
+        evs = drain(s, 2)
+    assert [e["operationType"] for e in evs] == ["update", "update"]
+    assert [e["fullDocumentBeforeChange"] for e in evs] == [None, None]
+    client.close()
+
+
+def test_streams_woken_by_their_scope_see_every_event(db):
+    """Streams wake only for entries in their scope and skip reading the rest of the oplog;
+    with writers on other collections interleaved, each stream still gets exactly its own
+    events, in order, and a stream started in the past reads them all again."""
+    start = db.client.admin.command("ping")["operationTime"]
+    colls = [db[f"c{i}"] for i in range(4)]
+    for c in colls:
+        c.insert_one({"_id": "init"})
+    with colls[0].watch() as s0, db.watch() as sdb:
+        s0.try_next()
+        sdb.try_next()
+
+        def writer(c):
+            for i in range(50):
+                c.insert_one({"_id": i})
+                if i % 10 == 0:
+                    c.update_one({"_id": i}, {"$set": {"x": 1}})
+
+        threads = [threading.Thread(target=writer, args=(c,)) for c in colls]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        ev0 = drain(s0, 55, timeout=20)
+        evdb = drain(sdb, 220, timeout=20)
+    expected0 = []
+    for i in range(50):
+        expected0.append(("insert", i))
+        if i % 10 == 0:
+            expected0.append(("update", i))
+    assert [(e["operationType"], e["documentKey"]["_id"]) for e in ev0] == expected0
+    assert len(evdb) == 220
+    for c in colls:
+        mine = [(e["operationType"], e["documentKey"]["_id"]) for e in evdb if e["ns"]["coll"] == c.name]
+        assert mine == expected0
+    with colls[3].watch(start_at_operation_time=start) as s3:
+        again = drain(s3, 56, timeout=20)
+    assert [(e["operationType"], e["documentKey"]["_id"]) for e in again] == [("insert", "init")] + expected0
 
 
 def test_coll_mod_enables_pre_images(db):

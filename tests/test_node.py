@@ -107,3 +107,94 @@ def test_node_driver_and_mongoose(node_drivers, nidus_server, tmp_path):
     assert out["users"] == ["a:", "b:", "c:c@x.org"]
     assert out["withEmail"] == ["c"]
     assert out["newestTwo"] == ["c", "b"]
+
+
+WATCH_SCRIPT = r"""
+const { MongoClient } = require('mongodb');
+const mongoose = require('mongoose');
+
+function within(ms, p) {
+  return Promise.race([p, new Promise((_, rej) => setTimeout(() => rej(new Error('timeout')), ms))]);
+}
+
+async function main() {
+  const uri = process.argv[2];
+  const out = {};
+  const client = new MongoClient(uri);
+  await client.connect();
+  const db = client.db('t_node_watch');
+  await db.dropDatabase();
+  const c = db.collection('c');
+  await c.insertOne({ _id: 0 });
+  const stream = c.watch([{ $match: { operationType: { $in: ['insert', 'update', 'delete'] } } }],
+                         { fullDocument: 'updateLookup' });
+  await stream.tryNext();  // sends the aggregate: later writes are seen
+  await c.insertOne({ _id: 1, a: 1 });
+  await c.updateOne({ _id: 1 }, { $set: { a: 2 } });
+  await c.deleteOne({ _id: 1 });
+  const evs = [];
+  for (let i = 0; i < 3; i++) evs.push(await within(10000, stream.next()));
+  out.types = evs.map(e => e.operationType);
+  out.inserted = evs[0].fullDocument;
+  out.updatedFields = evs[1].updateDescription.updatedFields;
+  out.removedFields = evs[1].updateDescription.removedFields;
+  out.lookedUp = evs[1].fullDocument;
+  out.deletedKey = evs[2].documentKey;
+  out.ns = evs[0].ns;
+  await stream.close();
+  // Resuming after the first event gives the second.
+  const resumed = c.watch([], { resumeAfter: evs[0]._id });
+  out.resumed = (await within(10000, resumed.next())).operationType;
+  await resumed.close();
+  // db.watch(): events of every collection of the database.
+  const dbStream = db.watch();
+  await dbStream.tryNext();
+  await db.collection('d').insertOne({ _id: 'x' });
+  const de = await within(10000, dbStream.next());
+  out.dbWatch = [de.operationType, de.ns.coll, de.documentKey._id];
+  await dbStream.close();
+  await client.close();
+
+  // Mongoose Model.watch(), from an operation time taken before the writes.
+  await mongoose.connect(uri, { dbName: 't_node_watch' });
+  const Item = mongoose.model('Item', new mongoose.Schema({ name: String, qty: Number }));
+  await Item.createCollection();
+  const start = (await mongoose.connection.db.command({ ping: 1 })).operationTime;
+  const ms = Item.watch([], { fullDocument: 'updateLookup', startAtOperationTime: start });
+  const changes = [];
+  const two = new Promise(resolve => ms.on('change', ch => {
+    changes.push(ch);
+    if (changes.length === 2) resolve();
+  }));
+  const it = await Item.create({ name: 'pen', qty: 1 });
+  await Item.updateOne({ _id: it._id }, { $inc: { qty: 2 } });
+  await within(10000, two);
+  out.mongoose = changes.map(ch => [ch.operationType, ch.fullDocument.name, ch.fullDocument.qty]);
+  await ms.close();
+  await mongoose.connection.db.dropDatabase();
+  await mongoose.disconnect();
+  console.log(JSON.stringify(out));
+}
+main().catch(e => { console.error(e); process.exit(1); });
+"""
+
+
+def test_node_driver_and_mongoose_watch(node_drivers, rs_member, tmp_path):
+    """collection.watch(), db.watch() and Mongoose's Model.watch() on a one-member set."""
+    script = tmp_path / "watch.js"
+    script.write_text(WATCH_SCRIPT)
+    env = {**os.environ, "NODE_PATH": str(DRIVERS / "node_modules")}
+    uri = f"mongodb://127.0.0.1:{rs_member.port}/?directConnection=true&serverSelectionTimeoutMS=10000"
+    r = subprocess.run([node_drivers, str(script), uri], capture_output=True, text=True, timeout=120,
+                       env=env, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, f"node exited {r.returncode}\n{r.stdout}\n{r.stderr}"
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["types"] == ["insert", "update", "delete"], json.dumps(out)
+    assert out["inserted"] == {"_id": 1, "a": 1}
+    assert out["updatedFields"] == {"a": 2} and out["removedFields"] == []
+    assert out["lookedUp"] is None  # the delete came before the lookup of the update
+    assert out["deletedKey"] == {"_id": 1}
+    assert out["ns"] == {"db": "t_node_watch", "coll": "c"}
+    assert out["resumed"] == "update"
+    assert out["dbWatch"] == ["insert", "d", "x"]
+    assert out["mongoose"] == [["insert", "pen", 1], ["update", "pen", 3]]

@@ -51,6 +51,13 @@ impl Error {
         self
     }
 
+    /// The same error with `context :: caused by :: ` before its message (MongoDB's
+    /// `Status::withContext`).
+    pub fn with_context(mut self, context: impl std::fmt::Display) -> Error {
+        self.message = format!("{context} :: caused by :: {}", self.message);
+        self
+    }
+
     pub fn with_extra(mut self, key: &str, value: impl Into<bson::Bson>) -> Error {
         self.extra.insert(key, value);
         self

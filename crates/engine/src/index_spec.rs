@@ -132,8 +132,32 @@ fn type_name(v: &Bson) -> &'static str {
 }
 
 /// Validates one spec from `createIndexes.indexes` and returns it normalized
-/// (`v: 2`, `key`, `name`, then the options in the order given).
+/// (`v: 2`, `key`, `name`, then the options in the order given). Errors name the spec as
+/// MongoDB's do: `Error in specification { ... } :: caused by :: ...`, the spec as given,
+/// with `v: 2` added for a refused partial filter (checked after normalization there).
 pub fn normalize(spec: &Document) -> Result<Document> {
+    let context = |spec: &Document| {
+        format!(
+            "Error in specification {}",
+            nidus_common::shell::format(&Bson::Document(spec.clone()))
+        )
+    };
+    let out = validate(spec).map_err(|e| e.with_context(context(spec)))?;
+    if let Some(Bson::Document(filter)) = out.get("partialFilterExpression") {
+        let check = nidus_query::matcher::Matcher::parse(filter)
+            .and_then(|m| crate::plan::partial::check_filter(m.expr()));
+        if let Err(e) = check {
+            let mut shown = spec.clone();
+            if !shown.contains_key("v") {
+                shown.insert("v", 2);
+            }
+            return Err(e.with_context(context(&shown)));
+        }
+    }
+    Ok(out)
+}
+
+fn validate(spec: &Document) -> Result<Document> {
     let key = match spec.get("key") {
         Some(Bson::Document(k)) => k.clone(),
         Some(_) => return Err(Error::type_mismatch("The field 'key' must be an object")),
@@ -237,7 +261,7 @@ pub fn normalize(spec: &Document) -> Result<Document> {
             "Currently hashed indexes cannot guarantee uniqueness. Use a regular index.",
         ));
     }
-    if let Some(Bson::Document(filter)) = out.get("partialFilterExpression") {
+    if let Some(Bson::Document(_)) = out.get("partialFilterExpression") {
         if out.get_bool("sparse").unwrap_or(false) {
             return Err(Error::new(
                 ErrorCode::CannotCreateIndex,
@@ -250,8 +274,6 @@ pub fn normalize(spec: &Document) -> Result<Document> {
                 "_id index cannot be a partial index",
             ));
         }
-        let m = nidus_query::matcher::Matcher::parse(filter)?;
-        crate::plan::partial::check_filter(m.expr())?;
     }
     if name == ID_INDEX_NAME && !is_id_key(&key) {
         return Err(Error::new(

@@ -18,6 +18,7 @@ pub mod namespace;
 pub mod opctx;
 pub mod oplog;
 mod oplog_diff;
+pub mod oplog_notify;
 pub mod pipeline;
 pub mod plan;
 pub mod preimages;

@@ -338,6 +338,8 @@ pub struct Oplog {
     commit_point: AtomicU64,
     /// Generation counter for waiters, bumped with every visibility advance.
     advanced: Mutex<u64>,
+    /// Change-stream wake-ups by namespace (`oplog_notify`).
+    announcer: crate::oplog_notify::Announcer,
     advanced_cv: Condvar,
     term: AtomicI64,
     max_bytes: AtomicI64,
@@ -381,6 +383,7 @@ impl Oplog {
             visible: AtomicU64::new(last),
             commit_point: AtomicU64::new(u64::MAX),
             advanced: Mutex::new(0),
+            announcer: crate::oplog_notify::Announcer::new(last),
             advanced_cv: Condvar::new(),
             term: AtomicI64::new(term),
             max_bytes: AtomicI64::new(max_bytes),
@@ -456,6 +459,25 @@ impl Oplog {
         *self.advanced.lock() += 1;
         self.advanced_cv.notify_all();
         self.coll.capped.notify();
+        self.announcer.announce(self.majority_readable_u64());
+    }
+
+    /// Notes what the entry at `ts` touches, for change-stream wake-ups; before the entry
+    /// can become readable.
+    fn note_touch(&self, ts: u64, op: &str, ns: &str) {
+        if let Some(touch) = crate::oplog_notify::Touch::of(op, ns) {
+            self.announcer.note(ts, touch);
+        }
+    }
+
+    /// The wake-up channel of a change stream scope (`oplog_notify` keys).
+    pub fn channel(&self, key: &str) -> Arc<crate::oplog_notify::Channel> {
+        self.announcer.channel(key)
+    }
+
+    /// Every readable entry at or below this was announced to the channels it touches.
+    pub fn announced_through(&self) -> u64 {
+        self.announcer.announced_through()
     }
 
     /// Sets the majority commit point (the replication layer's); change streams read no
@@ -653,6 +675,9 @@ impl Oplog {
             _ => return Err(Error::bad_value("oplog entry without a ts")),
         };
         txn.put(Space::Records, &self.key(ts_to_u64(ts)), entry.as_bytes())?;
+        let op = entry.get_str("op").unwrap_or("");
+        let ns = entry.get_str("ns").unwrap_or("");
+        self.note_touch(ts_to_u64(ts), op, ns);
         Ok(())
     }
 
@@ -951,6 +976,7 @@ impl Engine {
                 raw.as_bytes(),
             )?;
             bytes += raw.as_bytes().len() as i64;
+            oplog.note_touch(ts_to_u64(optime.ts), op.op, &op.ns);
             if let Some(ui) = op.ui {
                 self.put_images(txn, (ui, optime.ts, 0), op, wall, images)?;
             }

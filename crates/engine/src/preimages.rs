@@ -142,6 +142,20 @@ impl Engine {
         }
     }
 
+    /// Deletes the images of every change older than `cutoff` (`changeStreamOptions`'
+    /// `preAndPostImages.expireAfterSeconds`): the changes whose timestamp's seconds fall
+    /// before it. Each member does so itself; image deletions are not replicated.
+    pub fn expire_images_before(&self, cutoff: bson::DateTime) -> Result<()> {
+        let secs = cutoff.timestamp_millis().div_euclid(1000);
+        let Some(before) = u32::try_from(secs).ok().and_then(|s| s.checked_sub(1)) else {
+            return Ok(());
+        };
+        self.delete_images_through(Timestamp {
+            time: before,
+            increment: u32::MAX,
+        })
+    }
+
     /// Deletes the images of every change at or before `ts` (after the oplog lost them).
     pub(crate) fn delete_images_through(&self, ts: Timestamp) -> Result<()> {
         let mut upper = POST_PREFIX.to_vec();

@@ -359,6 +359,27 @@ impl Engine {
         }
     }
 
+    /// An insert whose collection handle was dropped (or renamed away) after the caller
+    /// resolved it. MongoDB's insert creates the collection again, as an insert after the drop
+    /// would; a transaction cannot (its catalog snapshot is gone), so it fails as before.
+    /// Bounded: each further attempt needs another drop to land between resolving and writing.
+    fn insert_after_drop(
+        &self,
+        stale: &CollectionRef,
+        doc: &RawDocument,
+        opts: &WriteOpts,
+        attempt: u32,
+    ) -> Result<()> {
+        if opts.txn.is_some() || attempt >= 16 {
+            return Err(Error::new(
+                ErrorCode::NamespaceNotFound,
+                "collection dropped",
+            ));
+        }
+        let coll = self.ensure_collection(&stale.ns)?;
+        self.insert_attempt(&coll, doc, opts, attempt + 1)
+    }
+
     /// Inserts one prepared document (see [`prepare_insert`]).
     pub fn insert_one(
         &self,
@@ -366,15 +387,23 @@ impl Engine {
         doc: &RawDocument,
         opts: &WriteOpts,
     ) -> Result<()> {
+        self.insert_attempt(coll, doc, opts, 0)
+    }
+
+    fn insert_attempt(
+        &self,
+        coll: &CollectionRef,
+        doc: &RawDocument,
+        opts: &WriteOpts,
+        attempt: u32,
+    ) -> Result<()> {
         self.check_not_oplog(coll)?;
         let meta = coll.meta.read();
-        touch(opts, coll);
         if meta.dropped {
-            return Err(Error::new(
-                ErrorCode::NamespaceNotFound,
-                "collection dropped",
-            ));
+            drop(meta);
+            return self.insert_after_drop(coll, doc, opts, attempt);
         }
+        touch(opts, coll);
         if let (Some(v), false) = (&meta.validator, opts.bypass_document_validation) {
             v.check_insert(&coll.ns, doc)?;
         }

@@ -305,3 +305,31 @@ fn statement_records_survive_restart_and_are_forgotten_by_number() {
     assert_eq!(e.sweep_statements(std::time::Duration::ZERO).unwrap(), 2);
     assert_eq!(executed(&other, 3, 0), None);
 }
+
+/// An insert holding a collection handle that a drop or a rename invalidated lands in the
+/// collection of that name, created again, as MongoDB's insert after the drop would; it is
+/// not refused (issue 18: inserts racing a drop got NamespaceNotFound).
+#[test]
+fn insert_through_a_dropped_or_renamed_handle_recreates_the_collection() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(dir.path());
+    let ns = Namespace::new("test", "c");
+    insert(&e, &ns, doc! {"_id": 1}).unwrap();
+    let stale = e.ensure_collection(&ns).unwrap();
+    e.drop_collection(&ns).unwrap();
+    let prepared = prepare_insert(&raw(doc! {"_id": 2})).unwrap();
+    e.insert_one(&stale, &prepared, &WriteOpts::default())
+        .unwrap();
+    assert_eq!(all(&e, &ns), vec![doc! {"_id": 2}]);
+    let fresh = e.collection(&ns).expect("recreated");
+    assert_ne!(fresh.id, stale.id);
+
+    let stale = fresh;
+    let to = Namespace::new("test", "moved");
+    e.rename_collection(&ns, &to, false).unwrap();
+    let prepared = prepare_insert(&raw(doc! {"_id": 3})).unwrap();
+    e.insert_one(&stale, &prepared, &WriteOpts::default())
+        .unwrap();
+    assert_eq!(all(&e, &ns), vec![doc! {"_id": 3}]);
+    assert_eq!(all(&e, &to), vec![doc! {"_id": 2}]);
+}

@@ -161,7 +161,11 @@ fn run(config: Config) -> Result<(), String> {
     let state = Arc::new(ServerState::new(engine.clone(), config.clone())?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .max_blocking_threads(512)
+        // A command holds a blocking thread while it runs, including a getMore parked for
+        // events (change streams, awaitData cursors): as mongod's thread per connection,
+        // every connection may need one, so the pool follows --maxConns (threads are made
+        // only when needed). 512 parked change streams starved every other command.
+        .max_blocking_threads(config.max_conns.clamp(512, 20_000))
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(serve(state.clone()))?;
@@ -330,6 +334,26 @@ async fn ttl_monitor(state: Arc<ServerState>) {
             Some(bson::Bson::Boolean(true))
         ) {
             continue;
+        }
+        // Every member expires its own change-stream images (their deletion is not
+        // replicated), as `changeStreamOptions` says.
+        if let Ok(Some(secs)) = commands::cluster_parameter::pre_image_expiry_secs(&state.engine) {
+            let engine = state.engine.clone();
+            let cutoff = bson::DateTime::from_millis(
+                bson::DateTime::now()
+                    .timestamp_millis()
+                    .saturating_sub(secs.saturating_mul(1000)),
+            );
+            let expired = tokio::task::spawn_blocking(move || engine.expire_images_before(cutoff));
+            if let Ok(Err(e)) = expired.await {
+                log::info(
+                    "QUERY",
+                    6278511,
+                    "ChangeStreamExpiredPreImagesRemover",
+                    "Failed to remove expired pre-images",
+                    json!({ "error": e.message }),
+                );
+            }
         }
         // Only a primary deletes expired documents (secondaries get the deletes replicated).
         if state.repl.as_ref().is_some_and(|r| !r.writable()) {

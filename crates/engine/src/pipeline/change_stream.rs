@@ -13,6 +13,7 @@
 
 use crate::namespace::Namespace;
 use crate::oplog::{ts_to_u64, u64_to_ts, Oplog};
+use crate::oplog_notify::Channel;
 use crate::pipeline::DocStream;
 use crate::Engine;
 use bson::{doc, Bson, Document, Timestamp};
@@ -298,6 +299,16 @@ pub enum Scope {
 }
 
 impl Scope {
+    /// The key of this scope's wake-up channel.
+    pub fn channel_key(&self) -> String {
+        use crate::oplog_notify as n;
+        match self {
+            Scope::Collection(ns) => n::collection_key(&ns.db, &ns.coll),
+            Scope::Database(db) => n::database_key(db),
+            Scope::Cluster => n::CLUSTER_KEY.to_string(),
+        }
+    }
+
     /// Whether data changes to `ns` are in scope (system collections and the internal
     /// databases are not watched by database and cluster streams).
     fn covers(&self, ns: &Namespace) -> bool {
@@ -326,6 +337,8 @@ pub struct StreamState {
     pub split_large_events: bool,
     /// Resuming from a fragment: the fragments of that event up to this one were delivered.
     pub skip_fragments: Option<ResumeToken>,
+    /// Wakes the stream's `getMore`s when an entry in its scope becomes readable.
+    pub channel: Arc<Channel>,
 }
 
 pub type SharedState = Arc<Mutex<StreamState>>;
@@ -342,6 +355,7 @@ pub struct ChangeStreamSource {
     read_through: u64,
     pending: VecDeque<(ResumeToken, Document)>,
     state: SharedState,
+    channel: Arc<Channel>,
 }
 
 impl ChangeStreamSource {
@@ -358,6 +372,7 @@ impl ChangeStreamSource {
                 "The $changeStream stage is only supported on replica sets",
             ));
         };
+        let channel = oplog.channel(&scope.channel_key());
         let readable = oplog.majority_readable_u64();
         let start = match spec.start {
             Start::Now => ResumeToken::high_water_mark(u64_to_ts(readable.saturating_add(1))),
@@ -383,6 +398,7 @@ impl ChangeStreamSource {
             invalidated: false,
             split_large_events: false,
             skip_fragments: start.fragment.map(|_| start),
+            channel: channel.clone(),
         }));
         let source = ChangeStreamSource {
             engine,
@@ -393,6 +409,7 @@ impl ChangeStreamSource {
             read_through: start.ts.saturating_sub(1),
             pending: VecDeque::new(),
             state: state.clone(),
+            channel,
         };
         Ok((source, state))
     }
@@ -402,6 +419,15 @@ impl ChangeStreamSource {
         let readable = self.oplog.majority_readable_u64();
         if self.read_through >= readable {
             return Ok(false);
+        }
+        // No entry in scope was announced past our position: every readable entry up to
+        // the announced point holds nothing for this stream, so it is not read.
+        let announced = self.oplog.announced_through().min(readable);
+        if self.channel.last_ts() <= self.read_through && announced > self.read_through {
+            self.read_through = announced;
+            if self.read_through >= readable {
+                return Ok(false);
+            }
         }
         let entries =
             self.oplog

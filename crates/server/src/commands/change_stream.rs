@@ -278,14 +278,13 @@ pub fn get_more(
     state: &SharedState,
     batch_size: Option<u64>,
 ) -> Result<(Document, bool)> {
-    let Some(oplog) = ctx.state.engine.oplog().cloned() else {
-        return Err(Error::internal("change stream without an oplog"));
-    };
+    // Woken only by entries in the stream's scope (a write elsewhere leaves it asleep).
+    let channel = state.lock().channel.clone();
     let until = ctx
         .deadline
         .unwrap_or_else(|| Instant::now() + AWAIT_DEFAULT);
     let (batch, done) = loop {
-        let seen = oplog.generation();
+        let seen = channel.generation();
         let (batch, done) = next_batch(cursor, state, batch_size)?;
         if !batch.is_empty() || done || Instant::now() >= until {
             break (batch, done);
@@ -299,7 +298,7 @@ pub fn get_more(
         }
         // Wake at least every second to notice shutdown and killed operations.
         let wait_until = until.min(Instant::now() + Duration::from_secs(1));
-        oplog.wait_for_advance(seen, wait_until);
+        channel.wait(seen, wait_until);
         nidus_engine::opctx::check_interrupt()?;
     };
     let ns = cursor.ns.clone();

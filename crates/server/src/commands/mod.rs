@@ -9,6 +9,7 @@ mod aggregate;
 mod auth;
 mod bulk_write;
 mod change_stream;
+pub mod cluster_parameter;
 mod ddl;
 mod explain;
 mod explain_write;
@@ -178,6 +179,16 @@ static COMMANDS: &[Command] = &[
         "setParameter",
         info::set_parameter,
         cluster(&["setParameter"]),
+    ),
+    cmd(
+        "setClusterParameter",
+        cluster_parameter::set,
+        cluster(&["setClusterParameter"]),
+    ),
+    cmd(
+        "getClusterParameter",
+        cluster_parameter::get,
+        cluster(&["getClusterParameter"]),
     ),
     cmd(
         "getCmdLineOpts",
@@ -653,7 +664,7 @@ fn run_handler(
         &req.sequences,
     )?;
     repl_set::check_member_state(state, name, &db, &req.body)?;
-    let deadline = parse_max_time(&req.body)?;
+    let deadline = parse_max_time(name, &req.body)?;
     if deadline.is_some() && state.fail_points.max_time_always_times_out() {
         return Err(Error::new(
             ErrorCode::MaxTimeMSExpired,
@@ -766,19 +777,35 @@ fn statement_count(name: &str, req: &Request) -> usize {
     }
 }
 
-/// `maxTimeMS`: a non-negative 32-bit integer; 0 means no limit.
-fn parse_max_time(body: &Document) -> Result<Option<Instant>> {
-    let ms = match body.get("maxTimeMS") {
-        None | Some(Bson::Null) => return Ok(None),
-        Some(Bson::Int32(n)) => *n as i64,
-        Some(Bson::Int64(n)) => *n,
-        Some(Bson::Double(f)) if f.fract() == 0.0 => *f as i64,
-        Some(_) => return Err(Error::bad_value("maxTimeMS must be a number")),
+/// `maxTimeMS`: a non-negative 32-bit integer; 0 means no limit. The checks and their order
+/// are MongoDB's: null is not a number (BadValue), other non-numbers fail the IDL type check,
+/// the value is read as `safeNumberLong` (truncated, saturating) for the range checks, and a
+/// fractional double in range is refused last.
+fn parse_max_time(command: &str, body: &Document) -> Result<Option<Instant>> {
+    let v = match body.get("maxTimeMS") {
+        None => return Ok(None),
+        Some(Bson::Null) => return Err(Error::bad_value("maxTimeMS must be a number")),
+        Some(v) => v,
     };
-    if ms < 0 || ms > i32::MAX as i64 {
+    let ms = safe_i64(v).ok_or_else(|| {
+        Error::type_mismatch(format!(
+            "BSON field '{command}.maxTimeMS' is the wrong type '{}', expected types '[long, int, decimal, double]'",
+            type_name(v)
+        ))
+    })?;
+    if ms < 0 {
+        return Err(Error::new(
+            ErrorCode::Location(51024),
+            format!("BSON field 'maxTimeMS' value must be >= 0, actual value '{ms}'"),
+        ));
+    }
+    if ms > i32::MAX as i64 {
         return Err(Error::bad_value(format!(
-            "{ms} value for maxTimeMS is out of range [0, 2147483647]"
+            "{ms} value for maxTimeMS is out of range"
         )));
+    }
+    if matches!(v, Bson::Double(f) if f.fract() != 0.0) {
+        return Err(Error::bad_value("maxTimeMS has non-integral value"));
     }
     Ok((ms > 0).then(|| Instant::now() + Duration::from_millis(ms as u64)))
 }
