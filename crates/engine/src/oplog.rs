@@ -628,6 +628,9 @@ impl Oplog {
                 Ordering::Release,
             );
         }
+        drop(slots);
+        // Entries after `after` will be written again: announced afresh.
+        self.announcer.reset(after);
         Ok(keys.len())
     }
 

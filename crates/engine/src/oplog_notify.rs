@@ -151,6 +151,22 @@ impl Announcer {
         ch
     }
 
+    /// After the oplog lost its entries past `to` (rollback): their notes go and the
+    /// announced point moves back, so the entries written there again are announced; every
+    /// channel is woken. A channel's `last_ts` only grows, so streams read (not skip) past
+    /// what they may have seen before.
+    pub fn reset(&self, to: u64) {
+        let mut inner = self.inner.lock();
+        inner.pending.split_off(&to.saturating_add(1));
+        if self.announced_through() > to {
+            self.announced_through.store(to, Ordering::Release);
+        }
+        for ch in inner.channels.values().filter_map(Weak::upgrade) {
+            let ts = ch.last_ts();
+            ch.notify(ts);
+        }
+    }
+
     /// Announces the noted entries at or below `readable` to the channels they touch.
     pub fn announce(&self, readable: u64) {
         let mut inner = self.inner.lock();

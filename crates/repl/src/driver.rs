@@ -522,6 +522,8 @@ impl Driver {
         }
         let ready: Vec<Entry> = self.delayed.drain(..due).collect();
         self.apply_now(coord, ready)
+    }
+
     /// Raft replaces this member's log from the first of `entries` when that index is
     /// already stored (the leader's log conflicts there): the oplog entries of the replaced
     /// part, and any after them, are divergent. Returns whether there is a conflict.
