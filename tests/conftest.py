@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from nidus_harness import NidusError, NidusServer, find_binary  # noqa: E402
+from nidus_harness import NidusError, NidusServer, ReplicaSet, find_binary  # noqa: E402
 
 
 def pytest_report_header(config):
@@ -109,6 +109,19 @@ def start_nidus(nidus_binary, tmp_path):
                 s.stop()
             except NidusError:
                 s.kill()
+
+
+@pytest.fixture
+def rs():
+    """A started three-member ReplicaSet (not initiated); stopped afterwards, and no member
+    may have panicked."""
+    r = ReplicaSet(3).start()
+    try:
+        yield r
+    finally:
+        r.stop()
+        for m in r.members:
+            assert m.panics() == [], m.log_tail()
 
 
 @pytest.fixture(scope="module")

@@ -47,6 +47,24 @@ def find_binary() -> Path:
     )
 
 
+def wait_until(pred, timeout: float, what: str, tolerate: tuple = ()):
+    """Polls `pred` every 50 ms until it returns something truthy (returned) or `timeout`
+    seconds pass (AssertionError naming `what` and the last value). Exceptions of the
+    `tolerate` types count as a falsy try (their repr is the last value)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = pred()
+        except tolerate as e:
+            last = repr(e)
+        else:
+            if last:
+                return last
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout}s: {what} (last: {last!r})")
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))

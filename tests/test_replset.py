@@ -13,38 +13,17 @@ from pymongo import MongoClient
 from pymongo.errors import NotPrimaryError, OperationFailure, PyMongoError
 
 import wire
-from nidus_harness import ReplicaSet
+from nidus_harness import ReplicaSet, wait_until
 
 ELECTION_TIMEOUT_MS = 2000
 SETTINGS = {"electionTimeoutMillis": ELECTION_TIMEOUT_MS, "heartbeatIntervalMillis": 500}
 
-
-@pytest.fixture
-def rs():
-    r = ReplicaSet(3).start()
-    try:
-        yield r
-    finally:
-        r.stop()
-        for m in r.members:
-            assert m.panics() == [], m.log_tail()
 
 
 def initiated(rs: ReplicaSet, via: int = 0):
     rs.initiate(via=via, priorities=[3, 2, 1], settings=SETTINGS)
     primary = rs.wait_for_primary(30)
     return primary
-
-
-def wait_until(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout}s: {what} (last: {last!r})")
 
 
 def status(m) -> dict:

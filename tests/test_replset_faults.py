@@ -16,35 +16,16 @@ from pymongo import MongoClient, WriteConcern
 from pymongo.errors import PyMongoError
 
 from nidus_harness import ReplicaSet
+from nidus_harness import wait_until as harness_wait_until
 
 ELECTION_TIMEOUT_MS = 2000
 SETTINGS = {"electionTimeoutMillis": ELECTION_TIMEOUT_MS, "heartbeatIntervalMillis": 500}
 
 
-@pytest.fixture
-def rs():
-    r = ReplicaSet(3).start()
-    try:
-        yield r
-    finally:
-        r.stop()
-        for m in r.members:
-            assert m.panics() == [], m.log_tail()
-
 
 def wait_until(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = pred()
-        except PyMongoError as e:
-            last = repr(e)
-        else:
-            if last:
-                return last
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout}s: {what} (last: {last!r})")
+    """A wait that counts driver errors (members down or partitioned) as a falsy try."""
+    return harness_wait_until(pred, timeout, what, tolerate=(PyMongoError,))
 
 
 def my_state(m) -> str | None:

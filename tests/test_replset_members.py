@@ -18,31 +18,10 @@ from pymongo import WriteConcern
 from pymongo.errors import NotPrimaryError, OperationFailure
 
 import wire
-from nidus_harness import ReplicaSet
+from nidus_harness import ReplicaSet, wait_until
 
 SETTINGS = {"electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500}
 
-
-@pytest.fixture
-def rs():
-    r = ReplicaSet(3).start()
-    try:
-        yield r
-    finally:
-        r.stop()
-        for m in r.members:
-            assert m.panics() == [], m.log_tail()
-
-
-def wait_until(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout}s: {what} (last: {last!r})")
 
 
 def admin(m, cmd: dict):
