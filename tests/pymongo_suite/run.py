@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from nidus_harness import NidusError, NidusServer, find_binary  # noqa: E402
+from nidus_harness import NidusError, NidusServer, ReplicaSet, find_binary  # noqa: E402
 
 SUITE = json.loads((HERE / "suite.json").read_text())
 VERSION = SUITE["pymongo_version"]
@@ -43,6 +43,9 @@ LOGS = HERE / "logs"
 RESULTS = HERE / "results.json"
 BASELINE = HERE / "baseline.json"
 COUNT_KEYS = ("passed", "failed", "errors", "skipped", "xfailed", "xpassed")
+# A file run against a three-member replica set is tracked under its name plus this suffix, so
+# that its counts and the same file's one-member counts each have their own baseline.
+RS3 = " [3 members]"
 
 
 def log(msg: str) -> None:
@@ -130,28 +133,67 @@ def failure_reasons(path: Path, limit: int = 8) -> list[str]:
     return [f"{n}x {m}" for m, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:limit]]
 
 
-def run_file(src: Path, test_file: str, timeout: int, binary: Path) -> dict:
-    slug = re.sub(r"[^A-Za-z0-9]+", "_", test_file).strip("_")
+class Deployment:
+    """What one file runs against: a one-member set (`server_args`) or a three-member set whose
+    primary the suite is pointed at (pymongo's client_context discovers the other members
+    from `hello`, as a user's client would)."""
+
+    def __init__(self, servers: list[NidusServer], port: int, replset: ReplicaSet | None):
+        self.servers = servers
+        self.port = port
+        self.replset = replset
+
+    def stop(self) -> int | None:
+        if self.replset is not None:
+            self.replset.stop()
+            return None
+        return self.servers[0].stop()
+
+
+def start_deployment(tmp: str, slug: str, binary: Path, members: int) -> Deployment:
+    if members == 1:
+        server = NidusServer(dbpath=Path(tmp) / "db", binary=binary, log_name=f"pymongo-{slug}",
+                             extra_args=list(SUITE.get("server_args", [])))
+        server.start()
+        return Deployment([server], server.port, None)
+    rs = ReplicaSet(members)
+    try:
+        rs.start()
+        # Member 0 is the one the suite is pointed at; priorities keep it primary, as the
+        # suite's own CI topologies do.
+        rs.initiate(priorities=[2] + [1] * (members - 1))
+        primary = rs.wait_for_primary(timeout=60)
+        for m in rs.members:
+            if m is not primary:
+                rs.wait_for_state(m, "SECONDARY", timeout=60)
+    except NidusError:
+        rs.stop()
+        raise
+    return Deployment(rs.members, primary.port, rs)
+
+
+def run_file(src: Path, tracked: str, timeout: int, binary: Path) -> dict:
+    """Runs one tracked entry: a test file, or a test file plus RS3 for three members."""
+    test_file, members = (tracked[: -len(RS3)], 3) if tracked.endswith(RS3) else (tracked, 1)
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", tracked).strip("_")
     LOGS.mkdir(parents=True, exist_ok=True)
     junit = LOGS / f"{slug}.xml"
     out_path = LOGS / f"{slug}.out"
     junit.unlink(missing_ok=True)
-    result = {"file": test_file, "status": "ok", **dict.fromkeys(COUNT_KEYS, 0)}
+    result = {"file": tracked, "status": "ok", **dict.fromkeys(COUNT_KEYS, 0)}
     with tempfile.TemporaryDirectory(prefix="nidus-pymongo-") as tmp:
-        server = NidusServer(dbpath=Path(tmp) / "db", binary=binary, log_name=f"pymongo-{slug}",
-                             extra_args=list(SUITE.get("server_args", [])))
         try:
-            server.start()
+            deployment = start_deployment(tmp, slug, binary, members)
         except NidusError as e:
             result.update(status="server-did-not-start", detail=str(e)[-2000:])
             return result
-        env = {**os.environ, "DB_IP": "127.0.0.1", "DB_PORT": str(server.port),
+        env = {**os.environ, "DB_IP": "127.0.0.1", "DB_PORT": str(deployment.port),
                "PYTHONPATH": str(src), "PYTHONDONTWRITEBYTECODE": "1"}
         for var in ("DB_USER", "DB_PASSWORD", "COMPRESSORS", "MONGODB_API_VERSION", "TEST_LOAD_BALANCER"):
             env.pop(var, None)
         cmd = [sys.executable, "-m", "pytest", test_file, "-v", "-p", "no:cacheprovider",
                f"--junitxml={junit}", "-o", "faulthandler_timeout=0", "--timeout=120"]
-        for node in SUITE.get("deselect", {}).get(test_file, []):
+        for node in SUITE.get("deselect", {}).get(tracked, []):
             cmd += ["--deselect", node]
         t0 = time.monotonic()
         with open(out_path, "w") as out:
@@ -165,16 +207,17 @@ def run_file(src: Path, test_file: str, timeout: int, binary: Path) -> dict:
                 result["status"] = "timeout"
         result["seconds"] = round(time.monotonic() - t0, 1)
         result["pytest_exit"] = proc.returncode
-        alive = server.is_running()
-        panics = server.panics()
+        servers = deployment.servers
+        dead = [m for m in servers if not m.is_running()]
+        panics = [p for m in servers for p in m.panics()]
         try:
-            rc = server.stop()
+            rc = deployment.stop()
         except NidusError as e:
             rc = None
             result["shutdown"] = str(e)[:500]
-        if not alive:
+        if dead:
             result["status"] = "server-crashed"
-            result["server_log_tail"] = server.log_tail(30)
+            result["server_log_tail"] = dead[0].log_tail(30)
         if panics:
             result["panics"] = panics[:5]
         result["server_exit"] = rc

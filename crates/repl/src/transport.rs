@@ -2,6 +2,10 @@
 //! peer keeps a plain client connection and sends `replSetRaftMessages` commands carrying
 //! serialized Raft messages (an array of binData) and this member's status; a command with no
 //! messages is the heartbeat. The reply carries the peer's status.
+//!
+//! With a key file every connection first authenticates as `__system@local` (SCRAM-SHA-256,
+//! the key as password), MongoDB's internal authentication; a member without the key is
+//! refused by the others.
 
 use bson::{doc, spec::BinarySubtype, Binary, Bson, Document};
 use protobuf::Message as _;
@@ -9,7 +13,7 @@ use raft::eraftpb::{Message, MessageType};
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::Weak;
+use std::sync::{OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// Most batches waiting for one peer; more are dropped (Raft resends what is lost).
@@ -135,7 +139,74 @@ fn run<O: LinkOwner>(owner: Weak<O>, id: u64, rx: Receiver<Vec<Message>>) {
     }
 }
 
+/// The set's key (`--keyFile`), set once at startup before any member connection is made.
+static INTERNAL_KEY: OnceLock<String> = OnceLock::new();
+
+pub fn set_internal_key(key: String) {
+    let _ = INTERNAL_KEY.set(key);
+}
+
+/// Authenticates a new connection as the internal user (a SCRAM-SHA-256 conversation).
+fn authenticate(s: TcpStream, key: &str) -> std::io::Result<TcpStream> {
+    use nidus_wire::scram::{ClientConversation, Mechanism};
+    let failed = |e: nidus_wire::scram::ScramError| std::io::Error::other(e.0);
+    let payload = |d: &Document| match d.get("payload") {
+        Some(Bson::Binary(b)) => Ok(b.bytes.clone()),
+        _ => Err(std::io::Error::other("SASL reply without a payload")),
+    };
+    let binary = |bytes: Vec<u8>| Binary {
+        subtype: BinarySubtype::Generic,
+        bytes,
+    };
+    let (mut conv, first) =
+        ClientConversation::start(Mechanism::Sha256, "__system", key).map_err(failed)?;
+    let start = doc! {
+        "saslStart": 1,
+        "mechanism": "SCRAM-SHA-256",
+        "payload": binary(first.into_bytes()),
+        "options": { "skipEmptyExchange": true },
+        "$db": "local",
+    };
+    let (s, reply) = round_trip(s, &start)?;
+    let proof = conv.proof(&payload(&reply)?).map_err(failed)?;
+    let id = reply
+        .get("conversationId")
+        .cloned()
+        .unwrap_or(Bson::Int32(1));
+    let next = doc! {
+        "saslContinue": 1,
+        "conversationId": id.clone(),
+        "payload": binary(proof.into_bytes()),
+        "$db": "local",
+    };
+    let (mut s, mut reply) = round_trip(s, &next)?;
+    conv.verify(&payload(&reply)?).map_err(failed)?;
+    // Bounded: a server that skips the empty exchange is done after the proof.
+    for _ in 0..2 {
+        if reply.get_bool("done").unwrap_or(false) {
+            return Ok(s);
+        }
+        let empty = doc! {
+            "saslContinue": 1,
+            "conversationId": id.clone(),
+            "payload": binary(Vec::new()),
+            "$db": "local",
+        };
+        (s, reply) = round_trip(s, &empty)?;
+    }
+    Err(std::io::Error::other("SASL conversation did not finish"))
+}
+
+/// A connection to another member, authenticated when the set has a key.
 pub(crate) fn connect(host: &str) -> std::io::Result<TcpStream> {
+    let s = connect_plain(host)?;
+    match INTERNAL_KEY.get() {
+        Some(key) => authenticate(s, key),
+        None => Ok(s),
+    }
+}
+
+fn connect_plain(host: &str) -> std::io::Result<TcpStream> {
     let addr = host
         .to_socket_addrs()?
         .next()

@@ -58,6 +58,9 @@ pub struct Config {
     pub max_conns: usize,
     /// `--auth` / `security.authorization: enabled`: clients must authenticate.
     pub auth: bool,
+    /// `--keyFile` / `security.keyFile`: members authenticate to each other with this key
+    /// (and clients must authenticate, as `--auth`).
+    pub key_file: Option<PathBuf>,
     /// `--tlsMode`, `--tlsCertificateKeyFile`, `--tlsCAFile`,
     /// `--tlsAllowConnectionsWithoutCertificates`.
     pub tls: TlsConfig,
@@ -99,6 +102,7 @@ impl Default for Config {
             dbpath: PathBuf::from("./data"),
             max_conns: 1_000_000,
             auth: false,
+            key_file: None,
             tls: TlsConfig::default(),
             repl_set: None,
             oplog_size_mb: nidus_engine::oplog::DEFAULT_OPLOG_SIZE_MB,
@@ -116,7 +120,7 @@ impl Default for Config {
     }
 }
 
-const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--auth] [--replSet NAME] [--oplogSizeMB MB] [--tlsMode disabled|allowTLS|preferTLS|requireTLS] [--tlsCertificateKeyFile PEM] [--tlsCAFile PEM] [--tlsAllowConnectionsWithoutCertificates] [--profile 0|1|2] [--slowms MS] [--slowOpSampleRate R] [--logpath FILE] [--logappend] [--fork] [--cacheSizeGB GB] [--setParameter name=value]... | --version";
+const USAGE: &str = "usage: nidus [--port N] [--bind_ip a,b] [--bind_ip_all] [--dbpath DIR] [--config FILE] [--maxConns N] [--auth] [--keyFile FILE] [--replSet NAME] [--oplogSizeMB MB] [--tlsMode disabled|allowTLS|preferTLS|requireTLS] [--tlsCertificateKeyFile PEM] [--tlsCAFile PEM] [--tlsAllowConnectionsWithoutCertificates] [--profile 0|1|2] [--slowms MS] [--slowOpSampleRate R] [--logpath FILE] [--logappend] [--fork] [--cacheSizeGB GB] [--setParameter name=value]... | --version";
 
 impl Config {
     pub fn from_args(args: Vec<String>) -> Result<Config, String> {
@@ -163,6 +167,8 @@ impl Config {
                     cfg.set_parameters.insert(k.to_string(), val.to_string());
                 }
                 "--auth" => cfg.auth = true,
+                "--keyFile" => cfg.key_file = Some(PathBuf::from(value("--keyFile")?)),
+                "--clusterAuthMode" => check_cluster_auth_mode(&value("--clusterAuthMode")?)?,
                 "--replSet" => cfg.repl_set = Some(value("--replSet")?).filter(|s| !s.is_empty()),
                 "--oplogSizeMB" => {
                     cfg.oplog_size_mb = value("--oplogSizeMB")?
@@ -267,6 +273,8 @@ impl Config {
                         }
                     }
                 }
+                ("security", "keyFile") => self.key_file = Some(PathBuf::from(v)),
+                ("security", "clusterAuthMode") => check_cluster_auth_mode(v)?,
                 ("operationProfiling", "mode") => self.profile = parse_profile_mode(v)?,
                 ("operationProfiling", "slowOpThresholdMs") => {
                     self.slowms = v
@@ -318,6 +326,9 @@ impl Config {
         }
         if self.auth {
             put("security.authorization", Bson::String("enabled".into()));
+        }
+        if let Some(f) = &self.key_file {
+            put("security.keyFile", Bson::String(f.display().to_string()));
         }
         if let Some(rs) = &self.repl_set {
             put("replication.replSet", Bson::String(rs.clone()));
@@ -383,6 +394,18 @@ impl Config {
 }
 
 /// `--cacheSizeGB`: a positive number of GiB (fractions allowed, as mongod's).
+/// Members authenticate to each other with the key file only (`keyFile`, the default);
+/// x509 membership certificates are not supported.
+fn check_cluster_auth_mode(v: &str) -> Result<(), String> {
+    match v {
+        "keyFile" => Ok(()),
+        "sendKeyFile" | "sendX509" | "x509" => Err(format!(
+            "clusterAuthMode {v} is not supported; members authenticate with --keyFile"
+        )),
+        other => Err(format!("Bad value for clusterAuthMode: {other}")),
+    }
+}
+
 fn parse_cache_size(v: &str) -> Result<f64, String> {
     match v.parse::<f64>() {
         Ok(gb) if gb > 0.0 && gb <= 10_000.0 => Ok(gb),

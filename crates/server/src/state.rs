@@ -74,6 +74,17 @@ pub struct ServerState {
 impl ServerState {
     pub fn new(engine: Arc<Engine>, config: Config) -> Result<ServerState, String> {
         let params = Parameters::from_config(&config.set_parameters)?;
+        // Read before the coordinator starts: its first connections to other members
+        // authenticate with the key.
+        let internal = match &config.key_file {
+            Some(path) => {
+                let key = crate::auth::keyfile::read_key_file(path)?;
+                let internal = crate::auth::keyfile::InternalKey::new(&key).map_err(|e| e.0)?;
+                nidus_repl::transport::set_internal_key(key);
+                Some(internal)
+            }
+            None => None,
+        };
         let repl = match &config.repl_set {
             Some(set) => Some(
                 nidus_repl::Coordinator::start(
@@ -95,7 +106,8 @@ impl ServerState {
             connections: Connections::default(),
             started: Instant::now(),
             process_id: bson::oid::ObjectId::new(),
-            auth: AuthManager::new(config.auth),
+            // A key file turns authorization on, as mongod's does.
+            auth: AuthManager::new(config.auth || internal.is_some(), internal),
             sessions: Sessions::default(),
             cluster_time: ClusterClock::default(),
             snapshots: Default::default(),

@@ -11,6 +11,7 @@ mod header;
 mod msg;
 mod query;
 mod reader;
+pub mod scram;
 
 pub use compression::{compress, decompress, wrap_compressed, Compressor};
 pub use error::WireError;

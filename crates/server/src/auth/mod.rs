@@ -5,9 +5,10 @@
 //! the body for writes with upserts, aggregation stages, explain, ...). The dispatcher calls
 //! [`authorize`] once per command, before the handler runs, when the server runs with `--auth`.
 
+pub mod keyfile;
 pub mod needs;
 pub mod roles;
-pub mod scram;
+pub use nidus_wire::scram;
 pub mod store;
 pub mod x509;
 
@@ -27,6 +28,8 @@ pub struct AuthManager {
     generation: AtomicU64,
     /// `serverStatus().security.authentication`.
     pub counters: AuthCounters,
+    /// `--keyFile`: the credentials of the members' internal user.
+    pub internal: Option<keyfile::InternalKey>,
 }
 
 /// The mechanisms `serverStatus` reports counters for (MongoDB lists MONGODB-X509 always).
@@ -107,11 +110,12 @@ impl AuthCounters {
 }
 
 impl AuthManager {
-    pub fn new(enabled: bool) -> AuthManager {
+    pub fn new(enabled: bool, internal: Option<keyfile::InternalKey>) -> AuthManager {
         AuthManager {
             enabled,
             generation: AtomicU64::new(1),
             counters: AuthCounters::default(),
+            internal,
         }
     }
 
@@ -184,6 +188,16 @@ impl AuthState {
 /// Loads a user's roles and privileges.
 pub fn load_user(state: &ServerState, db: &str, user: &str) -> Result<Option<AuthedUser>> {
     let generation = state.auth.generation();
+    if state.auth.internal.is_some() && db == keyfile::INTERNAL_DB && user == keyfile::INTERNAL_USER
+    {
+        return Ok(Some(AuthedUser {
+            user: user.to_string(),
+            db: db.to_string(),
+            all_roles: BTreeSet::from([RoleName::new("__system", "admin")]),
+            privileges: Arc::new(roles::system_privileges()),
+            generation,
+        }));
+    }
     let Some(d) = store::get_user(&state.engine, db, user)? else {
         return Ok(None);
     };
@@ -255,11 +269,11 @@ pub fn required(
 }
 
 /// The localhost exception: with no user defined yet, a connection from the loopback
-/// interface may create the first user (or role) in `admin`.
+/// interface may create the first user (or role) in `admin`, and initiate a replica set.
 fn localhost_exception(state: &ServerState, peer_is_loopback: bool, name: &str, db: &str) -> bool {
     peer_is_loopback
         && db == "admin"
-        && matches!(name, "createUser" | "createRole")
+        && matches!(name, "createUser" | "createRole" | "replSetInitiate")
         && !store::any_user(&state.engine)
 }
 

@@ -631,6 +631,15 @@ pub fn builtin_privileges(r: &RoleName) -> Option<Privileges> {
     Some(p)
 }
 
+/// The privileges of MongoDB's `__system` role (the members' internal user): every action on
+/// every resource, including the cluster's `internal` one.
+pub fn system_privileges() -> Privileges {
+    let mut p = Privileges::default();
+    p.add(Resource::Any, ACTION_TYPES);
+    p.add(Resource::Cluster, ACTION_TYPES);
+    p
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

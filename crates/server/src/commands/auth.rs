@@ -101,10 +101,18 @@ fn start(
             ));
         }
     }
-    let creds = store::get_user(&state.engine, db, &first.user)?
-        .and_then(|d| d.get_document("credentials").ok().cloned())
-        .and_then(|c| c.get_document(mechanism.name()).ok().cloned())
-        .and_then(|c| Credentials::from_document(&c));
+    let internal = state
+        .auth
+        .internal
+        .as_ref()
+        .and_then(|k| k.credentials(db, &first.user, mechanism));
+    let creds = match internal {
+        Some(c) => Some(c),
+        None => store::get_user(&state.engine, db, &first.user)?
+            .and_then(|d| d.get_document("credentials").ok().cloned())
+            .and_then(|c| c.get_document(mechanism.name()).ok().cloned())
+            .and_then(|c| Credentials::from_document(&c)),
+    };
     let Some(creds) = creds else {
         log_failure(
             conn_id,
@@ -425,6 +433,16 @@ pub fn supported_mechs(ctx: &Ctx) -> Result<Option<Vec<String>>> {
             "UserName must contain a '.' separated database.user pair: {name}"
         )));
     };
+    if let Some(k) = &ctx.state.auth.internal {
+        if k.credentials(db, user, Mechanism::Sha256).is_some() {
+            return Ok(Some(
+                Mechanism::ALL
+                    .iter()
+                    .map(|m| m.name().to_string())
+                    .collect(),
+            ));
+        }
+    }
     let Some(d) = store::get_user(&ctx.state.engine, db, user)? else {
         return Ok(None);
     };

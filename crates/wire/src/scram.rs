@@ -1,4 +1,5 @@
-//! SCRAM-SHA-1 and SCRAM-SHA-256 (RFC 5802, RFC 7677), the server side, as MongoDB runs them.
+//! SCRAM-SHA-1 and SCRAM-SHA-256 (RFC 5802, RFC 7677) as MongoDB runs them: the server side,
+//! and the client side members use to authenticate to each other (`--keyFile`).
 //!
 //! Stored credentials are MongoDB's: `{iterationCount, salt, storedKey, serverKey}` with the
 //! byte strings in base64. SCRAM-SHA-1 hashes MongoDB's password digest
@@ -346,6 +347,92 @@ impl Conversation {
     }
 }
 
+/// Encodes a SCRAM `saslname` (`,` → `=2C`, `=` → `=3D`).
+fn encode_saslname(s: &str) -> String {
+    s.replace('=', "=3D").replace(',', "=2C")
+}
+
+/// The client side of a conversation, after its client-first message went out.
+#[derive(Debug, Clone)]
+pub struct ClientConversation {
+    mechanism: Mechanism,
+    prepared: String,
+    bare: String,
+    nonce: String,
+    server_signature: Option<Vec<u8>>,
+}
+
+impl ClientConversation {
+    /// Starts a conversation as `user` with `password`; returns the client-first message.
+    pub fn start(
+        mechanism: Mechanism,
+        user: &str,
+        password: &str,
+    ) -> Result<(ClientConversation, String), ScramError> {
+        let prepared = mechanism.prepare_password(user, password)?;
+        let nonce = B64.encode(random_bytes(24));
+        let bare = format!("n={},r={nonce}", encode_saslname(user));
+        let first = format!("n,,{bare}");
+        let conv = ClientConversation {
+            mechanism,
+            prepared,
+            bare,
+            nonce,
+            server_signature: None,
+        };
+        Ok((conv, first))
+    }
+
+    /// Answers the server-first message with the client-final message (the proof).
+    pub fn proof(&mut self, server_first: &[u8]) -> Result<String, ScramError> {
+        let text = std::str::from_utf8(server_first).or_else(|_| err("payload is not UTF-8"))?;
+        let (mut nonce, mut salt, mut iterations) = (None, None, None);
+        for attr in text.split(',') {
+            if let Some(r) = attr.strip_prefix("r=") {
+                nonce = Some(r);
+            } else if let Some(s) = attr.strip_prefix("s=") {
+                salt = B64.decode(s).ok();
+            } else if let Some(i) = attr.strip_prefix("i=") {
+                iterations = i.parse::<u32>().ok().filter(|i| *i > 0);
+            }
+        }
+        let (Some(nonce), Some(salt), Some(iterations)) = (nonce, salt, iterations) else {
+            return err("invalid SCRAM server-first message");
+        };
+        if !nonce.starts_with(&self.nonce) || nonce.len() == self.nonce.len() {
+            return err("the server's nonce does not extend the client's");
+        }
+        let m = self.mechanism;
+        let salted = m.hi(self.prepared.as_bytes(), &salt, iterations);
+        let client_key = m.hmac(&salted, b"Client Key");
+        let stored_key = m.hash(&client_key);
+        let without_proof = format!("c=biws,r={nonce}");
+        let auth_message = format!("{},{text},{without_proof}", self.bare);
+        let signature = m.hmac(&stored_key, auth_message.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(&signature)
+            .map(|(a, b)| a ^ b)
+            .collect();
+        let server_key = m.hmac(&salted, b"Server Key");
+        self.server_signature = Some(m.hmac(&server_key, auth_message.as_bytes()));
+        Ok(format!("{without_proof},p={}", B64.encode(proof)))
+    }
+
+    /// Checks the server-final message: the server proves it knows the password too.
+    pub fn verify(&self, server_final: &[u8]) -> Result<(), ScramError> {
+        let text = std::str::from_utf8(server_final).or_else(|_| err("payload is not UTF-8"))?;
+        let Some(v) = text.split(',').find_map(|a| a.strip_prefix("v=")) else {
+            return err("the server did not send its signature");
+        };
+        let given = B64.decode(v).or_else(|_| err("signature is not base64"))?;
+        match &self.server_signature {
+            Some(expected) if constant_time_eq(expected, &given) => Ok(()),
+            _ => err("the server's signature does not match"),
+        }
+    }
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -470,6 +557,37 @@ mod tests {
         assert!(parse_client_first(b"x").is_err());
         assert!(parse_client_first(&[0xff, 0xfe]).is_err());
         assert!(parse_client_first(b"n,,n=a=ZZ,r=x").is_err());
+    }
+
+    #[test]
+    fn client_and_server_agree_and_refuse_a_wrong_password() {
+        for mech in Mechanism::ALL {
+            for (server_password, ok) in [("key=,pw", true), ("other", false)] {
+                let creds = Credentials::generate(mech, "__system", server_password, 4096).unwrap();
+                let (mut client, first) =
+                    ClientConversation::start(mech, "__system", "key=,pw").unwrap();
+                let parsed = parse_client_first(first.as_bytes()).unwrap();
+                assert_eq!(parsed.user, "__system");
+                let (server, server_first) =
+                    Conversation::start(mech, parsed, creds, &Conversation::random_nonce());
+                let client_final = client.proof(server_first.as_bytes()).unwrap();
+                match server.finish(client_final.as_bytes()) {
+                    Ok(server_final) => {
+                        assert!(ok, "{mech:?} accepted a wrong password");
+                        client.verify(server_final.as_bytes()).unwrap();
+                        assert!(client.verify(b"v=AAAA").is_err());
+                    }
+                    Err(_) => assert!(!ok, "{mech:?} refused the right password"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn client_refuses_a_server_nonce_that_does_not_extend_its_own() {
+        let (mut client, _) = ClientConversation::start(Mechanism::Sha256, "u", "p").unwrap();
+        assert!(client.proof(b"r=abc,s=QSXCR+Q6sek8bf92,i=4096").is_err());
+        assert!(client.proof(b"s=QSXCR+Q6sek8bf92,i=4096").is_err());
     }
 
     #[test]
