@@ -375,7 +375,12 @@ impl ChangeStreamSource {
         let channel = oplog.channel(&scope.channel_key());
         let readable = oplog.majority_readable_u64();
         let start = match spec.start {
-            Start::Now => ResumeToken::high_water_mark(u64_to_ts(readable.saturating_add(1))),
+            // As MongoDB: after the newest entry this member has applied (the operation
+            // time the opening aggregate reports), not after the majority point, so a write
+            // acknowledged before the stream opened is never one of its events.
+            Start::Now => {
+                ResumeToken::high_water_mark(u64_to_ts(oplog.visible_u64().saturating_add(1)))
+            }
             Start::ResumeAfter(t) | Start::StartAfter(t) => t,
             Start::AtOperationTime(ts) => ResumeToken::high_water_mark(ts),
         };
