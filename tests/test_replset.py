@@ -212,6 +212,34 @@ def test_step_down_hands_over_and_freeze_holds_it(rs):
     rs.wait_for_state(primary, "PRIMARY", 20)
 
 
+def test_step_down_with_no_electable_secondary_needs_force(rs):
+    # Priority-0 secondaries can never take over: only a forced stepdown steps down.
+    rs.initiate(priorities=[1, 0, 0], settings=SETTINGS)
+    primary = rs.members[0]
+    rs.wait_for_state(primary, "PRIMARY", 30)
+    cases = [
+        ({"replSetStepDown": 5, "secondaryCatchUpPeriodSecs": 10}, 2,
+         "stepdown period must be longer than secondaryCatchUpPeriodSecs"),
+        ({"replSetStepDown": -1}, 2, "stepdown period must be a positive integer, but got -1"),
+        ({"replSetStepDown": 5, "secondaryCatchUpPeriodSecs": -1}, 2,
+         "secondaryCatchUpPeriodSecs period must be a positive or absent"),
+        ({"replSetStepDown": 5, "secondaryCatchUpPeriodSecs": 1}, 262,
+         "No electable secondaries caught up"),
+    ]
+    with primary.client() as c:
+        for cmd, code, message in cases:
+            with pytest.raises(OperationFailure) as e:
+                c.admin.command(cmd)
+            assert e.value.code == code, (cmd, e.value.details)
+            assert message in str(e.value), (cmd, e.value.details)
+        assert c.admin.command("hello")["isWritablePrimary"]
+        # Forced, with MongoDB's default catch-up period for force (none): down at once,
+        # frozen for the period, then elected again (the only electable member).
+        c.admin.command("replSetStepDown", 3, force=True)
+    rs.wait_for_state(primary, "SECONDARY", 2)
+    rs.wait_for_state(primary, "PRIMARY", 20)
+
+
 def test_kill_primary_fails_over_and_old_primary_rejoins(rs):
     primary = initiated(rs)
     assert primary is rs.members[0]

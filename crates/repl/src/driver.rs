@@ -293,15 +293,22 @@ impl Driver {
             Input::Campaign => {
                 let _ = self.raw.campaign();
             }
-            Input::StepDown { freeze } => {
+            Input::StepDown { freeze, force } => {
                 if self.raw.raft.state == StateRole::Leader {
-                    if let Some(target) = self
+                    let target = self
                         .coord
                         .upgrade()
-                        .and_then(|c| self.transfer_target(&c, None))
-                    {
+                        .and_then(|c| self.transfer_target(&c, None));
+                    if let Some(target) = target {
                         self.frozen_until = Some(Instant::now() + freeze);
                         self.raw.transfer_leader(target);
+                    } else if force {
+                        // MongoDB's forced stepdown: no member is caught up, so none takes
+                        // over now; the others elect one once their election timeout passes
+                        // (this member, frozen, does not stand).
+                        self.frozen_until = Some(Instant::now() + freeze);
+                        let term = self.raw.raft.term;
+                        self.raw.raft.become_follower(term, raft::INVALID_ID);
                     }
                 }
             }

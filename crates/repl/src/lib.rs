@@ -148,6 +148,8 @@ pub(crate) enum Input {
     Campaign,
     StepDown {
         freeze: Duration,
+        /// With no caught-up member to hand over to, step down anyway (`force: true`).
+        force: bool,
     },
     Freeze(Duration),
     Unreachable(u64),
@@ -699,7 +701,7 @@ impl Coordinator {
 
     /// `replSetStepDown`: hands the primary role to the most suitable caught-up member and
     /// keeps this one from standing for election for `freeze`.
-    pub fn step_down(&self, freeze: Duration, wait: Duration) -> Result<()> {
+    pub fn step_down(&self, freeze: Duration, wait: Duration, force: bool) -> Result<()> {
         if self.implicit() {
             return Err(Error::new(
                 ErrorCode::NotWritablePrimary,
@@ -713,8 +715,10 @@ impl Coordinator {
             ));
         }
         let seen = self.topology_version();
-        self.send_input(Input::StepDown { freeze });
-        let until = Instant::now() + wait;
+        self.send_input(Input::StepDown { freeze, force });
+        // A forced stepdown happens at once (a handover or becoming a follower); the wait
+        // only covers the driver getting to it.
+        let until = Instant::now() + if force { wait.max(Duration::from_secs(5)) } else { wait };
         let mut seen = seen;
         while Instant::now() < until {
             if self.view.read().state != MemberState::Primary {

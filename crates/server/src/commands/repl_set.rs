@@ -94,12 +94,23 @@ fn seconds(ctx: &Ctx, field: &str, default: i64) -> Result<i64> {
 
 pub fn step_down(ctx: &mut Ctx) -> Result<Document> {
     let repl = coordinator(ctx)?;
-    let secs = seconds(ctx, "replSetStepDown", 60)?;
-    let catch_up = seconds(ctx, "secondaryCatchUpPeriodSecs", 10)?;
-    if secs <= 0 {
+    // MongoDB's defaults: 0 (or none) steps down for 60 s; without a catch-up period a
+    // forced stepdown does not wait for a secondary at all, an unforced one up to 10 s.
+    let secs = match seconds(ctx, "replSetStepDown", 60)? {
+        0 => 60,
+        s => s,
+    };
+    let force = ctx.opt_bool("force")?.unwrap_or(false);
+    let catch_up = seconds(ctx, "secondaryCatchUpPeriodSecs", if force { 0 } else { 10 })?;
+    if secs < 0 {
         return Err(Error::bad_value(format!(
             "stepdown period must be a positive integer, but got {secs}"
         )));
+    }
+    if catch_up < 0 {
+        return Err(Error::bad_value(
+            "secondaryCatchUpPeriodSecs period must be a positive or absent",
+        ));
     }
     if catch_up > secs {
         return Err(Error::bad_value(
@@ -108,7 +119,8 @@ pub fn step_down(ctx: &mut Ctx) -> Result<Document> {
     }
     repl.step_down(
         Duration::from_secs(secs as u64),
-        Duration::from_secs(catch_up.max(0) as u64),
+        Duration::from_secs(catch_up as u64),
+        force,
     )?;
     Ok(Document::new())
 }
