@@ -162,10 +162,11 @@ def start_deployment(tmp: str, slug: str, binary: Path, members: int) -> Deploym
         # Member 0 is the one the suite is pointed at; priorities keep it primary, as the
         # suite's own CI topologies do.
         rs.initiate(priorities=[2] + [1] * (members - 1))
-        primary = rs.wait_for_primary(timeout=60)
-        for m in rs.members:
-            if m is not primary:
-                rs.wait_for_state(m, "SECONDARY", timeout=60)
+        primary = rs.members[0]
+        # Another member may lead first, until member 0's priority takeover.
+        rs.wait_for_state(primary, "PRIMARY", timeout=60)
+        for m in rs.members[1:]:
+            rs.wait_for_state(m, "SECONDARY", timeout=60)
     except NidusError:
         rs.stop()
         raise
