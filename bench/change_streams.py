@@ -4,22 +4,24 @@ a one-member set with no stream open, with 1,000 streams open on another collect
 parked in a `getMore` waiting for events), and with 1,000 streams on the written collection
 (each delivering every insert).
 
-    bench/change_streams.py [--streams 1000] [--inserts 3000] [--rounds 3] [--out FILE.md]
+    bench/change_streams.py [--streams 1000] [--inserts 3000] [--rounds 3] [--max-await-ms 1000]
+                            [--out FILE.md]
 
-Every stream is a real `$changeStream` cursor in its own session with a client thread
-looping on `getMore` (`maxTimeMS` 5 s), as a driver's `watch()` iterates. The server and the
-client threads share the machine's cores, so the third row also counts the client's work of
-receiving 1,000 copies of each event. Measures; asserts nothing. Only signals the process it
-started.
+Every stream is a real `$changeStream` cursor iterated with `getMore` (`--max-await-ms`, 1 s
+by default, as a driver's `watch()`), held by asyncio tasks in a second client process. The
+server and both clients share the machine's cores, so the insert rate moves with the load;
+the server's CPU per insert does not. Measures; asserts nothing. Only signals the processes
+it started.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -38,57 +40,90 @@ def insert_rate(coll, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-class Streams:
-    """`count` change streams on `coll_name`, each iterated by its own thread."""
+def holder(uri: str, db_name: str, coll_name: str, count: int, max_await_ms: int) -> int:
+    """The streams' side, in its own process: `count` `$changeStream` cursors iterated by
+    asyncio tasks on one connection pool (as an application's event loop would), so the
+    writer's process does not share an interpreter with them. Prints "ready", then runs
+    until its stdin closes; prints the events and errors it saw."""
+    import asyncio
 
-    def __init__(self, client: MongoClient, db: str, coll_name: str, count: int):
-        self.stop = threading.Event()
-        self.events = 0
-        self.errors = 0
-        self.lock = threading.Lock()
-        self.threads = []
-        opened = threading.Barrier(count + 1, timeout=300)
-        for _ in range(count):
-            t = threading.Thread(target=self.run, args=(client, db, coll_name, opened), daemon=True)
-            t.start()
-            self.threads.append(t)
-        opened.wait()
+    from pymongo import AsyncMongoClient
 
-    def run(self, client, db_name, coll_name, opened):
+    async def run() -> tuple[int, int]:
+        client = AsyncMongoClient(uri, maxPoolSize=count + 10)
         db = client[db_name]
-        with client.start_session() as s:
-            reply = db.command("aggregate", coll_name, pipeline=[{"$changeStream": {}}],
-                               cursor={}, session=s)
+        stop = asyncio.Event()
+        counts = {"events": 0, "errors": 0}
+
+        async def one(opened: asyncio.Queue):
+            reply = await db.command("aggregate", coll_name, pipeline=[{"$changeStream": {}}],
+                                     cursor={})
             cursor_id = reply["cursor"]["id"]
-            opened.wait()
-            while not self.stop.is_set():
+            await opened.put(None)
+            while not stop.is_set():
                 try:
-                    r = db.command("getMore", cursor_id, collection=coll_name, maxTimeMS=5000,
-                                   session=s)
+                    r = await db.command("getMore", cursor_id, collection=coll_name,
+                                         maxTimeMS=max_await_ms)
                 except PyMongoError:
-                    with self.lock:
-                        self.errors += 1
+                    counts["errors"] += 1
                     return
-                got = len(r["cursor"]["nextBatch"])
-                if got:
-                    with self.lock:
-                        self.events += got
-            try:
-                db.command("killCursors", coll_name, cursors=[cursor_id], session=s)
-            except PyMongoError:
-                pass
+                counts["events"] += len(r["cursor"]["nextBatch"])
+
+        opened: asyncio.Queue = asyncio.Queue()
+        tasks = [asyncio.create_task(one(opened)) for _ in range(count)]
+        for _ in range(count):
+            await asyncio.wait_for(opened.get(), 300)
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        stop.set()
+        await asyncio.wait(tasks, timeout=max_await_ms / 1000 + 10)
+        await client.close()
+        return counts["events"], counts["errors"]
+
+    events, errors = asyncio.run(run())
+    print(f"events {events} errors {errors}", flush=True)
+    return 0
+
+
+class Streams:
+    """`count` change streams on `coll_name`, held by a `holder` process."""
+
+    def __init__(self, uri: str, db: str, coll_name: str, count: int, max_await_ms: int):
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--holder", uri, db, coll_name, str(count),
+             str(max_await_ms)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().strip()
+        if line != "ready":
+            self.proc.kill()
+            raise RuntimeError(f"stream holder did not start: {line!r}")
+        self.events = self.errors = 0
 
     def close(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=10)
+        out, _ = self.proc.communicate("", timeout=120)
+        for line in out.splitlines():
+            parts = line.split()
+            if parts[:1] == ["events"]:
+                self.events, self.errors = int(parts[1]), int(parts[3])
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
+    if len(sys.argv) == 7 and sys.argv[1] == "--holder":
+        return holder(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
     ap = argparse.ArgumentParser()
     ap.add_argument("--streams", type=int, default=1000)
     ap.add_argument("--inserts", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-await-ms", type=int, default=1000,
+                    help="each stream's getMore maxTimeMS (drivers' default is the server's 1 s)")
+    ap.add_argument("--written-inserts", type=int, default=300,
+                    help="inserts per round while every stream delivers each of them")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
 
@@ -97,52 +132,78 @@ def main() -> int:
         server = NidusServer(dbpath=Path(tmp) / "db", extra_args=["--replSet", "rs0"],
                              log_name="bench-change-streams")
         server.start()
+        pid = server.proc.pid
         try:
-            client = MongoClient(server.uri, maxPoolSize=args.streams + 50)
+            client = MongoClient(server.uri)
             db = client.bench
-            db.drop_collection("w")
-            db.drop_collection("other")
-            db.create_collection("w")
-            db.create_collection("other")
+            for name in ("w", "other"):
+                db.drop_collection(name)
+                db.create_collection(name)
 
-            def measure(label: str, streams: Streams | None):
-                rates = [insert_rate(db.w, args.inserts) for _ in range(args.rounds)]
-                row = {"label": label, "rate": statistics.median(rates), "rates": rates}
-                if streams is not None:
-                    row["events"], row["errors"] = streams.events, streams.errors
-                rows.append(row)
-                print(f"{label}: {row['rate']:.0f} inserts/s {[round(r) for r in rates]}",
-                      flush=True)
+            def measure(label: str, inserts: int | None = None) -> dict:
+                """Insert rate and the server's CPU per insert (which the load of other work
+                on the machine does not change), over the rounds."""
+                n = inserts or args.inserts
+                rates, cpus = [], []
+                for _ in range(args.rounds):
+                    cpu0 = cpu_seconds(pid)
+                    rate = insert_rate(db.w, n)
+                    rates.append(rate)
+                    cpus.append((cpu_seconds(pid) - cpu0) / n * 1e6)
+                row = {"label": label, "rate": statistics.median(rates),
+                       "cpu_us": statistics.median(cpus)}
+                print(f"{label}: {row['rate']:.0f} inserts/s, server CPU {row['cpu_us']:.0f} us "
+                      f"per insert {[round(r) for r in rates]}", flush=True)
+                return row
+
+            def idle_cpu(seconds: float = 5.0) -> float:
+                """The server's CPU share while the streams wait and nothing is written."""
+                cpu0, t0 = cpu_seconds(pid), time.monotonic()
+                time.sleep(seconds)
+                return (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
 
             insert_rate(db.w, 500)  # warm-up
-            measure("no change stream", None)
-            s = Streams(client, "bench", "other", args.streams)
-            measure(f"{args.streams} streams on another collection", s)
-            s.close()
-            s = Streams(client, "bench", "w", args.streams)
-            measure(f"{args.streams} streams on the written collection", s)
-            time.sleep(1)
-            s.close()
-            rows[-1]["events"] = s.events
+            rows.append(measure("no change stream") | {"idle": idle_cpu()})
+            for coll, label, inserts in (
+                ("other", "on another collection", args.inserts),
+                ("w", "on the written collection", args.written_inserts),
+            ):
+                streams = Streams(server.uri, "bench", coll, args.streams, args.max_await_ms)
+                try:
+                    idle = idle_cpu()
+                    row = measure(f"{args.streams} streams {label}", inserts) | {"idle": idle}
+                    # Interleaved baseline: the machine's load drifts between rounds.
+                    rows.append(row)
+                finally:
+                    streams.close()
+                row["events"], row["errors"] = streams.events, streams.errors
+                rows.append(measure("no change stream (again)") | {"idle": idle_cpu(2.0)})
             client.close()
         finally:
             server.stop()
 
-    base = rows[0]["rate"]
+    base = rows[0]
     lines = [
         "# Change streams: cost for writers",
         "",
         f"`bench/change_streams.py --streams {args.streams} --inserts {args.inserts} "
-        f"--rounds {args.rounds}`: single-client `insert_one` (w:1) on a one-member set, median "
-        "of the rounds; each stream is a `$changeStream` cursor whose client thread loops on "
-        "`getMore` (maxTimeMS 5 s). Server and client threads share the machine's cores.",
+        f"--rounds {args.rounds} --max-await-ms {args.max_await_ms} --written-inserts "
+        f"{args.written_inserts}`: single-client `insert_one` "
+        "(w:1) on a one-member set, median of the rounds. The streams are `$changeStream` "
+        "cursors iterated by asyncio tasks in a separate client process (`getMore` with "
+        f"maxTimeMS {args.max_await_ms} ms, as drivers' `watch()` with the server's default "
+        "await). Server CPU per insert comes from /proc (it does not move with the machine's "
+        "other load; the insert rate does); idle CPU is the server's share of one core while "
+        "the streams wait and nothing is written.",
         "",
-        "| streams open | inserts/s | vs none | events delivered |",
-        "|---|---:|---:|---:|",
+        "| streams open | inserts/s | vs none | server CPU µs/insert | vs none | idle server CPU "
+        "| events delivered |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append(f"| {r['label']} | {r['rate']:.0f} | {r['rate'] / base:.2f}x | "
-                     f"{r.get('events', '-')} |")
+        lines.append(f"| {r['label']} | {r['rate']:.0f} | {r['rate'] / base['rate']:.2f}x | "
+                     f"{r['cpu_us']:.0f} | {r['cpu_us'] / base['cpu_us']:.2f}x | "
+                     f"{r['idle'] * 100:.1f}% | {r.get('events', '-')} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -517,3 +517,26 @@ def test_split_large_event(db):
     with pytest.raises(OperationFailure) as e:
         c.watch([{"$changeStreamSplitLargeEvent": {}}, {"$match": {}}])
     assert e.value.code == 7182802
+
+
+def test_waiting_getmores_are_not_slow_operations(db, rs_member):
+    """An idle change stream's and a tailable awaitData cursor's `getMore` wait for data; as
+    MongoDB, that wait is not part of the duration logged and profiled, so they are not slow
+    operations (slowms is 100)."""
+    db.create_collection("capped", capped=True, size=4096)
+    db.capped.insert_one({"_id": 0})
+    db.command("profile", 1, slowms=100)
+    try:
+        stream = db.command("aggregate", "idle", pipeline=[{"$changeStream": {}}], cursor={})
+        tail = db.command("find", "capped", tailable=True, awaitData=True)
+        waits = [("idle", stream["cursor"]["id"]), ("capped", tail["cursor"]["id"])]
+        for coll, cursor_id in waits:
+            started = time.monotonic()
+            reply = db.command("getMore", cursor_id, collection=coll, maxTimeMS=400)
+            assert reply["cursor"]["nextBatch"] == []
+            assert time.monotonic() - started >= 0.35  # it did wait
+        assert list(db["system.profile"].find({"op": "getmore"})) == []
+        for coll, cursor_id in waits:
+            assert f'"getMore":{cursor_id}' not in rs_member.log_text().replace(" ", "")
+    finally:
+        db.command("profile", 0)

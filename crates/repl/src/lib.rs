@@ -718,7 +718,12 @@ impl Coordinator {
         self.send_input(Input::StepDown { freeze, force });
         // A forced stepdown happens at once (a handover or becoming a follower); the wait
         // only covers the driver getting to it.
-        let until = Instant::now() + if force { wait.max(Duration::from_secs(5)) } else { wait };
+        let until = Instant::now()
+            + if force {
+                wait.max(Duration::from_secs(5))
+            } else {
+                wait
+            };
         let mut seen = seen;
         while Instant::now() < until {
             if self.view.read().state != MemberState::Primary {

@@ -8,7 +8,7 @@ use bson::{doc, Bson, Document};
 use nidus_engine::opctx::{OpCtx, OpStats};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,9 +44,29 @@ pub struct ActiveOp {
     /// `user`, `db` of the authenticated user.
     pub users: Vec<(String, String)>,
     pub extra: Mutex<OpExtra>,
+    /// Microseconds spent waiting for new data (awaitData and change-stream `getMore`s),
+    /// which MongoDB leaves out of the duration it logs and profiles, so an idle stream's
+    /// every `getMore` is not a slow operation.
+    awaited_micros: AtomicU64,
 }
 
 impl ActiveOp {
+    /// Runs `wait` (waiting for new data) and counts its time as awaited.
+    pub fn awaiting<T>(&self, wait: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let out = wait();
+        let micros = start.elapsed().as_micros().min(u64::MAX as u128) as u64;
+        self.awaited_micros.fetch_add(micros, Ordering::Relaxed);
+        out
+    }
+
+    /// The time spent working: `elapsed` without the awaited time.
+    pub fn working_time(&self, elapsed: std::time::Duration) -> std::time::Duration {
+        elapsed.saturating_sub(std::time::Duration::from_micros(
+            self.awaited_micros.load(Ordering::Relaxed),
+        ))
+    }
+
     /// The peer's address without the port (the profiler's `client`).
     pub fn client_ip(&self) -> String {
         match self.client.rsplit_once(':') {
@@ -228,6 +248,7 @@ impl OpRegistry {
                 .map(|u| (u.user.clone(), u.db.clone()))
                 .collect(),
             extra: Mutex::new(OpExtra::default()),
+            awaited_micros: AtomicU64::new(0),
         });
         self.ops.lock().insert(opid, op.clone());
         Registered { registry: self, op }

@@ -298,7 +298,7 @@ pub fn get_more(
         }
         // Wake at least every second to notice shutdown and killed operations.
         let wait_until = until.min(Instant::now() + Duration::from_secs(1));
-        channel.wait(seen, wait_until);
+        ctx.op.awaiting(|| channel.wait(seen, wait_until));
         nidus_engine::opctx::check_interrupt()?;
     };
     let ns = cursor.ns.clone();

@@ -338,7 +338,7 @@ pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
         let wait = ctx
             .deadline
             .unwrap_or_else(|| Instant::now() + AWAIT_DATA_DEFAULT);
-        await_batch(&mut cursor, batch_size, wait)
+        await_batch(&ctx.op, &mut cursor, batch_size, wait)
     } else {
         let deadline = cursor.max_time_left.map(|left| Instant::now() + left);
         cursor.exec.set_deadline(deadline);
@@ -383,6 +383,7 @@ const AWAIT_DATA_DEFAULT: std::time::Duration = std::time::Duration::from_secs(1
 /// A tailable awaitData batch: what is there now, else whatever the next insert brings,
 /// waiting on the collection's insert signal (no polling) until `until`.
 fn await_batch(
+    op: &crate::curop::ActiveOp,
     cursor: &mut Cursor,
     batch_size: Option<u64>,
     until: Instant,
@@ -396,7 +397,7 @@ fn await_batch(
         if !batch.is_empty() || done || Instant::now() >= until {
             return Ok((batch, done));
         }
-        if !coll.capped.wait_for_insert(seen, until) {
+        if !op.awaiting(|| coll.capped.wait_for_insert(seen, until)) {
             return Ok((batch, done));
         }
     }

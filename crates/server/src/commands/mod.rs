@@ -487,7 +487,7 @@ fn finish_op(
     if matches!(name, "hello" | "isMaster" | "ismaster") {
         return;
     }
-    let millis = elapsed.as_millis() as u64;
+    let millis = active.working_time(elapsed).as_millis() as u64;
     let settings = state.profiler.settings(&active.db);
     if settings.level == 0 && settings.filter.is_none() && (millis as i64) < state.profiler.slowms()
     {

@@ -101,7 +101,11 @@ pub fn step_down(ctx: &mut Ctx) -> Result<Document> {
         s => s,
     };
     let force = ctx.opt_bool("force")?.unwrap_or(false);
-    let catch_up = seconds(ctx, "secondaryCatchUpPeriodSecs", if force { 0 } else { 10 })?;
+    let catch_up = seconds(
+        ctx,
+        "secondaryCatchUpPeriodSecs",
+        if force { 0 } else { 10 },
+    )?;
     if secs < 0 {
         return Err(Error::bad_value(format!(
             "stepdown period must be a positive integer, but got {secs}"
