@@ -161,8 +161,15 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
             let mut options = o.clone();
             options.remove("create");
             options.remove("idIndex");
-            engine
-                .create_collection(&coll_ns()?, options)
+            // The collection keeps the primary's UUID (`ui`), as on MongoDB's members.
+            let created = match entry.get("ui") {
+                Some(Bson::Binary(b)) if b.to_uuid().is_ok() && !options.contains_key("viewOn") => {
+                    let uuid = b.to_uuid().map_err(|e| Error::bad_value(e.to_string()))?;
+                    engine.create_collection_with_uuid(&coll_ns()?, options, uuid)
+                }
+                _ => engine.create_collection(&coll_ns()?, options),
+            };
+            created
                 .map(|_| ())
                 .or_else(|e| ignore(e, &[ErrorCode::NamespaceExists]))
         }
