@@ -8,7 +8,7 @@ use crate::storage::{LogStore, SnapshotData};
 use crate::{Coordinator, Input, View};
 use bson::{doc, Document};
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeV2, ConfState, Entry, EntryType};
+use raft::eraftpb::{ConfChange, ConfChangeV2, ConfState, Entry, EntryType, MessageType};
 use raft::{RawNode, SnapshotStatus, StateRole, Storage};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Weak};
@@ -311,7 +311,11 @@ impl Driver {
         match input {
             Input::Messages(msgs) => {
                 let id = self.id();
-                for m in msgs.into_iter().filter(|m| m.to == id) {
+                // A member in initial sync does not take the primary role (leader transfer).
+                let syncing = self.syncing;
+                for m in msgs.into_iter().filter(|m| {
+                    m.to == id && !(syncing && m.get_msg_type() == MessageType::MsgTimeoutNow)
+                }) {
                     // Errors are messages from unknown peers or stale terms: dropped.
                     let _ = self.raw.step(m);
                 }
@@ -422,10 +426,9 @@ impl Driver {
                 continue;
             }
             let peer = coord.peer_info(id).unwrap_or_default();
-            if !peer.healthy
-                || peer.state != MemberState::Secondary
-                || peer.frozen_until.is_some_and(|t| Instant::now() < t)
-            {
+            // A member in initial sync (STARTUP2 with a configuration) holds no data yet.
+            let syncing = peer.state == MemberState::Startup2 && peer.config_version >= 0;
+            if !peer.healthy || syncing || peer.frozen_until.is_some_and(|t| Instant::now() < t) {
                 continue;
             }
             let key = (m.raft_priority(), pr.matched, id);
