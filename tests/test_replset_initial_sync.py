@@ -228,3 +228,31 @@ def test_member_killed_mid_clone_starts_the_sync_again(rs, monkeypatch):
     assert_same_data(primary, third)
     with third.client(readPreference="secondaryPreferred") as c:
         assert c.test.c.find_one({"_id": "after-kill"}) == {"_id": "after-kill"}
+
+
+def test_member_whose_log_ends_before_the_compacted_log_resyncs(rs):
+    """A secondary stopped while the others compacted past its last entry cannot catch up
+    from the log: it receives the snapshot and replaces its data by an initial sync."""
+    set_log_bound(rs)
+    primary = two_of_three(rs)
+    add_third(rs, primary)
+    rs.wait_for_state(rs.members[2], "SECONDARY", 30)
+    behind = rs.members[1]
+    with primary.client() as c:
+        c.test.get_collection("pre", write_concern=WriteConcern(w=3, wtimeout=20000)).insert_many(
+            [{"_id": i, "v": i} for i in range(100)])
+    before = raft_log(behind)["lastIndex"]
+    behind.stop()
+    load(primary)
+    with primary.client() as c:
+        c.test.pre.delete_many({"_id": {"$lt": 50}})
+    wait_until(lambda: raft_log(primary)["firstIndex"] > before + 1, 30, "primary compacted past the stopped member")
+    behind.restart()
+    admin(behind, {"setParameter": 1, "raftLogMaxSizeBytes": LOG_BOUND})
+    # It is SECONDARY with its old data until the primary reaches it with the snapshot.
+    wait_until(lambda: "replication: initial sync done" in behind.log_text(), 90, "initial sync done")
+    rs.wait_for_state(behind, "SECONDARY", 30)
+    assert raft_log(behind)["firstIndex"] > before
+    assert_same_data(primary, behind)
+    with behind.client(readPreference="secondaryPreferred") as c:
+        assert sorted(d["_id"] for d in c.test.pre.find()) == list(range(50, 100))
