@@ -9,7 +9,7 @@ use crate::{Coordinator, Input, View};
 use bson::{doc, Document};
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeV2, ConfState, Entry, EntryType, MessageType};
-use raft::{RawNode, SnapshotStatus, StateRole, Storage};
+use raft::{GetEntriesContext, RawNode, SnapshotStatus, StateRole, Storage};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -121,6 +121,7 @@ pub(crate) fn spawn(
         min_valid: None,
         check_local_only_until: Some(Instant::now()),
         syncing,
+        held: None,
         sync_applied,
         last_conf_index: applied,
     };
@@ -203,6 +204,9 @@ struct Driver {
     check_local_only_until: Option<Instant>,
     /// An initial sync runs (`initial_sync`): STARTUP2, committed entries are held.
     syncing: bool,
+    /// The committed entries held during an initial sync (first and last index): read back
+    /// from the log in chunks once it is done, so holding them costs no memory.
+    held: Option<(u64, u64)>,
     /// The newest oplog `ts` (u64) the last initial sync applied: committed entries at or
     /// before it are in the copied data and are skipped.
     sync_applied: u64,
@@ -263,7 +267,7 @@ impl Driver {
             self.note_local_only(&coord);
             let rolled = self.maybe_rollback(&coord).map(|_| ());
             let released = rolled.and_then(|()| {
-                if self.delayed.is_empty() {
+                if self.delayed.is_empty() && self.held.is_none() {
                     Ok(())
                 } else {
                     self.apply(&coord, Vec::new())
@@ -489,6 +493,10 @@ impl Driver {
             self.store.apply_snapshot(&snap, needs_sync)?;
             let index = snap.get_metadata().index;
             self.delayed.retain(|e| e.index > index);
+            self.held = self
+                .held
+                .map(|(from, to)| (from.max(index + 1), to))
+                .filter(|(from, to)| from <= to);
             self.last_applied = self.last_applied.max(index);
             self.last_conf_index = self.last_conf_index.max(index);
             if let Some(c) = data.config.as_deref().and_then(parse_config) {
@@ -550,9 +558,26 @@ impl Driver {
     /// `secondaryDelaySecs` those whose `wall` time is at least that old, stopping at the
     /// first that is not (entries apply in log order).
     fn apply(&mut self, coord: &Coordinator, entries: Vec<Entry>) -> raft::Result<()> {
-        self.delayed.extend(entries);
-        if self.syncing {
-            return Ok(());
+        const HELD_CHUNK: u64 = 1024;
+        if self.syncing || self.held.is_some() {
+            // Committed entries are in the log (Raft hands out only persisted ones).
+            if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
+                let from = self.held.map_or(first.index, |(f, _)| f);
+                self.held = Some((from, last.index));
+            }
+            if self.syncing {
+                return Ok(());
+            }
+            if let Some((from, to)) = self.held {
+                let hi = to.min(from + HELD_CHUNK - 1);
+                let chunk =
+                    self.store
+                        .entries(from, hi + 1, None, GetEntriesContext::empty(false))?;
+                self.held = (hi < to).then_some((hi + 1, to));
+                self.delayed.extend(chunk);
+            }
+        } else {
+            self.delayed.extend(entries);
         }
         let delay_ms = self.me().map_or(0, |m| m.secondary_delay_secs) * 1000;
         let now = bson::DateTime::now().timestamp_millis();
@@ -723,6 +748,10 @@ impl Driver {
             eprintln!("replication: cannot record the end of the initial sync: {e}");
             return;
         }
+        eprintln!(
+            "replication: {} committed entries were held during the initial sync",
+            self.held.map_or(0, |(from, to)| to + 1 - from)
+        );
         self.syncing = false;
         self.sync_applied = applied;
         self.rollback_to = None;
