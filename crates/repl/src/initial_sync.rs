@@ -279,9 +279,8 @@ fn attempt(coord: &Coordinator, host: &str) -> Result<Outcome> {
     let mut paused = false;
     for db in &names {
         clone_database(coord, &engine, &mut src, db, &mut || {
-            // A test hook (MongoDB's tests use the `initialSyncHangAfterDataCloning`-style
-            // fail points): holds the clone after its first collection so a test can stop
-            // the member in the middle of it.
+            // A test hook (MongoDB's tests hang initial sync with fail points): holds the
+            // clone after its first collection so a test can stop the member in the middle.
             if let (Some(ms), false) = (pause, paused) {
                 paused = true;
                 std::thread::sleep(Duration::from_millis(ms.min(60_000)));
