@@ -559,6 +559,7 @@ impl Driver {
     /// first that is not (entries apply in log order).
     fn apply(&mut self, coord: &Coordinator, entries: Vec<Entry>) -> raft::Result<()> {
         const HELD_CHUNK: u64 = 1024;
+        const HELD_CHUNK_BYTES: u64 = 64 << 20;
         if self.syncing || self.held.is_some() {
             // Committed entries are in the log (Raft hands out only persisted ones).
             if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
@@ -570,10 +571,15 @@ impl Driver {
             }
             if let Some((from, to)) = self.held {
                 let hi = to.min(from + HELD_CHUNK - 1);
-                let chunk =
-                    self.store
-                        .entries(from, hi + 1, None, GetEntriesContext::empty(false))?;
-                self.held = (hi < to).then_some((hi + 1, to));
+                let chunk = self.store.entries(
+                    from,
+                    hi + 1,
+                    HELD_CHUNK_BYTES,
+                    GetEntriesContext::empty(false),
+                )?;
+                // At least one entry comes back (Raft's size limit keeps the first).
+                let through = chunk.last().map_or(hi, |e| e.index);
+                self.held = (through < to).then_some((through + 1, to));
                 self.delayed.extend(chunk);
             }
         } else {
