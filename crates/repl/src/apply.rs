@@ -162,12 +162,13 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
             options.remove("create");
             options.remove("idIndex");
             // The collection keeps the primary's UUID (`ui`), as on MongoDB's members.
-            let created = match entry.get("ui") {
-                Some(Bson::Binary(b)) if b.to_uuid().is_ok() && !options.contains_key("viewOn") => {
-                    let uuid = b.to_uuid().map_err(|e| Error::bad_value(e.to_string()))?;
-                    engine.create_collection_with_uuid(&coll_ns()?, options, uuid)
-                }
-                _ => engine.create_collection(&coll_ns()?, options),
+            let uuid = match entry.get("ui") {
+                Some(Bson::Binary(b)) if !options.contains_key("viewOn") => b.to_uuid().ok(),
+                _ => None,
+            };
+            let created = match uuid {
+                Some(u) => engine.create_collection_with_uuid(&coll_ns()?, options, u),
+                None => engine.create_collection(&coll_ns()?, options),
             };
             created
                 .map(|_| ())
