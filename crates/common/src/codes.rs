@@ -117,6 +117,7 @@ error_codes! {
     CommandNotSupported = 115,
     DocTooLargeForCapped = 116,
     ConflictingOperationInProgress = 117,
+    OplogStartMissing = 120,
     DocumentValidationFailure = 121,
     NotAReplicaSet = 123,
     CommandFailed = 125,

@@ -65,7 +65,27 @@ impl Engine {
                 ),
             ));
         }
-        self.create_locked(ns, options)
+        self.create_locked(ns, options, None)
+    }
+
+    /// Creates a collection with the given UUID (a replica set member copies the primary's
+    /// collections with their UUIDs, as MongoDB's members share them); `NamespaceExists` if
+    /// a collection or view has the name.
+    pub fn create_collection_with_uuid(
+        &self,
+        ns: &Namespace,
+        options: Document,
+        uuid: bson::Uuid,
+    ) -> Result<CollectionRef> {
+        namespace::validate_coll_name(&ns.db, &ns.coll)?;
+        let _ddl = self.ddl.lock();
+        if self.view(ns).is_some() || self.collection(ns).is_some() {
+            return Err(Error::new(
+                ErrorCode::NamespaceExists,
+                format!("Collection {ns} already exists."),
+            ));
+        }
+        self.create_locked(ns, options, Some(uuid))
     }
 
     /// Creates a collection only if no collection or view has the name (None otherwise),
@@ -80,7 +100,7 @@ impl Engine {
         if self.view(ns).is_some() || self.collection(ns).is_some() {
             return Ok(None);
         }
-        self.create_locked(ns, options).map(Some)
+        self.create_locked(ns, options, None).map(Some)
     }
 
     /// Returns the collection, creating it first if needed (implicit creation on write).
@@ -94,7 +114,7 @@ impl Engine {
             return Ok(c);
         }
         self.check_not_view(ns)?;
-        self.create_locked(ns, Document::new())
+        self.create_locked(ns, Document::new(), None)
     }
 
     /// A new collection with its `_id` index, its ids taken (and the id counter written) in
@@ -119,9 +139,17 @@ impl Engine {
         Ok(Collection::new(id, ns.clone(), meta, 1))
     }
 
-    fn create_locked(&self, ns: &Namespace, options: Document) -> Result<CollectionRef> {
+    fn create_locked(
+        &self,
+        ns: &Namespace,
+        options: Document,
+        uuid: Option<bson::Uuid>,
+    ) -> Result<CollectionRef> {
         let mut txn = self.kv.begin();
         let coll = self.new_collection(txn.as_mut(), ns, options)?;
+        if let Some(u) = uuid {
+            coll.meta.write().uuid = u;
+        }
         let meta = coll.meta.read().clone();
         self.write_entry(txn.as_mut(), &coll, &meta)?;
         let ops = self.ddl_ops(ns, || oplog::create_entry(&coll, &meta));

@@ -161,8 +161,16 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
             let mut options = o.clone();
             options.remove("create");
             options.remove("idIndex");
-            engine
-                .create_collection(&coll_ns()?, options)
+            // The collection keeps the primary's UUID (`ui`), as on MongoDB's members.
+            let uuid = match entry.get("ui") {
+                Some(Bson::Binary(b)) if !options.contains_key("viewOn") => b.to_uuid().ok(),
+                _ => None,
+            };
+            let created = match uuid {
+                Some(u) => engine.create_collection_with_uuid(&coll_ns()?, options, u),
+                None => engine.create_collection(&coll_ns()?, options),
+            };
+            created
                 .map(|_| ())
                 .or_else(|e| ignore(e, &[ErrorCode::NamespaceExists]))
         }

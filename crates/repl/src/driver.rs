@@ -4,12 +4,12 @@
 
 use crate::config::ReplSetConfig;
 use crate::state::{MemberState, OpTime};
-use crate::storage::LogStore;
+use crate::storage::{LogStore, SnapshotData};
 use crate::{Coordinator, Input, View};
 use bson::{doc, Document};
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeV2, ConfState, Entry, EntryType};
-use raft::{RawNode, SnapshotStatus, StateRole, Storage};
+use raft::eraftpb::{ConfChange, ConfChangeV2, ConfState, Entry, EntryType, MessageType};
+use raft::{GetEntriesContext, RawNode, SnapshotStatus, StateRole, Storage};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -87,6 +87,9 @@ pub(crate) fn spawn(
     let logger = slog::Logger::root(slog::Discard, slog::o!());
     let raw = RawNode::new(&cfg, store.clone(), &logger)?;
     let (tx, rx) = mpsc::channel();
+    // A member stopped during an initial sync starts it again from scratch.
+    let syncing = store.initial_sync_pending()?.is_some();
+    let sync_applied = store.sync_applied()?;
     let applied_optime = optime_at_or_before(&store, applied);
     let durable_optime = optime_at_or_before(&store, store.last_index_cached());
     if let Some(c) = &config {
@@ -117,11 +120,18 @@ pub(crate) fn spawn(
         rolling_back: false,
         min_valid: None,
         check_local_only_until: Some(Instant::now()),
+        syncing,
+        held: None,
+        sync_applied,
+        last_conf_index: applied,
     };
     coord.observe_timestamp(driver.applied.ts);
     coord.observe_timestamp(driver.durable.ts);
     driver.note_local_only(&coord);
     driver.publish(&coord);
+    if syncing {
+        crate::initial_sync::spawn(Arc::downgrade(&coord));
+    }
     drop(coord);
     std::thread::Builder::new()
         .name("repl-raft".to_string())
@@ -142,6 +152,12 @@ fn optime_at_or_before(store: &LogStore, index: u64) -> OpTime {
             }
         }
         i -= 1;
+    }
+    // The entries before the first one are compacted: the snapshot names the last one's.
+    if i < first {
+        if let Some(op) = store.snapshot_data().optime {
+            return op;
+        }
     }
     OpTime::default()
 }
@@ -186,6 +202,17 @@ struct Driver {
     /// Until when to look for entries written as primary and never proposed: at start and
     /// for a while after stepping down (writes that raced the stepdown commit late).
     check_local_only_until: Option<Instant>,
+    /// An initial sync runs (`initial_sync`): STARTUP2, committed entries are held.
+    syncing: bool,
+    /// The committed entries held during an initial sync (first and last index): read back
+    /// from the log in chunks once it is done, so holding them costs no memory.
+    held: Option<(u64, u64)>,
+    /// The newest oplog `ts` (u64) the last initial sync applied: committed entries at or
+    /// before it are in the copied data and are skipped.
+    sync_applied: u64,
+    /// The newest configuration entry applied (at start: the applied index); compaction
+    /// waits until that entry is applied.
+    last_conf_index: u64,
 }
 
 impl Driver {
@@ -240,14 +267,15 @@ impl Driver {
             self.note_local_only(&coord);
             let rolled = self.maybe_rollback(&coord).map(|_| ());
             let released = rolled.and_then(|()| {
-                if self.delayed.is_empty() {
+                if self.delayed.is_empty() && self.held.is_none() {
                     Ok(())
                 } else {
                     self.apply(&coord, Vec::new())
                         .map(|()| self.advance_apply())
                 }
             });
-            if let Err(e) = released.and_then(|()| self.on_ready(&coord)) {
+            let ready = released.and_then(|()| self.on_ready(&coord));
+            if let Err(e) = ready.and_then(|()| self.maybe_compact(&coord)) {
                 // MongoDB stops a member that cannot persist its replication state; this one
                 // stops taking part (it no longer votes, leads or acknowledges).
                 eprintln!("replication: stopping the Raft driver: {e}");
@@ -267,8 +295,10 @@ impl Driver {
 
     fn tick(&mut self, coord: &Coordinator) {
         let leader = self.raw.raft.state == StateRole::Leader;
-        let may_campaign =
-            self.me().is_some_and(|m| m.electable()) && !self.frozen() && !coord.in_maintenance();
+        let may_campaign = self.me().is_some_and(|m| m.electable())
+            && !self.frozen()
+            && !coord.in_maintenance()
+            && !self.syncing;
         if !leader && !may_campaign {
             let timeout = self.raw.raft.randomized_election_timeout();
             if self.raw.raft.election_elapsed + 1 >= timeout {
@@ -285,7 +315,11 @@ impl Driver {
         match input {
             Input::Messages(msgs) => {
                 let id = self.id();
-                for m in msgs.into_iter().filter(|m| m.to == id) {
+                // A member in initial sync does not take the primary role (leader transfer).
+                let syncing = self.syncing;
+                for m in msgs.into_iter().filter(|m| {
+                    m.to == id && !(syncing && m.get_msg_type() == MessageType::MsgTimeoutNow)
+                }) {
                     // Errors are messages from unknown peers or stale terms: dropped.
                     let _ = self.raw.step(m);
                 }
@@ -321,6 +355,7 @@ impl Driver {
                 let _ = req.reply.send(result);
             }
             Input::ReadIndex(id) => self.raw.read_index(id.to_be_bytes().to_vec()),
+            Input::InitialSyncDone(out) => self.initial_sync_done(out),
             Input::Unreachable(id) => self.raw.report_unreachable(id),
             Input::SnapshotDone(id, ok) => self.raw.report_snapshot(
                 id,
@@ -402,7 +437,9 @@ impl Driver {
                 continue;
             }
             let peer = coord.peer_info(id).unwrap_or_default();
-            if !peer.healthy || peer.frozen_until.is_some_and(|t| Instant::now() < t) {
+            // A member in initial sync (STARTUP2 with a configuration) holds no data yet.
+            let syncing = peer.state == MemberState::Startup2 && peer.config_version >= 0;
+            if !peer.healthy || syncing || peer.frozen_until.is_some_and(|t| Instant::now() < t) {
                 continue;
             }
             let key = (m.raft_priority(), pr.matched, id);
@@ -456,12 +493,30 @@ impl Driver {
         }
         if !ready.snapshot().is_empty() {
             let snap = ready.snapshot().clone();
-            self.store.apply_snapshot(&snap)?;
+            let data = SnapshotData::parse(&snap.data);
+            // A snapshot of a compacted log stands for oplog entries this member lacks: their
+            // data is copied by an initial sync (the set's first snapshot stands for none).
+            let needs_sync = data.optime.is_some();
+            self.store.apply_snapshot(&snap, needs_sync)?;
             let index = snap.get_metadata().index;
             self.delayed.retain(|e| e.index > index);
+            self.held = self
+                .held
+                .map(|(from, to)| (from.max(index + 1), to))
+                .filter(|(from, to)| from <= to);
             self.last_applied = self.last_applied.max(index);
-            if let Some(c) = parse_config(&snap.data) {
+            self.last_conf_index = self.last_conf_index.max(index);
+            if let Some(c) = data.config.as_deref().and_then(parse_config) {
                 self.set_config(coord, c);
+            }
+            if needs_sync && !self.syncing {
+                self.syncing = true;
+                // The copied data replaces everything here, divergent entries included.
+                self.rollback_to = None;
+                self.min_valid = None;
+                crate::rollback::set_pending(coord.engine(), None)
+                    .map_err(|e| store_error(format!("initial sync: {}", e.message)))?;
+                crate::initial_sync::spawn(self.coord.clone());
             }
         }
         for rs in ready.take_read_states() {
@@ -510,7 +565,33 @@ impl Driver {
     /// `secondaryDelaySecs` those whose `wall` time is at least that old, stopping at the
     /// first that is not (entries apply in log order).
     fn apply(&mut self, coord: &Coordinator, entries: Vec<Entry>) -> raft::Result<()> {
-        self.delayed.extend(entries);
+        const HELD_CHUNK: u64 = 1024;
+        const HELD_CHUNK_BYTES: u64 = 64 << 20;
+        if self.syncing || self.held.is_some() {
+            // Committed entries are in the log (Raft hands out only persisted ones).
+            if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
+                let from = self.held.map_or(first.index, |(f, _)| f);
+                self.held = Some((from, last.index));
+            }
+            if self.syncing {
+                return Ok(());
+            }
+            if let Some((from, to)) = self.held {
+                let hi = to.min(from + HELD_CHUNK - 1);
+                let chunk = self.store.entries(
+                    from,
+                    hi + 1,
+                    HELD_CHUNK_BYTES,
+                    GetEntriesContext::empty(false),
+                )?;
+                // At least one entry comes back (Raft's size limit keeps the first).
+                let through = chunk.last().map_or(hi, |e| e.index);
+                self.held = (through < to).then_some((through + 1, to));
+                self.delayed.extend(chunk);
+            }
+        } else {
+            self.delayed.extend(entries);
+        }
         let delay_ms = self.me().map_or(0, |m| m.secondary_delay_secs) * 1000;
         let now = bson::DateTime::now().timestamp_millis();
         let mut due = 0;
@@ -574,7 +655,7 @@ impl Driver {
     /// newest one in its Raft log were written as primary and never proposed (a write that
     /// raced a stepdown, or a primary stopped before proposing), so they are divergent.
     fn note_local_only(&mut self, coord: &Coordinator) {
-        if self.raw.raft.state == StateRole::Leader {
+        if self.raw.raft.state == StateRole::Leader || self.syncing {
             return;
         }
         let Some(until) = self.check_local_only_until else {
@@ -604,6 +685,11 @@ impl Driver {
         let Some(common) = self.rollback_to else {
             return Ok(());
         };
+        if self.syncing {
+            // The initial sync replaces the data; nothing to undo.
+            self.rollback_to = None;
+            return Ok(());
+        }
         if self.raw.raft.state == StateRole::Leader {
             // Elected with entries it never proposed: they are proposed with its first
             // entries instead (`on_became_leader`).
@@ -667,6 +753,81 @@ impl Driver {
         Err(store_error(format!("rollback failed: {last_err}")))
     }
 
+    /// The initial sync copied the data: the held committed entries after what it applied
+    /// are applied next (by the run loop), those before are skipped.
+    fn initial_sync_done(&mut self, out: crate::initial_sync::Outcome) {
+        let applied = nidus_engine::oplog::ts_to_u64(out.applied.ts);
+        if let Err(e) = self.store.initial_sync_done(applied) {
+            eprintln!("replication: cannot record the end of the initial sync: {e}");
+            return;
+        }
+        eprintln!(
+            "replication: {} committed entries were held during the initial sync",
+            self.held.map_or(0, |(from, to)| to + 1 - from)
+        );
+        self.syncing = false;
+        self.sync_applied = applied;
+        self.rollback_to = None;
+        self.applied = out.applied;
+        self.durable = self.durable.max_by_ts(out.applied);
+        self.min_valid = Some(out.min_valid);
+        if let Some(coord) = self.coord.upgrade() {
+            coord.observe_timestamp(out.applied.ts);
+            if let Some(oplog) = coord.engine().oplog() {
+                oplog.set_commit_point(out.applied.ts);
+            }
+        }
+    }
+
+    /// Compacts the Raft log once it is over its size bound (see `storage`): through an
+    /// applied entry, keeping about half the bound of newer entries; on the primary not past
+    /// what a healthy member still needs unless the log reached twice the bound (that member
+    /// then gets the snapshot and an initial sync). At most `COMPACT_CHUNK` entries a pass.
+    fn maybe_compact(&mut self, coord: &Coordinator) -> raft::Result<()> {
+        const COMPACT_CHUNK: u64 = 20_000;
+        if self.syncing {
+            return Ok(());
+        }
+        let oplog_bytes = coord
+            .engine()
+            .oplog()
+            .map_or(990 << 20, |o| o.max_bytes().max(0) as u64);
+        let bound = crate::storage::max_log_bytes(oplog_bytes);
+        let (first, last, bytes) = self.store.log_stats();
+        if bytes <= bound || last < first {
+            return Ok(());
+        }
+        let avg = (bytes / (last - first + 1)).max(1);
+        let keep = (bound / 2 / avg).max(1);
+        let mut to = last.saturating_sub(keep).min(self.last_applied);
+        // The membership stored with the snapshot is the one in force: no configuration
+        // entry may lie after the compacted index among the applied ones.
+        if self.last_conf_index > to {
+            return Ok(());
+        }
+        if self.raw.raft.state == StateRole::Leader && bytes <= bound.saturating_mul(2) {
+            let me = self.id();
+            let needed = self
+                .raw
+                .raft
+                .prs()
+                .iter()
+                .filter(|(id, p)| **id != me && p.recent_active)
+                .map(|(_, p)| p.matched)
+                .min();
+            if let Some(m) = needed {
+                to = to.min(m);
+            }
+        }
+        let to = to.min(first + COMPACT_CHUNK - 1);
+        if to < first {
+            return Ok(());
+        }
+        let optime = optime_at_or_before(&self.store, to);
+        self.store.compact(to, optime)?;
+        Ok(())
+    }
+
     fn set_config(&mut self, coord: &Coordinator, config: ReplSetConfig) {
         if let Some(m) = config.member_by_raft_id(self.id()) {
             self.raw.raft.set_priority(m.raft_priority());
@@ -694,6 +855,13 @@ impl Driver {
                         .map_err(|err| store_error(format!("entry {}: {err}", e.index)))?;
                     let doc = Document::try_from(raw.as_ref())
                         .map_err(|err| store_error(format!("entry {}: {err}", e.index)))?;
+                    let copied = OpTime::of_entry(&doc).is_some_and(|op| {
+                        nidus_engine::oplog::ts_to_u64(op.ts) <= self.sync_applied
+                    });
+                    if copied {
+                        // In the data an initial sync copied (it applied through there).
+                        continue;
+                    }
                     // MongoDB stops a member that cannot apply an entry; so does this one.
                     crate::apply::apply_entry(coord.engine(), &raw, &doc).map_err(|err| {
                         store_error(format!("cannot apply oplog entry {}: {}", doc, err.message))
@@ -704,6 +872,7 @@ impl Driver {
                     }
                 }
                 EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
+                    self.last_conf_index = e.index;
                     let cs = if e.get_entry_type() == EntryType::EntryConfChange {
                         let cc = ConfChange::parse_from_bytes(&e.data)
                             .map_err(raft::Error::CodecError)?;
@@ -848,6 +1017,7 @@ impl Driver {
             (None, _) => MemberState::Startup2,
             (Some(c), _) if c.member_by_raft_id(raft.id).is_none() => MemberState::Removed,
             (_, true) => MemberState::Primary,
+            _ if self.syncing => MemberState::Startup2,
             _ if self.rolling_back => MemberState::Rollback,
             _ if self.min_valid.is_some_and(|m| {
                 nidus_engine::oplog::ts_to_u64(self.applied.ts) < nidus_engine::oplog::ts_to_u64(m)

@@ -17,11 +17,13 @@ pub mod apply;
 pub mod config;
 pub mod diff;
 mod driver;
+mod initial_sync;
 pub mod membership;
 pub mod read_concern;
 mod rollback;
 pub mod state;
 pub mod storage;
+mod sync_source;
 pub mod transport;
 
 use bson::{doc, Bson, Document};
@@ -159,6 +161,8 @@ pub(crate) enum Input {
     Reconfig(membership::ReconfigRequest),
     /// A linearizable read asks Raft to confirm leadership (`read_concern::ReadIndexes`).
     ReadIndex(u64),
+    /// The initial sync copied the data of the snapshot it was started for.
+    InitialSyncDone(initial_sync::Outcome),
 }
 
 /// The replication coordinator of one member.
@@ -188,6 +192,8 @@ pub struct Coordinator {
     /// The newest oplog timestamp this member issued or saw (`ts` only moves forward).
     clock: Mutex<bson::Timestamp>,
     reads: read_concern::ReadIndexes,
+    /// The initial sync in progress (`replSetGetStatus.initialSyncStatus`).
+    initial_sync: initial_sync::Progress,
     weak: Weak<Coordinator>,
 }
 
@@ -223,6 +229,7 @@ impl Coordinator {
                 increment: 0,
             }),
             reads: Default::default(),
+            initial_sync: Default::default(),
             weak: weak.clone(),
         });
         if coord.store.initialized() {
@@ -637,7 +644,8 @@ impl Coordinator {
     }
 
     fn sync_source(&self, v: &View) -> String {
-        if v.state == MemberState::Secondary && v.leader != 0 {
+        let syncing = matches!(v.state, MemberState::Secondary | MemberState::Startup2);
+        if syncing && v.leader != 0 && v.leader != v.id {
             self.host_of(v.leader).unwrap_or_default()
         } else {
             String::new()
@@ -962,7 +970,20 @@ impl Coordinator {
         }
         let voting = config.members.iter().filter(|m| m.votes > 0).count() as i32;
         let majority = config.majority() as i32;
-        Ok(doc! {
+        let (first, last, bytes) = self.store.log_stats();
+        let mut extra = doc! {
+            // Nidus's own: the Raft log this member keeps (compacted past its size bound).
+            "raftLog": {
+                "firstIndex": first as i64,
+                "lastIndex": last as i64,
+                "entries": (last + 1).saturating_sub(first) as i64,
+                "sizeBytes": bytes as i64,
+            },
+        };
+        if let Some(s) = self.initial_sync.document() {
+            extra.insert("initialSyncStatus", s);
+        }
+        let mut reply = doc! {
             "set": &self.set_name,
             "date": now,
             "myState": v.state.code(),
@@ -987,7 +1008,9 @@ impl Coordinator {
                 "lastDurableWallTime": v.durable.wall,
             },
             "members": members,
-        })
+        };
+        reply.extend(extra);
+        Ok(reply)
     }
 }
 

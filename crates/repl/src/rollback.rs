@@ -19,6 +19,7 @@
 //! The pending common point is persisted (`raft\0rollback`) before Raft's log is truncated,
 //! so a member that stops mid-rollback resumes it at start.
 
+use crate::sync_source::SyncSource;
 use bson::{doc, Bson, Document, RawDocumentBuf, Timestamp};
 use nidus_common::{Error, Result};
 use nidus_engine::namespace::Namespace;
@@ -125,76 +126,25 @@ impl Affected {
     }
 }
 
-/// A client connection to the sync source.
-struct Source {
-    host: String,
-    conn: Option<std::net::TcpStream>,
+/// Reads of the sync source a rollback needs.
+trait RollbackSource {
+    fn fetch(&mut self, ns: &Namespace, ids: &[Bson]) -> Result<Vec<Document>>;
+    fn has_collection(&mut self, ns: &Namespace) -> Result<bool>;
 }
 
-impl Source {
-    fn run(&mut self, cmd: &Document) -> Result<Document> {
-        let conn = match self.conn.take() {
-            Some(c) => c,
-            None => crate::transport::connect(&self.host).map_err(|e| {
-                Error::internal(format!("rollback: cannot reach {}: {e}", self.host))
-            })?,
-        };
-        let (conn, reply) = crate::transport::round_trip(conn, cmd)
-            .map_err(|e| Error::internal(format!("rollback: {} on {}: {e}", cmd, self.host)))?;
-        self.conn = Some(conn);
-        Ok(reply)
-    }
-
-    /// The `ts` of the source's newest oplog entry: every write whose effect the fetched
-    /// documents show is at or before it.
-    fn last_oplog_ts(&mut self) -> Result<Option<Timestamp>> {
-        let reply = self.run(&doc! {
-            "find": "oplog.rs",
-            "sort": { "$natural": -1 },
-            "limit": 1,
-            "projection": { "ts": 1 },
-            "$db": "local",
-            "$readPreference": { "mode": "primaryPreferred" },
-        })?;
-        Ok(reply
-            .get_document("cursor")
-            .and_then(|c| c.get_array("firstBatch"))
-            .ok()
-            .and_then(|b| b.first())
-            .and_then(Bson::as_document)
-            .and_then(|d| d.get_timestamp("ts").ok()))
-    }
-
+impl RollbackSource for SyncSource {
     /// The source's documents of `ns` with the given `_id`s.
     fn fetch(&mut self, ns: &Namespace, ids: &[Bson]) -> Result<Vec<Document>> {
         let mut out = Vec::new();
         for chunk in ids.chunks(FETCH_BATCH) {
-            let mut reply = self.run(&doc! {
+            let cmd = doc! {
                 "find": &ns.coll,
                 "filter": { "_id": { "$in": chunk.to_vec() } },
                 "batchSize": FETCH_BATCH as i32 * 2,
                 "$db": &ns.db,
                 "$readPreference": { "mode": "primaryPreferred" },
-            })?;
-            loop {
-                let cursor = reply
-                    .get_document("cursor")
-                    .map_err(|_| Error::internal("rollback: find reply without a cursor"))?;
-                let batch = cursor
-                    .get_array("firstBatch")
-                    .or_else(|_| cursor.get_array("nextBatch"))
-                    .map_err(|_| Error::internal("rollback: find reply without a batch"))?;
-                out.extend(batch.iter().filter_map(|d| d.as_document().cloned()));
-                let id = cursor.get_i64("id").unwrap_or(0);
-                if id == 0 {
-                    break;
-                }
-                reply = self.run(&doc! {
-                    "getMore": id,
-                    "collection": &ns.coll,
-                    "$db": &ns.db,
-                })?;
-            }
+            };
+            out.extend(self.all(&cmd, &ns.db)?);
         }
         Ok(out)
     }
@@ -287,10 +237,7 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
     for u in &affected.unsupported {
         eprintln!("replication: rollback leaves the effect of {u} in place");
     }
-    let mut source = Source {
-        host: source_host.to_string(),
-        conn: None,
-    };
+    let mut source = SyncSource::new(source_host);
     let mut out = Outcome {
         entries: entries.len(),
         ..Default::default()
@@ -310,7 +257,9 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
             drop_created.push(ns);
         }
     }
-    let min_valid = source.last_oplog_ts()?;
+    let min_valid = source
+        .last_oplog_ts()
+        .map_err(|e| Error::internal(format!("rollback: {}", e.message)))?;
     let time = file_time();
     let dir = rollback_dir(engine);
     let opts = WriteOpts {

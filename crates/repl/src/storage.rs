@@ -4,11 +4,21 @@
 //! Every change is one storage transaction followed by a WAL sync, so what Raft is told is
 //! persisted (votes, terms, appended entries) survives a crash before any message that relies
 //! on it is sent.
+//!
+//! Compaction: a member deletes the log up to an index it applied once the log is over its
+//! size bound (`raftLogMaxSizeBytes`, by default the oplog's `--oplogSizeMB`), keeping the
+//! newer half. The snapshot metadata then names the last deleted entry (index, term), the
+//! membership in force, and its data the configuration and the optime of that entry. A
+//! member whose log ends before the first kept entry (a new one, or one too far behind)
+//! receives that snapshot and copies the data from a member (`initial_sync`), since the
+//! entries it lacks are gone.
 
+use crate::state::OpTime;
 use nidus_storage::{KvEngine, KvTxn, Space, StorageError};
 use parking_lot::RwLock;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, Storage};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 const HARD_STATE: &[u8] = b"raft\0hs";
@@ -18,6 +28,11 @@ const SNAPSHOT_DATA: &[u8] = b"raft\0snapdata";
 const NODE_ID: &[u8] = b"raft\0id";
 const APPLIED: &[u8] = b"raft\0applied";
 const CONFIG: &[u8] = b"raft\0config";
+/// The snapshot index an initial sync is copying data for (present until it finished).
+const INITIAL_SYNC: &[u8] = b"raft\0initsync";
+/// The newest oplog `ts` a finished initial sync applied: committed entries at or before it
+/// are in the copied data and are not applied again.
+const SYNC_APPLIED: &[u8] = b"raft\0syncapplied";
 const LOG_PREFIX: &[u8] = b"raft\0log\0";
 const LOG_END: &[u8] = b"raft\0log\x01";
 
@@ -42,6 +57,74 @@ struct Cache {
     snapshot: SnapshotMetadata,
     snapshot_data: Vec<u8>,
     last_index: u64,
+    /// The configuration in force (the newest applied), sent with snapshots.
+    config: Vec<u8>,
+    /// Bytes of the stored log entries.
+    log_bytes: u64,
+}
+
+/// The most bytes the Raft log keeps (0: the oplog's size bound); `--setParameter
+/// raftLogMaxSizeBytes`.
+static MAX_LOG_BYTES: AtomicU64 = AtomicU64::new(0);
+
+pub fn set_max_log_bytes(n: u64) {
+    MAX_LOG_BYTES.store(n, Ordering::Relaxed);
+}
+
+/// The log's size bound: the parameter, else `oplog_bytes` (the oplog's bound).
+pub fn max_log_bytes(oplog_bytes: u64) -> u64 {
+    match MAX_LOG_BYTES.load(Ordering::Relaxed) {
+        0 => oplog_bytes.max(1 << 20),
+        n => n,
+    }
+}
+
+/// What a snapshot carries besides Raft's metadata: the configuration in force and, for a
+/// snapshot of a compacted log, the optime of the last entry it replaces (the set's first
+/// snapshot replaces no oplog entry and has none). Stored and sent as
+/// `{config: <document>, optime: {ts, t}, wall}`; the first snapshot stores the
+/// configuration document alone.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SnapshotData {
+    pub config: Option<Vec<u8>>,
+    pub optime: Option<OpTime>,
+}
+
+impl SnapshotData {
+    pub fn parse(bytes: &[u8]) -> SnapshotData {
+        let Ok(d) = bson::Document::from_reader(bytes) else {
+            return SnapshotData::default();
+        };
+        match d.get_document("config") {
+            Ok(config) => SnapshotData {
+                config: bson::to_vec(config).ok(),
+                optime: d
+                    .get_document("optime")
+                    .ok()
+                    .map(|o| OpTime::from_document(o, d.get_datetime("wall").ok().copied())),
+            },
+            Err(_) => SnapshotData {
+                config: Some(bytes.to_vec()),
+                optime: None,
+            },
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut d = bson::Document::new();
+        if let Some(c) = self
+            .config
+            .as_ref()
+            .and_then(|c| bson::Document::from_reader(&c[..]).ok())
+        {
+            d.insert("config", c);
+        }
+        if let Some(op) = self.optime {
+            d.insert("optime", op.to_document());
+            d.insert("wall", op.wall);
+        }
+        bson::to_vec(&d).unwrap_or_default()
+    }
 }
 
 /// Raft's [`Storage`] over the member's key-value store. Cheap to clone (shared state).
@@ -76,11 +159,15 @@ impl LogStore {
         if let Some(v) = snap.get(Space::Catalog, SNAPSHOT_DATA).map_err(kv_err)? {
             cache.snapshot_data = v;
         }
+        if let Some(v) = snap.get(Space::Catalog, CONFIG).map_err(kv_err)? {
+            cache.config = v;
+        }
         cache.last_index = cache.snapshot.index;
         {
             let mut c = snap.cursor(Space::Catalog, LOG_PREFIX, LOG_END);
-            c.seek_to_last();
-            if c.valid() {
+            c.seek_to_first();
+            while c.valid() {
+                cache.log_bytes += c.value().len() as u64;
                 let idx = c.key().get(LOG_PREFIX.len()..).and_then(|b| {
                     let a: [u8; 8] = b.try_into().ok()?;
                     Some(u64::from_be_bytes(a))
@@ -88,6 +175,7 @@ impl LogStore {
                 if let Some(i) = idx {
                     cache.last_index = cache.last_index.max(i);
                 }
+                c.next();
             }
             c.status().map_err(kv_err)?;
         }
@@ -123,7 +211,7 @@ impl LogStore {
         meta.set_conf_state(conf_state);
         snapshot.data = data.into();
         self.set_node_id(node_id)?;
-        self.apply_snapshot(&snapshot)
+        self.apply_snapshot(&snapshot, false)
     }
 
     pub fn node_id(&self) -> raft::Result<Option<u64>> {
@@ -179,15 +267,22 @@ impl LogStore {
                 .map_err(kv_err)?;
         }
         self.commit(txn)?;
+        let mut cache = self.cache.write();
         if let Some(cs) = conf_state {
-            self.cache.write().conf_state = cs.clone();
+            cache.conf_state = cs.clone();
+        }
+        if let Some(c) = config {
+            cache.config = c.to_vec();
         }
         Ok(())
     }
 
     /// Installs a snapshot: the log before it is gone, its configuration is the current one.
-    pub fn apply_snapshot(&self, snapshot: &Snapshot) -> raft::Result<()> {
+    /// With `initial_sync`, the data it stands for is still to be copied: the pending initial
+    /// sync is recorded in the same write (see [`LogStore::initial_sync_pending`]).
+    pub fn apply_snapshot(&self, snapshot: &Snapshot, initial_sync: bool) -> raft::Result<()> {
         let meta = snapshot.get_metadata();
+        let data = SnapshotData::parse(&snapshot.data);
         let mut cache = self.cache.write();
         if meta.index < cache.snapshot.index {
             return Err(raft::Error::Store(raft::StorageError::SnapshotOutOfDate));
@@ -207,17 +302,125 @@ impl LogStore {
             .map_err(kv_err)?;
         txn.put(Space::Catalog, CONF_STATE, &encode(meta.get_conf_state())?)
             .map_err(kv_err)?;
-        txn.put(Space::Catalog, CONFIG, &snapshot.data)
-            .map_err(kv_err)?;
+        if let Some(c) = &data.config {
+            txn.put(Space::Catalog, CONFIG, c).map_err(kv_err)?;
+        }
         txn.put(Space::Catalog, APPLIED, &meta.index.to_be_bytes())
             .map_err(kv_err)?;
+        if initial_sync {
+            txn.put(Space::Catalog, INITIAL_SYNC, &meta.index.to_be_bytes())
+                .map_err(kv_err)?;
+        }
         self.commit(txn)?;
         cache.hard_state = hs;
         cache.conf_state = meta.get_conf_state().clone();
         cache.snapshot = meta.clone();
         cache.snapshot_data = snapshot.data.to_vec();
         cache.last_index = meta.index;
+        cache.log_bytes = 0;
+        if let Some(c) = data.config {
+            cache.config = c;
+        }
         Ok(())
+    }
+
+    /// Deletes the log through `index` (an applied entry; at most the last one). The snapshot
+    /// metadata becomes `index` with its entry's term and the membership in force; its data
+    /// the configuration in force and `optime`, the newest oplog entry at or before `index`.
+    /// Returns the number of entries deleted.
+    pub fn compact(&self, index: u64, optime: OpTime) -> raft::Result<u64> {
+        let mut cache = self.cache.write();
+        let first = cache.snapshot.index + 1;
+        if index < first {
+            return Ok(0);
+        }
+        if index > cache.last_index || index > cache.hard_state.commit {
+            return Err(store_err(format!(
+                "cannot compact the log through {index}: past the committed entries"
+            )));
+        }
+        let term = match self.entry(index)? {
+            Some(e) => e.term,
+            None => return Err(store_err(format!("log entry {index} is missing"))),
+        };
+        let mut txn = self.kv.begin();
+        let mut bytes = 0u64;
+        {
+            let snap = self.kv.snapshot();
+            let (lo, hi) = (log_key(first), log_key(index + 1));
+            let mut c = snap.cursor(Space::Catalog, &lo, &hi);
+            c.seek_to_first();
+            while c.valid() {
+                bytes += c.value().len() as u64;
+                txn.delete(Space::Catalog, c.key()).map_err(kv_err)?;
+                c.next();
+            }
+            c.status().map_err(kv_err)?;
+        }
+        let mut meta = SnapshotMetadata {
+            index,
+            term,
+            ..Default::default()
+        };
+        meta.set_conf_state(cache.conf_state.clone());
+        let data = SnapshotData {
+            config: Some(cache.config.clone()).filter(|c| !c.is_empty()),
+            optime: Some(optime),
+        }
+        .encode();
+        txn.put(Space::Catalog, SNAPSHOT_META, &encode(&meta)?)
+            .map_err(kv_err)?;
+        txn.put(Space::Catalog, SNAPSHOT_DATA, &data)
+            .map_err(kv_err)?;
+        // No WAL sync: a compaction lost in a crash leaves the entries in place.
+        txn.commit().map_err(kv_err)?;
+        cache.snapshot = meta;
+        cache.snapshot_data = data;
+        cache.log_bytes = cache.log_bytes.saturating_sub(bytes);
+        Ok(index + 1 - first)
+    }
+
+    /// The stored log: first index, last index and bytes.
+    pub fn log_stats(&self) -> (u64, u64, u64) {
+        let c = self.cache.read();
+        (c.snapshot.index + 1, c.last_index, c.log_bytes)
+    }
+
+    /// What the newest snapshot carries (the optime of the last compacted entry).
+    pub fn snapshot_data(&self) -> SnapshotData {
+        SnapshotData::parse(&self.cache.read().snapshot_data)
+    }
+
+    /// The snapshot index of an initial sync not finished yet (a member that stops during
+    /// one starts it again from scratch).
+    pub fn initial_sync_pending(&self) -> raft::Result<Option<u64>> {
+        let v = self
+            .kv
+            .snapshot()
+            .get(Space::Catalog, INITIAL_SYNC)
+            .map_err(kv_err)?;
+        Ok(v.and_then(|b| nidus_storage::keys::read_u64(&b)))
+    }
+
+    /// Records a finished initial sync: `applied` (as a u64 `ts`) is the newest oplog entry it
+    /// applied.
+    pub fn initial_sync_done(&self, applied: u64) -> raft::Result<()> {
+        let mut txn = self.kv.begin();
+        txn.delete(Space::Catalog, INITIAL_SYNC).map_err(kv_err)?;
+        txn.put(Space::Catalog, SYNC_APPLIED, &applied.to_be_bytes())
+            .map_err(kv_err)?;
+        self.commit(txn)
+    }
+
+    /// The newest oplog `ts` (as u64) the last finished initial sync applied (0: none).
+    pub fn sync_applied(&self) -> raft::Result<u64> {
+        let v = self
+            .kv
+            .snapshot()
+            .get(Space::Catalog, SYNC_APPLIED)
+            .map_err(kv_err)?;
+        Ok(v.and_then(|b| nidus_storage::keys::read_u64(&b))
+            .unwrap_or(0))
     }
 
     /// Appends entries (replacing any conflicting suffix) and saves the hard state, durably.
@@ -225,6 +428,7 @@ impl LogStore {
         let mut cache = self.cache.write();
         let mut txn = self.kv.begin();
         let mut last = cache.last_index;
+        let (mut removed, mut added) = (0u64, 0u64);
         if let Some(first) = entries.first() {
             if first.index <= cache.snapshot.index {
                 return Err(store_err(format!(
@@ -232,11 +436,22 @@ impl LogStore {
                     first.index, cache.snapshot.index
                 )));
             }
-            for i in first.index..=cache.last_index {
-                txn.delete(Space::Catalog, &log_key(i)).map_err(kv_err)?;
+            if first.index <= cache.last_index {
+                let snap = self.kv.snapshot();
+                let (lo, hi) = (log_key(first.index), log_key(cache.last_index + 1));
+                let mut c = snap.cursor(Space::Catalog, &lo, &hi);
+                c.seek_to_first();
+                while c.valid() {
+                    removed += c.value().len() as u64;
+                    txn.delete(Space::Catalog, c.key()).map_err(kv_err)?;
+                    c.next();
+                }
+                c.status().map_err(kv_err)?;
             }
             for e in entries {
-                txn.put(Space::Catalog, &log_key(e.index), &encode(e)?)
+                let bytes = encode(e)?;
+                added += bytes.len() as u64;
+                txn.put(Space::Catalog, &log_key(e.index), &bytes)
                     .map_err(kv_err)?;
             }
             last = entries[entries.len() - 1].index;
@@ -247,6 +462,7 @@ impl LogStore {
         }
         self.commit(txn)?;
         cache.last_index = last;
+        cache.log_bytes = cache.log_bytes.saturating_sub(removed) + added;
         if let Some(hs) = hard_state {
             cache.hard_state = hs.clone();
         }
@@ -350,11 +566,11 @@ impl Storage for LogStore {
         Ok(self.cache.read().last_index)
     }
 
-    /// The log is never compacted, so the only snapshot is the set's first one (index 1):
-    /// a member that joins replays the whole log after it. It carries the membership in
-    /// force instead of the first one, because Raft refuses a snapshot whose membership
-    /// lacks its receiver (a member added by `replSetReconfig`); replaying the log's
-    /// configuration entries then installs each configuration in turn (see `membership`).
+    /// The newest snapshot: the set's first one (index 1) until the log is compacted, then
+    /// the last compaction's. It carries the membership and configuration in force instead of
+    /// those at its index, because Raft refuses a snapshot whose membership lacks its
+    /// receiver (a member added by `replSetReconfig`); replaying the log's configuration
+    /// entries after it then installs each configuration in turn (see `membership`).
     fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         let c = self.cache.read();
         if c.snapshot.index == 0 {
@@ -367,7 +583,11 @@ impl Storage for LogStore {
         if !c.conf_state.voters.is_empty() {
             s.mut_metadata().set_conf_state(c.conf_state.clone());
         }
-        s.data = c.snapshot_data.clone().into();
+        let mut data = SnapshotData::parse(&c.snapshot_data);
+        if !c.config.is_empty() {
+            data.config = Some(c.config.clone());
+        }
+        s.data = data.encode().into();
         Ok(s)
     }
 }
@@ -400,7 +620,7 @@ mod tests {
                 voters: vec![1, 2, 3],
                 ..Default::default()
             };
-            s.bootstrap(1, cs, b"cfg".to_vec()).unwrap();
+            s.bootstrap(1, cs, cfg()).unwrap();
             s.append(&[entry(2, 1), entry(3, 1), entry(4, 1)], None)
                 .unwrap();
             let hs = HardState {
@@ -434,6 +654,136 @@ mod tests {
         ));
         let snap = s.snapshot(0, 2).unwrap();
         assert_eq!(snap.get_metadata().index, 1);
-        assert_eq!(&snap.data[..], b"cfg");
+        let data = SnapshotData::parse(&snap.data);
+        assert_eq!(data.config, Some(cfg()));
+        assert_eq!(data.optime, None);
+    }
+
+    fn cfg() -> Vec<u8> {
+        bson::to_vec(&bson::doc! { "_id": "rs0", "version": 1 }).unwrap()
+    }
+
+    fn optime(secs: u32) -> OpTime {
+        OpTime {
+            ts: bson::Timestamp {
+                time: secs,
+                increment: 1,
+            },
+            term: 2,
+            wall: bson::DateTime::from_millis(secs as i64 * 1000),
+        }
+    }
+
+    #[test]
+    fn compaction_keeps_the_tail_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let cs = ConfState {
+            voters: vec![1, 2],
+            ..Default::default()
+        };
+        {
+            let s = open(dir.path());
+            s.bootstrap(1, cs.clone(), cfg()).unwrap();
+            let entries: Vec<Entry> = (2..=10)
+                .map(|i| entry(i, if i < 6 { 1 } else { 2 }))
+                .collect();
+            let hs = HardState {
+                term: 2,
+                vote: 1,
+                commit: 8,
+                ..Default::default()
+            };
+            s.append(&entries, Some(&hs)).unwrap();
+            let (first, last, bytes) = s.log_stats();
+            assert_eq!((first, last), (2, 10));
+            let one = encode(&entry(2, 1)).unwrap().len() as u64;
+            assert_eq!(bytes, 9 * one);
+            // Not past the committed entries.
+            assert!(s.compact(9, optime(9)).is_err());
+            assert_eq!(s.compact(1, optime(1)).unwrap(), 0);
+            assert_eq!(s.compact(6, optime(6)).unwrap(), 5);
+            assert_eq!(s.first_index().unwrap(), 7);
+            assert_eq!(s.last_index().unwrap(), 10);
+            assert_eq!(s.log_stats().2, 4 * one);
+            assert_eq!(s.term(6).unwrap(), 2);
+            assert!(matches!(
+                s.term(5),
+                Err(raft::Error::Store(raft::StorageError::Compacted))
+            ));
+            assert!(matches!(
+                s.entries(5, 8, None, GetEntriesContext::empty(false)),
+                Err(raft::Error::Store(raft::StorageError::Compacted))
+            ));
+            let es = s
+                .entries(7, 11, None, GetEntriesContext::empty(false))
+                .unwrap();
+            assert_eq!(
+                es.iter().map(|e| e.index).collect::<Vec<_>>(),
+                vec![7, 8, 9, 10]
+            );
+            // A second compaction moves the snapshot on.
+            assert_eq!(s.compact(7, optime(7)).unwrap(), 1);
+        }
+        let s = open(dir.path());
+        assert_eq!(s.first_index().unwrap(), 8);
+        assert_eq!(s.last_index().unwrap(), 10);
+        assert_eq!(
+            s.log_stats().2,
+            3 * encode(&entry(2, 1)).unwrap().len() as u64
+        );
+        assert_eq!(s.term(7).unwrap(), 2);
+        assert_eq!(s.term(9).unwrap(), 2);
+        assert!(s.term(6).is_err());
+        let st = s.initial_state().unwrap();
+        assert_eq!(st.hard_state.commit, 8);
+        assert_eq!(st.conf_state.voters, vec![1, 2]);
+        // The snapshot a lagging member receives: index and term of the last compacted
+        // entry, the membership and configuration in force, the optime of that entry.
+        let snap = s.snapshot(0, 2).unwrap();
+        assert_eq!(snap.get_metadata().index, 7);
+        assert_eq!(snap.get_metadata().term, 2);
+        assert_eq!(snap.get_metadata().get_conf_state().voters, vec![1, 2]);
+        let data = SnapshotData::parse(&snap.data);
+        assert_eq!(data.config, Some(cfg()));
+        assert_eq!(data.optime, Some(optime(7)));
+        assert_eq!(s.snapshot_data().optime, Some(optime(7)));
+        // Appending after compaction, and replacing a suffix, keep the byte count.
+        s.append(&[entry(10, 3), entry(11, 3)], None).unwrap();
+        assert_eq!(
+            s.log_stats(),
+            (8, 11, 4 * encode(&entry(2, 1)).unwrap().len() as u64)
+        );
+    }
+
+    #[test]
+    fn receiving_a_snapshot_for_initial_sync_is_recorded_until_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = open(dir.path());
+        s.set_node_id(3).unwrap();
+        let mut snap = Snapshot::default();
+        snap.mut_metadata().index = 40;
+        snap.mut_metadata().term = 3;
+        snap.mut_metadata().set_conf_state(ConfState {
+            voters: vec![1, 2, 3],
+            ..Default::default()
+        });
+        snap.data = SnapshotData {
+            config: Some(cfg()),
+            optime: Some(optime(40)),
+        }
+        .encode()
+        .into();
+        s.apply_snapshot(&snap, true).unwrap();
+        assert_eq!(s.initial_sync_pending().unwrap(), Some(40));
+        assert_eq!(s.config().unwrap(), Some(cfg()));
+        assert_eq!(s.applied().unwrap(), 40);
+        drop(s);
+        let s = open(dir.path());
+        assert_eq!(s.initial_sync_pending().unwrap(), Some(40));
+        assert_eq!(s.first_index().unwrap(), 41);
+        assert_eq!(s.snapshot_data().optime, Some(optime(40)));
+        s.initial_sync_done(77).unwrap();
+        assert_eq!(s.initial_sync_pending().unwrap(), None);
+        assert_eq!(s.sync_applied().unwrap(), 77);
     }
 }

@@ -37,6 +37,10 @@ fn defaults() -> Document {
         "ttlMonitorSleepSecs": 60,
         "logLevel": 0,
         "logComponentVerbosity": default_log_components(),
+        "initialSyncMethod": "logical",
+        // Nidus's own: the most bytes a replica set member's Raft log keeps before it is
+        // compacted (0: the oplog's size bound, `--oplogSizeMB`).
+        "raftLogMaxSizeBytes": 0i64,
     }
 }
 
@@ -139,6 +143,12 @@ impl Parameters {
             };
             let v = parse_like(existing, raw)
                 .ok_or_else(|| format!("Bad value for parameter \"{k}\": {raw}"))?;
+            // File copy based initial sync (MongoDB Enterprise's) is not implemented.
+            if k == "initialSyncMethod" && raw != "logical" {
+                return Err(format!(
+                    "Bad value for parameter \"initialSyncMethod\": {raw} is not supported; use \"logical\""
+                ));
+            }
             values.insert(k.clone(), v);
         }
         let params = Parameters {
@@ -153,6 +163,9 @@ impl Parameters {
     pub fn apply_to_engine(&self) {
         if let Some(n) = self.i64("internalMaxSubPipelineViewDepth") {
             nidus_engine::pipeline::set_max_sub_pipeline_depth(n.max(0) as usize);
+        }
+        if let Some(n) = self.i64("raftLogMaxSizeBytes") {
+            nidus_repl::storage::set_max_log_bytes(n.max(0) as u64);
         }
     }
 
