@@ -540,3 +540,33 @@ def test_waiting_getmores_are_not_slow_operations(db, rs_member):
             assert f'"getMore":{cursor_id}' not in rs_member.log_text().replace(" ", "")
     finally:
         db.command("profile", 0)
+
+
+def test_idle_stream_wakes_for_an_event_during_its_wait(db):
+    """After a `getMore` that found nothing, the next one waits on the connection (no
+    thread); an event in its scope still ends the wait at once, one elsewhere does not."""
+    stream = db.command("aggregate", "woken", pipeline=[{"$changeStream": {}}], cursor={})
+    cursor_id = stream["cursor"]["id"]
+    assert db.command("getMore", cursor_id, collection="woken", maxTimeMS=200)["cursor"]["nextBatch"] == []
+
+    def write_later():
+        time.sleep(0.3)
+        db.elsewhere.insert_one({"_id": "other scope"})
+        time.sleep(0.3)
+        db.woken.insert_one({"_id": "mine"})
+
+    writer = threading.Thread(target=write_later)
+    started = time.monotonic()
+    writer.start()
+    try:
+        batch = db.command("getMore", cursor_id, collection="woken", maxTimeMS=10000)["cursor"]["nextBatch"]
+    finally:
+        writer.join(10)
+    waited = time.monotonic() - started
+    assert [e["documentKey"] for e in batch] == [{"_id": "mine"}]
+    assert 0.5 <= waited < 5, waited
+    # A full wait with nothing, then the wait the connection does, then an answer on time.
+    for max_ms in (300, 300):
+        started = time.monotonic()
+        assert db.command("getMore", cursor_id, collection="woken", maxTimeMS=max_ms)["cursor"]["nextBatch"] == []
+        assert 0.25 <= time.monotonic() - started < 3

@@ -13,8 +13,11 @@
 
 use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 /// Notes kept for entries not yet readable; past this many, they collapse into one
@@ -58,30 +61,48 @@ pub fn database_key(db: &str) -> String {
 
 pub const CLUSTER_KEY: &str = "*";
 
-/// The wake-up channel of one scope, shared by the streams watching it.
+/// The wake-up channel of one scope, shared by the streams watching it. Threads wait on its
+/// condition variable; async tasks register a waker (see [`Channel::changed`]).
 #[derive(Debug)]
 pub struct Channel {
-    generation: Mutex<u64>,
+    generation: Mutex<Generation>,
     cv: Condvar,
     /// The newest announced entry that touches this scope.
     last_ts: AtomicU64,
 }
 
+/// The generation and the async waiters, under one lock so no wake-up is lost between a
+/// waiter's check and its registration.
+#[derive(Debug, Default)]
+struct Generation {
+    value: u64,
+    wakers: Vec<Waker>,
+}
+
 impl Channel {
     pub fn generation(&self) -> u64 {
-        *self.generation.lock()
+        self.generation.lock().value
     }
 
     /// Blocks until an entry for this scope is announced after generation `seen`, or
     /// `deadline`; true when one was.
     pub fn wait(&self, seen: u64, deadline: Instant) -> bool {
         let mut g = self.generation.lock();
-        while *g == seen {
+        while g.value == seen {
             if self.cv.wait_until(&mut g, deadline).timed_out() {
-                return *g != seen;
+                return g.value != seen;
             }
         }
         true
+    }
+
+    /// Resolves once an entry for this scope is announced after generation `seen`: the
+    /// async form of [`Channel::wait`] (the caller bounds it with its own timer).
+    pub fn changed(self: &Arc<Self>, seen: u64) -> Changed {
+        Changed {
+            channel: self.clone(),
+            seen,
+        }
     }
 
     pub fn last_ts(&self) -> u64 {
@@ -90,8 +111,36 @@ impl Channel {
 
     fn notify(&self, ts: u64) {
         self.last_ts.fetch_max(ts, Ordering::AcqRel);
-        *self.generation.lock() += 1;
+        let wakers = {
+            let mut g = self.generation.lock();
+            g.value += 1;
+            std::mem::take(&mut g.wakers)
+        };
         self.cv.notify_all();
+        for w in wakers {
+            w.wake();
+        }
+    }
+}
+
+/// See [`Channel::changed`].
+pub struct Changed {
+    channel: Arc<Channel>,
+    seen: u64,
+}
+
+impl Future for Changed {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut g = self.channel.generation.lock();
+        if g.value != self.seen {
+            return Poll::Ready(());
+        }
+        if !g.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            g.wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
     }
 }
 
@@ -143,7 +192,7 @@ impl Announcer {
             inner.channels.retain(|_, w| w.strong_count() > 0);
         }
         let ch = Arc::new(Channel {
-            generation: Mutex::new(0),
+            generation: Mutex::new(Generation::default()),
             cv: Condvar::new(),
             last_ts: AtomicU64::new(self.announced_through()),
         });

@@ -34,6 +34,9 @@ pub struct ConnState {
     pub auth: crate::auth::AuthState,
     /// The TLS session, when the connection uses TLS.
     pub tls: Option<TlsPeer>,
+    /// The connection already waited out this `getMore`'s await time for its idle change
+    /// stream (see [`idle_change_stream`]): the command answers without waiting again.
+    pub awaited_data: bool,
 }
 
 /// What the TLS handshake established about the client.
@@ -93,6 +96,7 @@ pub async fn serve<S: ClientStream>(
         compressors: Vec::new(),
         auth: Default::default(),
         tls,
+        awaited_data: false,
     };
     log::info(
         "NETWORK",
@@ -174,10 +178,25 @@ async fn handle_one<S: ClientStream>(
         request,
         compressor,
     } = decoded;
+    let mut conn = conn;
     if let WireRequest::Msg(msg) = &request {
-        if runs_inline(state, msg) {
+        if let Some((channel, seen, wait)) = idle_change_stream(state, msg) {
+            // Nothing to read for this stream until its channel moves: wait here, on the
+            // connection's task, rather than parked in a thread; a client that hangs up or
+            // sends more ends the wait.
+            let mut probe = [0u8; 4096];
+            tokio::select! {
+                _ = channel.changed(seen) => {}
+                _ = tokio::time::sleep(wait) => conn.awaited_data = true,
+                read = stream.read(&mut probe), if carry.len() < MAX_CARRY => match read {
+                    Ok(n) if n > 0 => carry.extend_from_slice(&probe[..n]),
+                    _ => return Ok(None),
+                },
+            }
+        }
+        // After a full wait the answer is an empty batch: cheap enough to run inline.
+        if conn.awaited_data || runs_inline(state, msg) {
             let _hook = nidus_engine::blocking::install(|f| tokio::task::block_in_place(f));
-            let mut conn = conn;
             let mut out = Out::Buffer(Vec::new());
             let close = execute(
                 state,
@@ -187,6 +206,7 @@ async fn handle_one<S: ClientStream>(
                 compressor,
                 &mut out,
             );
+            conn.awaited_data = false;
             if let Out::Buffer(frames) = out {
                 for frame in frames {
                     stream.write_all(&frame).await?;
@@ -430,6 +450,44 @@ fn raw_by_id(op: &bson::RawDocumentBuf) -> bool {
 }
 
 /// Runs one request, sending its replies to `out`. Returns true when the connection must close.
+/// For a `getMore` on a change stream whose previous `getMore` waited its whole time and
+/// found nothing, and whose scope had no entry since: the stream's channel, the generation
+/// to wait past, and the `getMore`'s await time.
+fn idle_change_stream(
+    state: &ServerState,
+    msg: &nidus_wire::OpMsg,
+) -> Option<(
+    std::sync::Arc<nidus_engine::oplog_notify::Channel>,
+    u64,
+    std::time::Duration,
+)> {
+    let body = &msg.body;
+    let id = match body.iter().next()? {
+        (name, bson::Bson::Int64(id)) if name == "getMore" => *id,
+        _ => return None,
+    };
+    let wait_ms = match body.get("maxTimeMS") {
+        None => 1000,
+        Some(bson::Bson::Int32(n)) if *n > 0 => i64::from(*n),
+        Some(bson::Bson::Int64(n)) if *n > 0 => *n,
+        // Anything else is for the command to judge (and refuse).
+        Some(_) => return None,
+    };
+    let cursor = state.cursors.get(id).ok()?;
+    let cursor = cursor.try_lock()?;
+    let stream = cursor.change_stream.as_ref()?.clone();
+    drop(cursor);
+    let s = stream.try_lock()?;
+    let seen = s.idle_at?;
+    (s.channel.generation() == seen).then(|| {
+        (
+            s.channel.clone(),
+            seen,
+            std::time::Duration::from_millis(wait_ms as u64),
+        )
+    })
+}
+
 fn execute(
     state: &ServerState,
     conn: &mut ConnState,

@@ -339,6 +339,10 @@ pub struct StreamState {
     pub skip_fragments: Option<ResumeToken>,
     /// Wakes the stream's `getMore`s when an entry in its scope becomes readable.
     pub channel: Arc<Channel>,
+    /// The channel's generation when the last `getMore` waited its whole time and found
+    /// nothing: while the generation is unchanged the next one has nothing to read yet, so
+    /// the connection may wait for it without a thread.
+    pub idle_at: Option<u64>,
 }
 
 pub type SharedState = Arc<Mutex<StreamState>>;
@@ -404,6 +408,7 @@ impl ChangeStreamSource {
             split_large_events: false,
             skip_fragments: start.fragment.map(|_| start),
             channel: channel.clone(),
+            idle_at: None,
         }));
         let source = ChangeStreamSource {
             engine,

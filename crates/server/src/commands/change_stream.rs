@@ -272,7 +272,7 @@ fn reply(
 /// The `getMore` of a change stream cursor: the events there are now, else those the next
 /// visible oplog entries bring, waiting until `maxTimeMS` (default 1 s) passes.
 pub fn get_more(
-    ctx: &Ctx,
+    ctx: &mut Ctx,
     id: i64,
     cursor: &mut Cursor,
     state: &SharedState,
@@ -280,13 +280,19 @@ pub fn get_more(
 ) -> Result<(Document, bool)> {
     // Woken only by entries in the stream's scope (a write elsewhere leaves it asleep).
     let channel = state.lock().channel.clone();
-    let until = ctx
-        .deadline
-        .unwrap_or_else(|| Instant::now() + AWAIT_DEFAULT);
+    // The connection may already have waited out the await time (see
+    // `connection::idle_change_stream`): then there is no waiting left.
+    let until = if std::mem::take(&mut ctx.conn.awaited_data) {
+        Instant::now()
+    } else {
+        ctx.deadline
+            .unwrap_or_else(|| Instant::now() + AWAIT_DEFAULT)
+    };
     let (batch, done) = loop {
         let seen = channel.generation();
         let (batch, done) = next_batch(cursor, state, batch_size)?;
         if !batch.is_empty() || done || Instant::now() >= until {
+            state.lock().idle_at = (batch.is_empty() && !done).then_some(seen);
             break (batch, done);
         }
         if ctx
