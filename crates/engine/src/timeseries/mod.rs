@@ -200,10 +200,13 @@ impl Engine {
     ) -> (usize, Vec<MeasurementError>) {
         let opt = &ts.options;
         let mut errors = Vec::new();
-        // Buckets this batch writes, in first-touched order: the bucket, whether it is
-        // stored already, and the measurements this batch added to it.
-        let mut touched: Vec<(Bucket, bool, Vec<Document>)> = Vec::new();
-        let mut index_of: HashMap<bson::oid::ObjectId, usize> = HashMap::new();
+        // Buckets this batch writes, in first-touched order, with whether each was stored
+        // before and the measurements this batch added to it; buckets the batch closed
+        // (a later measurement of their meta did not fit) wait in `closed`.
+        let mut order: Vec<bson::oid::ObjectId> = Vec::new();
+        let mut dirty: HashMap<bson::oid::ObjectId, (Vec<u8>, bool, Vec<Document>)> =
+            HashMap::new();
+        let mut closed: HashMap<bson::oid::ObjectId, Bucket> = HashMap::new();
         let mut accepted = Vec::new();
         for (i, d) in docs.iter().enumerate() {
             match self.prepare_measurement(opt, d) {
@@ -214,18 +217,22 @@ impl Engine {
                     });
                     if !fits {
                         let b = Bucket::new(time, opt.bucket_rounding_seconds, meta);
-                        open.by_meta.insert(key.clone(), b);
+                        if let Some(old) = open.by_meta.insert(key.clone(), b) {
+                            if dirty.contains_key(&old.id) {
+                                closed.insert(old.id, old);
+                            }
+                        }
                     }
                     let Some(b) = open.by_meta.get_mut(&key) else {
                         continue;
                     };
+                    let stored = b.count > 0;
                     b.add(&m, &opt.time_field, size);
-                    let slot = *index_of.entry(b.id).or_insert_with(|| {
-                        touched.push((b.clone(), b.count > 1, Vec::new()));
-                        touched.len() - 1
+                    let entry = dirty.entry(b.id).or_insert_with(|| {
+                        order.push(b.id);
+                        (key.clone(), stored, Vec::new())
                     });
-                    touched[slot].0 = b.clone();
-                    touched[slot].2.push(m);
+                    entry.2.push(m);
                     accepted.push(i);
                 }
                 Err(e) => {
@@ -234,6 +241,19 @@ impl Engine {
                         break;
                     }
                 }
+            }
+        }
+        let mut touched = Vec::with_capacity(order.len());
+        for id in order {
+            let Some((key, stored, added)) = dirty.remove(&id) else {
+                continue;
+            };
+            let bucket = match closed.remove(&id) {
+                Some(b) => Some(b),
+                None => open.by_meta.get(&key).filter(|b| b.id == id).cloned(),
+            };
+            if let Some(b) = bucket {
+                touched.push((b, stored, added));
             }
         }
         let mut failed_from: Option<Error> = None;
