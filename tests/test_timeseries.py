@@ -255,3 +255,31 @@ def test_ttl_expires_whole_buckets(ttl_client):
     while time.monotonic() < deadline and db.w.count_documents({"m": "old"}):
         time.sleep(0.2)
     assert [x["m"] for x in db.w.find()] == ["fresh"]
+
+
+def test_replicated_to_secondaries(rs):
+    """The buckets collection, the view and the bucket writes go through the oplog: a
+    secondary lists the time-series collection and reads the same measurements."""
+    from pymongo import MongoClient
+
+    from nidus_harness import wait_until
+
+    rs.initiate(priorities=[3, 2, 1], settings={"electionTimeoutMillis": 2000,
+                                                "heartbeatIntervalMillis": 500})
+    primary = rs.wait_for_primary(30)
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=15000)) as c:
+        c.ts.create_collection("weather", timeseries=WEATHER_OPTIONS)
+        c.ts.weather.insert_many(WEATHER)
+        c.ts.weather.delete_many({"temp": {"$gte": 16}})
+        c.ts.create_collection("cl", clusteredIndex={"key": {"_id": 1}, "unique": True})
+        c.ts.cl.insert_many([{"_id": 3}, {"_id": 1}, {"_id": 2}])
+        want = sorted(x["temp"] for x in c.ts.weather.find())
+    secondary = next(m for m in rs.members if m is not primary)
+    with secondary.client(readPreference="secondaryPreferred") as s:
+        wait_until(lambda: sorted(x["temp"] for x in s.ts.weather.find()) == want, 20,
+                   "the secondary's measurements")
+        types = {x["name"]: x["type"] for x in s.ts.list_collections()}
+        assert types == {"weather": "timeseries", "system.buckets.weather": "collection",
+                         "cl": "collection"}
+        wait_until(lambda: [x["_id"] for x in s.ts.cl.find()] == [1, 2, 3], 20,
+                   "the secondary's clustered collection in _id order")
