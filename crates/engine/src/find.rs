@@ -446,7 +446,7 @@ impl Engine {
             .then(|| (parsed.matcher.clone(), parsed.matcher.canonical_document()));
         if let (Some((cluster_key, _)), false) = (&parsed.cluster_key, spec.tailable) {
             // String bounds hold only under the simple collation.
-            let bounds = if spec.collation.is_some() {
+            let bounds = if spec.collation.is_some() || cluster_key.collation.is_some() {
                 (None, None)
             } else {
                 crate::clustered::record_bounds(&spec.filter)
