@@ -213,7 +213,7 @@ def test_capped_create_errors(db):
             db.command("create", "bad", **opts)
         assert e.value.code == code, opts
     with pytest.raises(OperationFailure) as e:
-        db.command("create", "ts", timeseries={"timeField": "t"})
+        db.command("create", "ts", timeseries={"timeField": "t"}, capped=True, size=100)
     assert e.value.code == 72
 
 

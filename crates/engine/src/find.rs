@@ -3,9 +3,9 @@
 use crate::catalog::{CollectionRef, IndexMeta};
 use crate::exec::MAX_SORT_MEMORY_BYTES;
 use crate::exec::{
-    CollScan, CountScan, Eof, Executor, ExpressIxscan, Fetch, IndexScan, Limit, OrStage,
-    ProjectionCovered, ProjectionStage, RecordStoreFastCount, Skip, Sort, SortLimits, SortMerge,
-    Stage,
+    ClusteredScan, CollScan, CountScan, Eof, Executor, ExpressIxscan, Fetch, IndexScan, Limit,
+    OrStage, ProjectionCovered, ProjectionStage, RecordStoreFastCount, Skip, Sort, SortLimits,
+    SortMerge, Stage,
 };
 use crate::plan;
 use crate::txn::ReadSource;
@@ -117,6 +117,9 @@ struct Parsed {
     count: bool,
     sort_limits: SortLimits,
     src: ReadSource,
+    /// The collection is clustered (`clustered.rs`): scans walk this cluster key (the `_id`
+    /// entries, and the name `listIndexes` shows), which is not an index the planner offers.
+    cluster_key: Option<(IndexMeta, String)>,
 }
 
 impl Parsed {
@@ -222,10 +225,30 @@ impl Engine {
                 spill_dir: spec.allow_disk_use.then(|| self.spill_dir()),
             },
             src: self.read_source(spec.source.as_ref()),
+            cluster_key: None,
         };
         let meta = coll.meta.read();
+        let parsed = Parsed {
+            cluster_key: crate::clustered::is_clustered(&meta.options)
+                .then(|| meta.indexes.iter().find(|ix| ix.is_id()))
+                .flatten()
+                .map(|ix| (ix.clone(), crate::clustered::index_name(&meta.options))),
+            ..parsed
+        };
+        let without_cluster_key: Vec<IndexMeta>;
+        let meta_indexes: &[IndexMeta] = if parsed.cluster_key.is_some() {
+            without_cluster_key = meta
+                .indexes
+                .iter()
+                .filter(|ix| !ix.is_id())
+                .cloned()
+                .collect();
+            &without_cluster_key
+        } else {
+            &meta.indexes
+        };
         if spec.min.is_some() || spec.max.is_some() {
-            return self.min_max_plan(coll, spec, &parsed, &meta.indexes);
+            return self.min_max_plan(coll, spec, &parsed, meta_indexes);
         }
         if spec.tailable {
             let scan = self.collscan(coll, spec, &parsed, true);
@@ -251,15 +274,14 @@ impl Engine {
         let filtered: Vec<IndexMeta>;
         let indexes: &[IndexMeta] = match &index_filter {
             Some(f) => {
-                filtered = meta
-                    .indexes
+                filtered = meta_indexes
                     .iter()
                     .filter(|ix| f.allows(ix))
                     .cloned()
                     .collect();
                 &filtered
             }
-            None => &meta.indexes,
+            None => meta_indexes,
         };
         let hint = if index_filter.is_some() {
             None
@@ -270,7 +292,7 @@ impl Engine {
             coll,
             spec,
             &parsed,
-            (&meta.indexes, indexes, index_filter.is_some()),
+            (meta_indexes, indexes, index_filter.is_some()),
             hint,
             natural_sort,
             collation.as_ref(),
@@ -297,6 +319,18 @@ impl Engine {
             Some(Bson::Document(h)) if h.contains_key("$natural") => {
                 let forward = natural_direction(h).unwrap_or(true);
                 let scan = self.collscan(coll, spec, parsed, forward);
+                return Ok(Executor::new(
+                    parsed.finish(scan, true, Fetched::Yes),
+                    spec.deadline,
+                ));
+            }
+            Some(h)
+                if parsed
+                    .cluster_key
+                    .as_ref()
+                    .is_some_and(|(_, name)| crate::clustered::hint_names_cluster_key(h, name)) =>
+            {
+                let scan = self.collscan(coll, spec, parsed, true);
                 return Ok(Executor::new(
                     parsed.finish(scan, true, Fetched::Yes),
                     spec.deadline,
@@ -349,9 +383,16 @@ impl Engine {
         let mut candidates: Vec<Candidate> = solutions.into_iter().map(Candidate::Index).collect();
         candidates.extend(or_solution.map(Candidate::Or));
         if candidates.is_empty() {
-            let scan = self.collscan(coll, spec, parsed, natural_sort.unwrap_or(true));
+            // A clustered scan provides a sort on the cluster key alone.
+            let cluster_sort = parsed
+                .cluster_key
+                .as_ref()
+                .and(parsed.sort.as_ref())
+                .and_then(|(_, d)| crate::clustered::sort_direction(d, collation.is_some()));
+            let forward = cluster_sort.or(natural_sort).unwrap_or(true);
+            let scan = self.collscan(coll, spec, parsed, forward);
             return Ok(Executor::new(
-                parsed.finish(scan, true, Fetched::Yes),
+                parsed.finish(scan, cluster_sort.is_none(), Fetched::Yes),
                 spec.deadline,
             ));
         }
@@ -403,6 +444,22 @@ impl Engine {
     ) -> Stage {
         let filter = (!spec.filter.is_empty())
             .then(|| (parsed.matcher.clone(), parsed.matcher.canonical_document()));
+        if let (Some((cluster_key, _)), false) = (&parsed.cluster_key, spec.tailable) {
+            // String bounds hold only under the simple collation.
+            let bounds = if spec.collation.is_some() || cluster_key.collation.is_some() {
+                (None, None)
+            } else {
+                crate::clustered::record_bounds(&spec.filter)
+            };
+            return Stage::new(ClusteredScan::new(
+                parsed.src.clone(),
+                coll.id,
+                cluster_key.clone(),
+                forward,
+                filter,
+                bounds,
+            ));
+        }
         let scan = CollScan::new(parsed.src.clone(), coll.id, forward, filter)
             .capped(coll.is_capped())
             .tailable(spec.tailable)

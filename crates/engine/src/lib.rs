@@ -3,6 +3,7 @@
 pub mod blocking;
 pub mod capped;
 pub mod catalog;
+pub mod clustered;
 mod ddl;
 mod ddl_txn;
 mod index_mod;
@@ -24,6 +25,7 @@ pub mod plan;
 pub mod preimages;
 pub mod retry;
 pub mod stmt_record;
+pub mod timeseries;
 pub mod ttl;
 pub mod txn;
 pub mod validation;
@@ -67,6 +69,8 @@ pub struct Engine {
     spill_dir: parking_lot::RwLock<Option<std::path::PathBuf>>,
     /// The oplog of a replica set member (`oplog.rs`); unset on a standalone.
     oplog: std::sync::OnceLock<Arc<oplog::Oplog>>,
+    /// The open buckets of time-series collections (`timeseries/mod.rs`).
+    buckets: timeseries::BucketCatalog,
 }
 
 impl Engine {
@@ -83,6 +87,7 @@ impl Engine {
             stopping: AtomicBool::new(false),
             spill_dir: parking_lot::RwLock::new(None),
             oplog: std::sync::OnceLock::new(),
+            buckets: Default::default(),
         };
         engine.load_catalog()?;
         engine.load_views()?;

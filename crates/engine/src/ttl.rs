@@ -39,6 +39,7 @@ impl Engine {
                 let hint = (!ttl.hidden).then_some(Bson::String(ttl.name));
                 deleted += self.delete(&coll, &filter, true, hint, &WriteOpts::default())?;
             }
+            deleted += self.expire_clustered(&coll, now)?;
         }
         self.metrics.ttl_passes.fetch_add(1, Ordering::Relaxed);
         self.metrics

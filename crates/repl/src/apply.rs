@@ -161,9 +161,24 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
             let mut options = o.clone();
             options.remove("create");
             options.remove("idIndex");
+            if let Ok(view_on) = options.get_str("viewOn") {
+                // A view (time-series views included) is its own catalog entry.
+                let pipeline = options
+                    .get_array("pipeline")
+                    .map(|a| a.iter().filter_map(|s| s.as_document().cloned()).collect())
+                    .unwrap_or_default();
+                return engine
+                    .create_view(nidus_engine::view::ViewDef {
+                        ns: coll_ns()?,
+                        view_on: view_on.to_string(),
+                        pipeline,
+                        collation: options.get_document("collation").ok().cloned(),
+                    })
+                    .or_else(|e| ignore(e, &[ErrorCode::NamespaceExists]));
+            }
             // The collection keeps the primary's UUID (`ui`), as on MongoDB's members.
             let uuid = match entry.get("ui") {
-                Some(Bson::Binary(b)) if !options.contains_key("viewOn") => b.to_uuid().ok(),
+                Some(Bson::Binary(b)) => b.to_uuid().ok(),
                 _ => None,
             };
             let created = match uuid {
@@ -174,7 +189,13 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
                 .map(|_| ())
                 .or_else(|e| ignore(e, &[ErrorCode::NamespaceExists]))
         }
-        "drop" => engine.drop_collection(&coll_ns()?).map(|_| ()),
+        "drop" => {
+            let ns = coll_ns()?;
+            if engine.drop_view(&ns)? {
+                return Ok(());
+            }
+            engine.drop_collection(&ns).map(|_| ())
+        }
         "dropDatabase" => engine.drop_database(&db).map(|_| ()),
         "createIndexes" => {
             let mut spec = o.clone();

@@ -4,6 +4,7 @@
 //! `isEOF`; explain and (later) the multi-planner read the same counters, so they cannot
 //! disagree with what ran.
 
+mod clustered_scan;
 mod collscan;
 mod count;
 mod count_scan;
@@ -24,6 +25,7 @@ mod sort_merge;
 pub(crate) mod spill;
 mod update;
 
+pub use clustered_scan::ClusteredScan;
 pub use collscan::CollScan;
 pub use count::{Count, RecordStoreFastCount};
 pub use count_scan::CountScan;

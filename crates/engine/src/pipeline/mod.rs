@@ -45,6 +45,7 @@ mod skip;
 mod sort;
 mod sort_by_count;
 mod union_with;
+pub(crate) mod unpack_bucket;
 mod unset;
 pub(crate) mod unwind;
 mod window;
@@ -169,6 +170,7 @@ const STAGES: &[(&str, StageParser)] = &[
     ("$planCacheStats", plan_cache_stats::parse),
     ("$out", out::parse),
     ("$merge", merge::parse),
+    ("$_internalUnpackBucket", unpack_bucket::parse),
 ];
 
 /// Parses one `{$stage: arg}` document.

@@ -107,13 +107,18 @@ pub fn list_collections(ctx: &mut Ctx) -> Result<Document> {
         let entry = if name_only {
             doc! { "name": coll.ns.coll.clone(), "type": "collection" }
         } else {
-            doc! {
+            let mut entry = doc! {
                 "name": coll.ns.coll.clone(),
                 "type": "collection",
                 "options": meta.options.clone(),
                 "info": { "readOnly": false, "uuid": meta.uuid },
                 "idIndex": nidus_engine::catalog::id_index_spec(),
+            };
+            // A clustered collection has no `_id` index to describe.
+            if nidus_engine::clustered::is_clustered(&meta.options) {
+                entry.remove("idIndex");
             }
+            entry
         };
         if let Some(m) = &filter {
             let raw = RawDocumentBuf::from_document(&entry)
@@ -128,7 +133,10 @@ pub fn list_collections(ctx: &mut Ctx) -> Result<Document> {
         if !all && !user.is_some_and(|u| u.privileges.touches_ns(&ctx.db, &view.ns.coll)) {
             continue;
         }
-        let entry = if name_only {
+        let ts_entry = super::timeseries::list_entry(&ctx.state.engine, &view.ns, name_only);
+        let entry = if let Some(e) = ts_entry {
+            e
+        } else if name_only {
             doc! { "name": view.ns.coll.clone(), "type": "view" }
         } else {
             doc! {
@@ -163,6 +171,7 @@ pub fn create(ctx: &mut Ctx) -> Result<Document> {
     let mut options = Document::new();
     let (mut view_on, mut pipeline) = (None, None);
     let (mut capped, mut size, mut max) = (false, None, None);
+    let (mut clustered_index, mut expire_after, mut timeseries) = (None, None, None);
     for (k, v) in ctx.body.iter().skip(1) {
         if super::is_generic_arg(k) {
             continue;
@@ -182,7 +191,14 @@ pub fn create(ctx: &mut Ctx) -> Result<Document> {
                 Bson::Null => {}
                 Bson::Boolean(b) => capped = *b,
                 n if number(n).is_some() => capped = number(n) != Some(0),
-                other => return Err(wrong_types("create", k, other, "[bool, long, int, decimal, double']")),
+                other => {
+                    return Err(wrong_types(
+                        "create",
+                        k,
+                        other,
+                        "[bool, long, int, decimal, double']",
+                    ))
+                }
             },
             "size" | "max" => {
                 let n = match v {
@@ -197,26 +213,16 @@ pub fn create(ctx: &mut Ctx) -> Result<Document> {
                     max = Some(capped_max(n)?);
                 }
             }
-            "timeseries" => {
-                if !matches!(v, Bson::Document(_)) {
-                    return Err(wrong_type("create", k, v, "object"));
-                }
-                return Err(Error::new(
-                    ErrorCode::InvalidOptions,
-                    "time-series collections are not supported by this server",
-                ));
-            }
-            "expireAfterSeconds" => {
-                return Err(Error::new(
-                    ErrorCode::InvalidOptions,
-                    "'expireAfterSeconds' is only supported on time-series collections or when the 'clusteredIndex' option is specified",
-                ))
-            }
+            "timeseries" => match v {
+                Bson::Document(d) => timeseries = Some(d.clone()),
+                other => return Err(wrong_type("create", k, other, "object")),
+            },
+            "expireAfterSeconds" => match v {
+                Bson::Null => {}
+                v => expire_after = Some(nidus_engine::clustered::parse_expire_after_seconds(v)?),
+            },
             "clusteredIndex" => {
-                return Err(Error::new(
-                    ErrorCode::InvalidOptions,
-                    "clustered collections are not supported by this server",
-                ))
+                clustered_index = Some(nidus_engine::clustered::parse_clustered_index(v)?);
             }
             "autoIndexId" => {}
             _ if CREATE_OPTIONS.contains(&k.as_str()) => {
@@ -229,6 +235,18 @@ pub fn create(ctx: &mut Ctx) -> Result<Document> {
                 ))
             }
         }
+    }
+    if expire_after.is_some() && clustered_index.is_none() && timeseries.is_none() {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "'expireAfterSeconds' is only supported on time-series collections or when the 'clusteredIndex' option is specified",
+        ));
+    }
+    if clustered_index.is_some() && options.contains_key("idIndex") {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "The 'clusteredIndex' option is not supported with the 'idIndex' option",
+        ));
     }
     if capped && size.is_none() {
         return Err(Error::new(
@@ -268,6 +286,45 @@ pub fn create(ctx: &mut Ctx) -> Result<Document> {
     // collection option, and listCollections shows the `_id` index's spec on its own.
     if let Some(id_index) = options.remove("idIndex") {
         check_id_index(&id_index)?;
+    }
+    if let Some(ts) = timeseries {
+        const WITH_TIMESERIES: &[&str] = &[
+            "timeseries",
+            "expireAfterSeconds",
+            "storageEngine",
+            "indexOptionDefaults",
+            "collation",
+        ];
+        let other = ctx
+            .body
+            .keys()
+            .skip(1)
+            .find(|k| !super::is_generic_arg(k) && !WITH_TIMESERIES.contains(&k.as_str()));
+        if let Some(k) = other {
+            return Err(Error::new(
+                ErrorCode::InvalidOptions,
+                format!("{ns}: 'timeseries' is not allowed with '{k}'"),
+            ));
+        }
+        if ctx.txn.is_some() {
+            return Err(Error::new(
+                ErrorCode::OperationNotSupportedInTransaction,
+                "Cannot create a time-series collection in a multi-document transaction.",
+            ));
+        }
+        ctx.state
+            .engine
+            .create_timeseries(&ns, ts, expire_after, options)?;
+        return Ok(Document::new());
+    }
+    if let Some(ci) = clustered_index {
+        // Stored as MongoDB shows them: `clusteredIndex`, then `expireAfterSeconds`.
+        let mut clustered_options = doc! { "clusteredIndex": ci };
+        if let Some(e) = expire_after {
+            clustered_options.insert("expireAfterSeconds", e);
+        }
+        clustered_options.extend(options);
+        options = clustered_options;
     }
     if let Some(size) = size {
         // Stored as MongoDB shows them: `capped`, `size`, then `max`.
@@ -626,6 +683,9 @@ fn pre_and_post_images(v: &Bson) -> Result<Bson> {
 
 pub fn drop(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace("drop")?;
+    if let Some(reply) = super::timeseries::drop(ctx, &ns)? {
+        return Ok(reply);
+    }
     if ctx.state.engine.drop_view(&ns)? {
         return Ok(doc! { "ns": ns.full() });
     }
@@ -796,6 +856,9 @@ pub fn create_indexes(ctx: &mut Ctx) -> Result<Document> {
             ));
         }
     }
+    if let Some(reply) = super::timeseries::create_indexes(ctx, &ns, &specs)? {
+        return Ok(reply);
+    }
     let out = match &ctx.txn {
         Some(txn) => ctx.state.engine.create_indexes_in_txn(&ns, &specs, txn)?,
         None => ctx.state.engine.create_indexes(&ns, &specs)?,
@@ -820,6 +883,9 @@ pub fn create_indexes(ctx: &mut Ctx) -> Result<Document> {
 
 pub fn list_indexes(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace("listIndexes")?;
+    if let Some(specs) = super::timeseries::list_indexes(ctx, &ns) {
+        return Ok(cursor_reply(&ns.full(), specs));
+    }
     ctx.state.engine.check_not_view(&ns)?;
     let coll = ctx.state.engine.collection(&ns).ok_or_else(|| {
         Error::new(
@@ -827,25 +893,33 @@ pub fn list_indexes(ctx: &mut Ctx) -> Result<Document> {
             format!("ns does not exist: {ns}"),
         )
     })?;
-    let specs: Vec<Bson> = coll
-        .meta
-        .read()
+    let meta = coll.meta.read();
+    let clustered = nidus_engine::clustered::is_clustered(&meta.options);
+    let specs: Vec<Bson> = meta
         .indexes
         .iter()
-        .map(|ix| Bson::Document(ix.spec.clone()))
+        .map(|ix| match (clustered, ix.is_id()) {
+            (true, true) => Bson::Document(nidus_engine::clustered::id_index_spec(&meta.options)),
+            _ => Bson::Document(ix.spec.clone()),
+        })
         .collect();
+    std::mem::drop(meta);
     Ok(cursor_reply(&ns.full(), specs))
 }
 
 pub fn drop_indexes(ctx: &mut Ctx) -> Result<Document> {
-    let ns = ctx.namespace(&ctx.command_name())?;
-    ctx.state.engine.check_not_view(&ns)?;
-    let which = ctx.body.get("index").cloned().ok_or_else(|| {
+    let mut ns = ctx.namespace(&ctx.command_name())?;
+    let mut which = ctx.body.get("index").cloned().ok_or_else(|| {
         Error::new(
             ErrorCode::Location(40414),
             "BSON field 'dropIndexes.index' is missing but a required field",
         )
     })?;
+    if let Some(target) = super::timeseries::drop_index_target(ctx, &ns, &which)? {
+        which = target;
+        ns = nidus_engine::timeseries::buckets_ns(&ns);
+    }
+    ctx.state.engine.check_not_view(&ns)?;
     let was = ctx.state.engine.drop_indexes(&ns, &which)?;
     let mut reply = doc! { "nIndexesWas": was as i32 };
     if matches!(&which, Bson::String(s) if s == "*") {

@@ -22,6 +22,7 @@ mod plan_cache;
 mod profile;
 mod repl_set;
 mod stats;
+mod timeseries;
 mod transaction;
 mod users;
 mod views;

@@ -179,6 +179,9 @@ pub fn insert(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace("insert")?;
     let docs = ctx.documents("documents")?;
     check_batch_size(docs.len())?;
+    if let Some(ts) = ctx.state.engine.timeseries(&ns) {
+        return insert_measurements(ctx, &ts, &docs);
+    }
     let mut errors = BatchErrors::new(ctx)?;
     // A view fails every statement (a write error each), as in MongoDB.
     let coll = match ctx.ensure_collection(&ns) {
@@ -467,6 +470,16 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
                 &stmt,
             )?;
             let engine = &ctx.state.engine;
+            if let Some(ts) = engine.timeseries(&ns) {
+                not_in_transaction(&opts, "update")?;
+                let (n_matched, n_modified, upserted_id) =
+                    engine.timeseries_update(&ts, &spec, &opts)?;
+                return Ok(nidus_engine::write::UpdateOutcome {
+                    n_matched,
+                    n_modified,
+                    upserted_id,
+                });
+            }
             engine.check_not_view(&ns)?;
             let coll = match ctx.collection(&ns) {
                 Some(c) => c,
@@ -607,6 +620,13 @@ pub fn delete(ctx: &mut Ctx) -> Result<Document> {
                 "delete.deletes",
                 &stmt,
             )?;
+            if let Some(ts) = ctx.state.engine.timeseries(&ns) {
+                not_in_transaction(&opts, "delete from")?;
+                return ctx
+                    .state
+                    .engine
+                    .timeseries_delete(&ts, &filter, multi, &opts);
+            }
             ctx.state.engine.check_not_view(&ns)?;
             match ctx.collection(&ns) {
                 Some(coll) => ctx.state.engine.delete(&coll, &filter, multi, hint, &opts),
@@ -634,5 +654,49 @@ pub fn delete(ctx: &mut Ctx) -> Result<Document> {
             }
         }
     }
+    Ok(errors.finish(doc! { "n": n as i32 }))
+}
+
+/// Writes to a time-series collection are refused in a multi-document transaction.
+fn not_in_transaction(opts: &WriteOpts, what: &str) -> Result<()> {
+    if opts.txn.is_some() {
+        return Err(Error::new(
+            ErrorCode::OperationNotSupportedInTransaction,
+            format!("Cannot {what} a time-series collection in a multi-document transaction."),
+        ));
+    }
+    Ok(())
+}
+
+/// `insert` into a time-series collection: the measurements go to their buckets
+/// (`nidus_engine::timeseries`), each failing one reported as a write error.
+fn insert_measurements(
+    ctx: &mut Ctx,
+    ts: &nidus_engine::timeseries::Timeseries,
+    docs: &[RawDocumentBuf],
+) -> Result<Document> {
+    if let Some(txn) = &ctx.txn {
+        let opts = WriteOpts {
+            txn: Some(txn.clone()),
+            ..WriteOpts::default()
+        };
+        not_in_transaction(&opts, "insert into")?;
+    }
+    let mut errors = BatchErrors::new(ctx)?;
+    let measurements = docs.iter().map(to_document).collect::<Result<Vec<_>>>()?;
+    let (n, failed) = ctx
+        .state
+        .engine
+        .timeseries_insert(ts, &measurements, errors.ordered);
+    ctx.state
+        .opcounters
+        .insert
+        .fetch_add(docs.len() as i64, Ordering::Relaxed);
+    for (i, e) in failed {
+        if errors.push(i, &e)? {
+            break;
+        }
+    }
+    ctx.op.extra.lock().writes = doc! { "ninserted": n as i64 };
     Ok(errors.finish(doc! { "n": n as i32 }))
 }

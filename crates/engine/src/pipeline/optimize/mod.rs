@@ -8,6 +8,7 @@ pub mod lookup_unwind;
 pub mod match_coalesce;
 pub mod match_swap;
 pub mod sort_limit;
+pub mod timeseries_pushdown;
 
 use super::StageRef;
 use nidus_common::Result;
@@ -24,6 +25,7 @@ const RULES: &[Rule] = &[
     sort_limit::RULE,
     coalesce_limits::RULE,
     lookup_unwind::RULE,
+    timeseries_pushdown::RULE,
 ];
 
 /// Each rewrite moves a stage earlier or removes one, so the loop ends; the bound is a
