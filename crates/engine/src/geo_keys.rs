@@ -4,7 +4,7 @@
 //! (`nidus_doc::geo::cover`); other fields are keyed as in a btree index, one key per
 //! combination. Documents without the geo field get no key (the index is always sparse).
 
-use bson::{Bson, Document, RawBsonRef, RawDocument};
+use bson::{Bson, Document, RawDocument};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_doc::geo::{cover, shape};
 use nidus_doc::keys::IndexKeys;
@@ -170,8 +170,27 @@ pub fn s2_index_keys(
     })
 }
 
-/// A raw value as a geometry (for stages measuring distances).
-pub fn geometry_of(v: RawBsonRef) -> Option<shape::Geometry> {
-    let b = Bson::try_from(v.to_raw_bson()).ok()?;
-    shape::stored(&b, false).ok()
+/// The geometries at `path` with the values they came from (values that are no geometry
+/// are skipped): what `$near` measures.
+pub fn geometries_at(doc: &RawDocument, path: &str) -> Vec<(Bson, shape::Geometry)> {
+    let mut out = Vec::new();
+    walk(doc, &FieldPath::parse(path), false, &mut |item| {
+        let Some(v) = item
+            .value
+            .and_then(|v| Bson::try_from(v.to_raw_bson()).ok())
+        else {
+            return false;
+        };
+        let items = match &v {
+            Bson::Array(a) if shape::legacy_point(&v).is_none() => a.clone(),
+            _ => vec![v],
+        };
+        for item in items {
+            if let Ok(g) = shape::stored(&item, false) {
+                out.push((item, g));
+            }
+        }
+        false
+    });
+    out
 }

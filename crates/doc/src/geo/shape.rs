@@ -496,12 +496,33 @@ fn polygon(v: &Bson) -> Result<Polygon, String> {
         out.push(open);
     }
     let poly = Polygon::new(out)?;
-    // Edges of one polygon must not cross (MongoDB's loop validation).
-    let edges: Vec<(&P3, &P3)> = poly.edges().collect();
-    for (i, (a, b)) in edges.iter().enumerate() {
-        for (c, d) in edges.iter().skip(i + 2) {
-            if arcs_cross(a, b, c, d) {
-                return Err(format!("Edges cross in polygon: {}", shown(v)));
+    // Edges of one polygon must not cross (MongoDB's loop validation); edges sharing a
+    // vertex are not compared (their shared end is no crossing).
+    let ring_edges: Vec<Vec<(P3, P3)>> = poly
+        .rings
+        .iter()
+        .map(|r| {
+            r.iter()
+                .copied()
+                .zip(r.iter().copied().cycle().skip(1))
+                .collect()
+        })
+        .collect();
+    for (ri, ring) in ring_edges.iter().enumerate() {
+        let n = ring.len();
+        for (i, (a, b)) in ring.iter().enumerate() {
+            for (j, (c, d)) in ring.iter().enumerate().skip(i + 2) {
+                if i == 0 && j == n - 1 {
+                    continue;
+                }
+                if arcs_cross(a, b, c, d) {
+                    return Err(format!("Edges {i} and {j} cross in polygon: {}", shown(v)));
+                }
+            }
+            for other in ring_edges.iter().skip(ri + 1) {
+                if other.iter().any(|(c, d)| arcs_cross(a, b, c, d)) {
+                    return Err(format!("Loops cross in polygon: {}", shown(v)));
+                }
             }
         }
     }

@@ -48,3 +48,84 @@ pub fn translate(leaf: &Leaf) -> Translated {
         exact: false,
     }
 }
+
+/// A `$near`/`$nearSphere` query planned over a 2dsphere index.
+pub struct NearPlan {
+    pub index: crate::catalog::IndexMeta,
+    pub bounds: super::bounds::IndexBounds,
+    pub query: nidus_query::matcher::geo::NearQuery,
+    pub path: String,
+    /// Canonical conjuncts (by position) FETCH applies: all but the `$near`.
+    pub residual: Vec<usize>,
+}
+
+/// Plans the query's top-level `$near`, if it has one: the 2dsphere index on its path (the
+/// hinted one when a hint names it), scanned over the cells within `$maxDistance`. MongoDB's
+/// errors: no such index (or a flat legacy `$near`, which needs a `2d` index) →
+/// NoQueryExecutionPlans; two `$near` → BadValue.
+pub fn find_near(
+    matcher: &nidus_query::matcher::Matcher,
+    indexes: &[crate::catalog::IndexMeta],
+    hint: Option<&Bson>,
+) -> nidus_common::Result<Option<NearPlan>> {
+    use super::bounds::{IndexBounds, OrderedIntervalList};
+    use nidus_query::matcher::serialize::canonical_conjuncts;
+    use nidus_query::matcher::Expr;
+    let conjuncts = canonical_conjuncts(matcher.expr());
+    let nears: Vec<(usize, &str, &nidus_query::matcher::geo::NearQuery)> = conjuncts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e {
+            Expr::Path {
+                path,
+                leaf: Leaf::Geo(g),
+            } => g.near().map(|n| (i, path.as_str(), n)),
+            _ => None,
+        })
+        .collect();
+    let Some(&(at, path, near)) = nears.first() else {
+        return Ok(None);
+    };
+    if nears.len() > 1 {
+        return Err(nidus_common::Error::bad_value(
+            "Too many geoNear expressions",
+        ));
+    }
+    let hinted = match hint {
+        Some(Bson::String(name)) => Some(name.as_str()),
+        _ => None,
+    };
+    let index = indexes.iter().find(|ix| {
+        ix.geo.is_some_and(|g| ix.pattern[g].0 == path)
+            && match hinted {
+                Some(name) => ix.name == name,
+                None => !ix.is_hidden(),
+            }
+    });
+    let (Some(index), true) = (index, near.spherical) else {
+        return Err(super::planner_error(
+            nidus_common::ErrorCode::NoQueryExecutionPlans,
+            "unable to find index for $geoNear query",
+        ));
+    };
+    let cap = near.cap();
+    let fields = index
+        .pattern
+        .iter()
+        .enumerate()
+        .map(|(i, (f, desc))| {
+            if index.is_geo_field(i) {
+                OrderedIntervalList::from_ascending(f, cap_intervals(cap.as_ref()), false)
+            } else {
+                OrderedIntervalList::all(f, *desc)
+            }
+        })
+        .collect();
+    Ok(Some(NearPlan {
+        index: index.clone(),
+        bounds: IndexBounds { fields },
+        query: near.clone(),
+        path: path.to_string(),
+        residual: (0..conjuncts.len()).filter(|&i| i != at).collect(),
+    }))
+}
