@@ -245,6 +245,109 @@ fn run_case(docs: Vec<Document>, queries: Vec<Query>) -> Result<(), TestCaseErro
     Ok(())
 }
 
+/// `$nearSphere` (GeoJSON: meters; legacy: radians) with random limits against distances
+/// measured on every document: the same documents, in nondecreasing distance.
+fn check_near(
+    e: &Engine,
+    ns: &Namespace,
+    docs: &[Document],
+    filter: &Document,
+) -> Result<(), TestCaseError> {
+    // `$minDistance` above `$maxDistance` is refused by both paths.
+    let Ok(m) = Matcher::parse(filter) else {
+        return Ok(());
+    };
+    let near = nidus_query::matcher::serialize::canonical_conjuncts(m.expr())
+        .iter()
+        .find_map(|e| match e {
+            nidus_query::matcher::Expr::Path {
+                leaf: nidus_query::matcher::Leaf::Geo(g),
+                ..
+            } => g.near().cloned(),
+            _ => None,
+        })
+        .expect("near");
+    let mut want: Vec<(f64, i32)> = docs
+        .iter()
+        .filter_map(|d| {
+            let r = raw(d);
+            let (dist, _) = nidus_engine::exec::nearest_distance(&near, &r, "loc")?;
+            let others =
+                d.get_i32("k").ok() == filter.get_i32("k").ok() || !filter.contains_key("k");
+            (near.in_range(dist) && others).then(|| (dist, d.get_i32("_id").expect("_id")))
+        })
+        .collect();
+    want.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let c = e.collection(ns);
+    let find = FindSpec {
+        filter: filter.clone(),
+        ..FindSpec::default()
+    };
+    let mut exec = e
+        .plan_find(c.as_ref(), &find)
+        .map_err(|err| TestCaseError::fail(format!("{filter}: {}", err.message)))?;
+    let mut got = Vec::new();
+    while let Some(d) = exec.next_doc().expect("next") {
+        let (dist, _) = nidus_engine::exec::nearest_distance(&near, &d, "loc").expect("distance");
+        got.push((dist, d.get_i32("_id").expect("_id")));
+    }
+    let plan = nidus_engine::plan::explain::plan_document(&exec.root).to_string();
+    prop_assert!(plan.contains("GEO_NEAR_2DSPHERE"), "{}", plan);
+    let mut got_ids: Vec<i32> = got.iter().map(|x| x.1).collect();
+    let mut want_ids: Vec<i32> = want.iter().map(|x| x.1).collect();
+    got_ids.sort_unstable();
+    want_ids.sort_unstable();
+    prop_assert_eq!(got_ids, want_ids, "{}: {}", filter, plan);
+    for w in got.windows(2) {
+        prop_assert!(w[0].0 <= w[1].0, "{}: not nearest first: {:?}", filter, got);
+    }
+    Ok(())
+}
+
+fn near_filter(c: usize) -> impl Strategy<Value = Document> {
+    (
+        near(c, 1.0),
+        any::<bool>(),
+        proptest::option::of(0.0f64..0.02),
+        proptest::option::of(0.0f64..0.01),
+        proptest::option::of(0i32..3),
+    )
+        .prop_map(|(p, geojson, max, min, k)| {
+            let mut f = if geojson {
+                let mut inner = doc! {"$geometry": {"type": "Point", "coordinates": pt(p)}};
+                if let Some(m) = max {
+                    inner.insert("$maxDistance", m * 6378100.0);
+                }
+                if let Some(m) = min {
+                    inner.insert("$minDistance", m * 6378100.0);
+                }
+                doc! {"loc": {"$nearSphere": inner}}
+            } else {
+                let mut op = doc! {"$nearSphere": pt(p)};
+                if let Some(m) = max {
+                    op.insert("$maxDistance", m);
+                }
+                if let Some(m) = min {
+                    op.insert("$minDistance", m);
+                }
+                doc! {"loc": op}
+            };
+            if let Some(k) = k {
+                f.insert("k", k);
+            }
+            f
+        })
+}
+
+fn near_case() -> impl Strategy<Value = (Vec<Document>, Vec<Document>)> {
+    (0usize..CENTRES.len()).prop_flat_map(|c| {
+        (
+            documents(c),
+            proptest::collection::vec(near_filter(c), 1..5),
+        )
+    })
+}
+
 fn case() -> impl Strategy<Value = (Vec<Document>, Vec<Query>)> {
     (0usize..CENTRES.len())
         .prop_flat_map(|c| (documents(c), proptest::collection::vec(query(c), 1..6)))
@@ -260,5 +363,21 @@ proptest! {
     #[test]
     fn geo_queries_through_2dsphere_indexes_agree_with_a_collection_scan((docs, queries) in case()) {
         run_case(docs, queries)?;
+    }
+
+    #[test]
+    fn near_queries_return_what_distances_on_every_document_say((docs, filters) in near_case()) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let e = Engine::open(Arc::new(RocksEngine::open(dir.path()).expect("rocks"))).expect("engine");
+        let ns = Namespace::new("db", "c");
+        e.create_indexes(&ns, &index_specs()[..1]).expect("indexes");
+        let coll = e.ensure_collection(&ns).expect("collection");
+        for d in &docs {
+            e.insert_one(&coll, &prepare_insert(&raw(d)).expect("prepare"), &WriteOpts::default())
+                .expect("insert");
+        }
+        for f in &filters {
+            check_near(&e, &ns, &docs, f)?;
+        }
     }
 }

@@ -1,7 +1,9 @@
 //! Geometries as MongoDB parses them (GeoJSON objects and legacy coordinate pairs) and the
 //! spherical predicates over them: intersection, containment in a region, distance.
 
-use super::sphere::{angle, arcs_cross, distance_to_arc, from_lng_lat, normalize, Gnomonic, P3};
+use super::sphere::{
+    angle, arcs_cross, arcs_cross_strictly, distance_to_arc, from_lng_lat, normalize, Gnomonic, P3,
+};
 use bson::{Bson, Document};
 
 /// Two points closer than this (radians, ~6 µm on the earth) are the same point.
@@ -87,6 +89,11 @@ impl Polygon {
 
     fn crosses_arc(&self, a: &P3, b: &P3) -> bool {
         self.edges().any(|(c, d)| arcs_cross(a, b, c, d))
+    }
+
+    /// Whether the arc AB passes from inside to outside (touching the boundary is not).
+    fn arc_leaves(&self, a: &P3, b: &P3) -> bool {
+        self.edges().any(|(c, d)| arcs_cross_strictly(a, b, c, d))
     }
 }
 
@@ -278,11 +285,11 @@ impl Region {
                     Part::Point(p) => poly.contains(p),
                     Part::Line(l) => {
                         l.iter().all(|v| poly.contains(&v.p))
-                            && !line_arcs(l).any(|(a, b)| poly.crosses_arc(a, b))
+                            && !line_arcs(l).any(|(a, b)| poly.arc_leaves(a, b))
                     }
                     Part::Polygon(inner) => {
                         inner.rings[0].iter().all(|v| poly.contains(v))
-                            && !inner.edges().any(|(a, b)| poly.crosses_arc(a, b))
+                            && !inner.edges().any(|(a, b)| poly.arc_leaves(a, b))
                             && !poly.rings.iter().skip(1).any(|hole| {
                                 hole.iter()
                                     .any(|v| inner.contains(v) && !inner.on_boundary(v))
@@ -515,12 +522,12 @@ fn polygon(v: &Bson) -> Result<Polygon, String> {
                 if i == 0 && j == n - 1 {
                     continue;
                 }
-                if arcs_cross(a, b, c, d) {
+                if arcs_cross_strictly(a, b, c, d) {
                     return Err(format!("Edges {i} and {j} cross in polygon: {}", shown(v)));
                 }
             }
             for other in ring_edges.iter().skip(ri + 1) {
-                if other.iter().any(|(c, d)| arcs_cross(a, b, c, d)) {
+                if other.iter().any(|(c, d)| arcs_cross_strictly(a, b, c, d)) {
                     return Err(format!("Loops cross in polygon: {}", shown(v)));
                 }
             }

@@ -50,6 +50,16 @@ pub fn arcs_cross(a: &P3, b: &P3, c: &P3, d: &P3) -> bool {
     acb * cbd > 0.0 && acb * dac > 0.0
 }
 
+/// [`arcs_cross`] where neither arc's end lies on (within ~1e-13 rad of) the other's great
+/// circle: arcs that only touch or run along each other (shared edges) do not cross.
+pub fn arcs_cross_strictly(a: &P3, b: &P3, c: &P3, d: &P3) -> bool {
+    const TOUCH: f64 = 1e-13;
+    let ab = normalize(&cross(a, b));
+    let cd = normalize(&cross(c, d));
+    let sides = [dot(&ab, c), dot(&ab, d), dot(&cd, a), dot(&cd, b)];
+    sides.iter().all(|s| s.abs() > TOUCH) && arcs_cross(a, b, c, d)
+}
+
 /// The distance (radians) from `p` to the arc AB.
 pub fn distance_to_arc(p: &P3, a: &P3, b: &P3) -> f64 {
     let n = cross(a, b);
