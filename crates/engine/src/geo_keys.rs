@@ -66,33 +66,37 @@ pub fn normalize_options(key: &Document, out: &mut Document) -> Result<()> {
     Ok(())
 }
 
-/// The geometries at the geo path: none when missing, null or an empty array; an array
-/// that is not itself a legacy pair holds one geometry per element.
-fn geometries(doc: &RawDocument, path: &str) -> std::result::Result<Vec<shape::Geometry>, String> {
-    let mut values: Vec<Bson> = Vec::new();
+/// The candidate geometry values at `path`: none for missing, null or an empty array; an
+/// array that is not itself a legacy pair holds one candidate per element.
+fn values_at(doc: &RawDocument, path: &str) -> Vec<Bson> {
+    let mut out = Vec::new();
     walk(doc, &FieldPath::parse(path), false, &mut |item| {
-        if let Some(v) = item.value {
-            if let Ok(b) = Bson::try_from(v.to_raw_bson()) {
-                values.push(b);
+        let Some(v) = item
+            .value
+            .and_then(|v| Bson::try_from(v.to_raw_bson()).ok())
+        else {
+            return false;
+        };
+        match v {
+            Bson::Null | Bson::Undefined => {}
+            Bson::Array(_) if shape::legacy_point(&v).is_none() => {
+                if let Bson::Array(items) = v {
+                    out.extend(items);
+                }
             }
+            other => out.push(other),
         }
         false
     });
-    let mut out = Vec::new();
-    for v in values {
-        let items = match &v {
-            Bson::Null | Bson::Undefined => continue,
-            Bson::Array(a) if shape::legacy_point(&v).is_none() => a.clone(),
-            _ => vec![v],
-        };
-        for item in items {
-            match shape::stored(&item, true) {
-                Ok(g) => out.push(g),
-                Err(reason) => return Err(reason),
-            }
-        }
-    }
-    Ok(out)
+    out
+}
+
+/// The geometries at the geo path, or the reason the first bad one is refused.
+fn geometries(doc: &RawDocument, path: &str) -> std::result::Result<Vec<shape::Geometry>, String> {
+    values_at(doc, path)
+        .iter()
+        .map(|v| shape::stored(v, true))
+        .collect()
 }
 
 fn extraction_error(doc: &RawDocument, reason: &str) -> Error {
@@ -173,24 +177,8 @@ pub fn s2_index_keys(
 /// The geometries at `path` with the values they came from (values that are no geometry
 /// are skipped): what `$near` measures.
 pub fn geometries_at(doc: &RawDocument, path: &str) -> Vec<(Bson, shape::Geometry)> {
-    let mut out = Vec::new();
-    walk(doc, &FieldPath::parse(path), false, &mut |item| {
-        let Some(v) = item
-            .value
-            .and_then(|v| Bson::try_from(v.to_raw_bson()).ok())
-        else {
-            return false;
-        };
-        let items = match &v {
-            Bson::Array(a) if shape::legacy_point(&v).is_none() => a.clone(),
-            _ => vec![v],
-        };
-        for item in items {
-            if let Ok(g) = shape::stored(&item, false) {
-                out.push((item, g));
-            }
-        }
-        false
-    });
-    out
+    values_at(doc, path)
+        .into_iter()
+        .filter_map(|v| shape::stored(&v, false).ok().map(|g| (v, g)))
+        .collect()
 }

@@ -7,7 +7,7 @@
 use bson::{Bson, Document, RawBsonRef};
 use nidus_common::{Error, Result};
 use nidus_doc::geo::shape::{self, legacy_point, number, Geometry, Point, Region};
-use nidus_doc::geo::sphere::{angle, P3};
+use nidus_doc::geo::sphere::P3;
 use nidus_doc::geo::RADIUS_OF_EARTH_METERS;
 use std::sync::Arc;
 
@@ -307,9 +307,4 @@ pub fn parse_near(d: &Document) -> Result<GeoLeaf> {
         operator: if spherical { "$nearSphere" } else { "$near" },
         arg: d.clone(),
     })
-}
-
-/// The angle between two points (for tests and stages measuring legacy pairs).
-pub fn angle_between(a: &Point, b: &Point) -> f64 {
-    angle(&a.p, &b.p)
 }
