@@ -5,6 +5,7 @@
 
 pub mod collation;
 pub mod compare;
+pub mod geo;
 pub mod hashed;
 pub mod keys;
 pub mod keystring;

@@ -43,6 +43,8 @@ pub struct IndexMeta {
     /// The key field (by position) whose value the index stores as its hash
     /// (`nidus_doc::hashed::hash64`), for `{a: "hashed"}` and compound hashed indexes.
     pub hashed: Option<usize>,
+    /// The `2dsphere` key field (by position): its keys are S2 cell ids (`geo_keys.rs`).
+    pub geo: Option<usize>,
 }
 
 /// The state writers share with an index build in progress.
@@ -142,6 +144,10 @@ impl IndexMeta {
     }
 
     /// Whether key field `field` holds hashes rather than values.
+    pub fn is_geo_field(&self, field: usize) -> bool {
+        self.geo == Some(field)
+    }
+
     pub fn is_hashed_field(&self, field: usize) -> bool {
         self.hashed == Some(field)
     }
@@ -203,6 +209,9 @@ impl IndexMeta {
         let hashed = key
             .iter()
             .position(|(_, v)| matches!(v, Bson::String(s) if s == "hashed"));
+        let geo = key
+            .iter()
+            .position(|(_, v)| matches!(v, Bson::String(s) if s == "2dsphere"));
         let name = spec.get_str("name").map_err(corrupt)?.to_string();
         let collation = match spec.get_document("collation") {
             Ok(c) => nidus_doc::collation::Collation::parse(c)?,
@@ -224,6 +233,7 @@ impl IndexMeta {
             collation,
             partial,
             hashed,
+            geo,
             spec,
         })
     }

@@ -247,6 +247,11 @@ impl Engine {
         } else {
             &meta.indexes
         };
+        if let Some(near) =
+            plan::geo::find_near(&parsed.matcher, meta_indexes, spec.hint.as_ref())?
+        {
+            return Ok(self.geo_near_plan(coll, spec, &parsed, near));
+        }
         if spec.min.is_some() || spec.max.is_some() {
             return self.min_max_plan(coll, spec, &parsed, meta_indexes);
         }
@@ -433,6 +438,30 @@ impl Engine {
         exec.max_scans_to_explode_reached = explode_limited;
         exec.cache_key = cache.map(|(k, _)| k);
         Ok(exec)
+    }
+
+    /// `$near`/`$nearSphere`: GEO_NEAR_2DSPHERE over FETCH (the other predicates) over the
+    /// 2dsphere index's cells within the distance limit.
+    fn geo_near_plan(
+        &self,
+        coll: &CollectionRef,
+        spec: &FindSpec,
+        parsed: &Parsed,
+        near: plan::geo::NearPlan,
+    ) -> Executor {
+        let scan = Stage::new(IndexScan::new(
+            parsed.src.clone(),
+            near.index.clone(),
+            near.bounds,
+            true,
+        ));
+        let filter =
+            plan::residual_filter(&parsed.matcher, &near.residual).map(|(m, d)| (Arc::new(m), d));
+        let fetch = Stage::new(Fetch::new(parsed.src.clone(), coll.id, scan, filter));
+        let stage = Stage::new(crate::exec::GeoNear2dSphere::new(
+            fetch, near.query, near.path, near.index,
+        ));
+        Executor::new(parsed.finish(stage, true, Fetched::Yes), spec.deadline)
     }
 
     fn collscan(

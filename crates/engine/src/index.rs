@@ -34,13 +34,14 @@ fn generate_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<(IndexKeySet, Vec<
         return Ok((IndexKeySet::new(), Vec::new()));
     }
     // A hashed index holds one key per document and is never multikey.
-    let generated = match ix.hashed {
-        Some(_) => nidus_doc::keys::IndexKeys {
+    let generated = match (ix.hashed, ix.geo) {
+        (Some(_), _) => nidus_doc::keys::IndexKeys {
             keys: nidus_doc::keys::hashed_index_keys(doc, &ix.pattern, ix.sparse)?,
             multikey_paths: vec![Vec::new(); ix.pattern.len()],
             is_multikey: false,
         },
-        None => nidus_doc::keys::index_keys(doc, &ix.pattern, ix.sparse)?,
+        (None, Some(g)) => crate::geo_keys::s2_index_keys(doc, &ix.pattern, g)?,
+        (None, None) => nidus_doc::keys::index_keys(doc, &ix.pattern, ix.sparse)?,
     };
     let mut out = IndexKeySet::new();
     for values in generated.keys {

@@ -88,6 +88,7 @@ fn validate_key(key: &Document) -> Result<()> {
             }
             Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) => {}
             Bson::String(kind) if kind == "hashed" && field != "$**" && !field.ends_with(".$**") => {}
+            Bson::String(kind) if kind == "2dsphere" && field != "$**" && !field.ends_with(".$**") => {}
             Bson::String(kind) => {
                 return Err(Error::new(
                     ErrorCode::CannotCreateIndex,
@@ -109,6 +110,7 @@ fn validate_key(key: &Document) -> Result<()> {
         .values()
         .filter(|v| matches!(v, Bson::String(s) if s == "hashed"))
         .count();
+    crate::geo_keys::validate_key(key)?;
     if hashed > 1 {
         return Err(Error::new(
             ErrorCode::Location(31303),
@@ -251,6 +253,7 @@ fn validate(spec: &Document) -> Result<Document> {
             }
         }
     }
+    crate::geo_keys::normalize_options(&key, &mut out)?;
     if out.get_bool("unique").unwrap_or(false)
         && key
             .values()

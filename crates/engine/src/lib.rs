@@ -13,6 +13,7 @@ pub mod durability;
 pub mod exec;
 pub mod explain_write;
 pub mod find;
+pub mod geo_keys;
 pub mod index;
 pub mod index_spec;
 pub mod namespace;

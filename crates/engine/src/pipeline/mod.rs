@@ -27,6 +27,7 @@ mod densify;
 mod documents;
 mod facet;
 mod fill;
+mod geo_near;
 mod graph_lookup;
 mod group;
 mod limit;
@@ -166,6 +167,7 @@ const STAGES: &[(&str, StageParser)] = &[
     ("$fill", fill::parse),
     ("$graphLookup", graph_lookup::parse),
     ("$documents", documents::parse),
+    ("$geoNear", geo_near::parse),
     ("$listLocalSessions", list_local_sessions::parse),
     ("$planCacheStats", plan_cache_stats::parse),
     ("$out", out::parse),
@@ -214,6 +216,12 @@ fn check_positions(stages: &[StageRef]) -> Result<()> {
     let last = stages.len().saturating_sub(1);
     for (i, s) in stages.iter().enumerate() {
         match s.position() {
+            Position::First if i != 0 && s.name() == "$geoNear" => {
+                return Err(Error::new(
+                    ErrorCode::Location(40603),
+                    "$geoNear was not the first stage in the pipeline.",
+                ))
+            }
             Position::First if i != 0 => {
                 return Err(Error::new(
                     ErrorCode::Location(40602),

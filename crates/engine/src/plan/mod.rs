@@ -6,6 +6,7 @@ pub mod builder;
 pub mod cache;
 pub mod explain;
 pub mod explode;
+pub mod geo;
 pub mod min_max;
 mod multi;
 pub mod or;
@@ -149,17 +150,28 @@ pub fn enumerate(indexes: &[IndexMeta], query: &Query, hinted: Option<&str>) -> 
                 continue;
             }
         }
-        let sol = plan_index(ix, &conjuncts, &preds, query);
-        let relevant = preds.iter().any(|p| {
-            p.path == ix.pattern[0].0
-                && if ix.is_hashed_field(0) {
-                    !p.negated && hashable(p.leaf)
-                } else {
-                    builder::is_indexable(p.leaf)
-                }
-                && collation_allows(ix, p.leaf, query)
-                && !(ix.sparse && matches_missing(p))
+        // A 2dsphere index holds only documents with geometries: it serves a query only
+        // through a geo predicate on its geo field (MongoDB's 2dsphere v2+ rule).
+        let geo_pred = ix.geo.map(|g| {
+            preds
+                .iter()
+                .any(|p| p.path == ix.pattern[g].0 && !p.negated && geo::answers(p.leaf))
         });
+        if geo_pred == Some(false) && hinted.is_none() {
+            continue;
+        }
+        let sol = plan_index(ix, &conjuncts, &preds, query);
+        let relevant = geo_pred == Some(true)
+            || preds.iter().any(|p| {
+                p.path == ix.pattern[0].0
+                    && if ix.is_hashed_field(0) {
+                        !p.negated && hashable(p.leaf)
+                    } else {
+                        builder::is_indexable(p.leaf)
+                    }
+                    && collation_allows(ix, p.leaf, query)
+                    && !(ix.sparse && matches_missing(p))
+            });
         if hinted.is_some() || relevant || (sol.provides_sort && !ix.sparse && query.sort.is_some())
         {
             out.push(sol);
@@ -284,9 +296,12 @@ fn plan_index(
         let mut acc: Option<Vec<bounds::Interval>> = None;
         let mut source: Option<Option<usize>> = None;
         let hashed_field = ix.is_hashed_field(fi);
+        let geo_field = ix.is_geo_field(fi);
         for p in preds.iter().filter(|p| {
             &p.path == field
-                && if hashed_field {
+                && if geo_field {
+                    !p.negated && geo::answers(p.leaf)
+                } else if hashed_field {
                     !p.negated && hashable(p.leaf)
                 } else {
                     builder::is_indexable_or_negated(p.leaf, p.negated)
@@ -301,7 +316,9 @@ fn plan_index(
             if blocked {
                 continue;
             }
-            let t = if hashed_field {
+            let t = if geo_field {
+                geo::translate(p.leaf)
+            } else if hashed_field {
                 hashed_points(p.leaf, ix.collation.as_ref())
             } else {
                 let mut t = builder::translate(p.leaf, p.negated);
@@ -438,7 +455,11 @@ fn provided_sort(ix: &IndexMeta, bounds: &IndexBounds, sort: &SortPattern) -> (b
     }
     let mut direction: Option<bool> = None;
     for ((name, desc), (i, (path, ix_desc))) in wanted.iter().zip(&remaining) {
-        if name != path || !ix.multikey_components(*i).is_empty() || ix.is_hashed_field(*i) {
+        if name != path
+            || !ix.multikey_components(*i).is_empty()
+            || ix.is_hashed_field(*i)
+            || ix.is_geo_field(*i)
+        {
             return (false, true);
         }
         let forward = desc == ix_desc;
@@ -459,7 +480,10 @@ fn is_covered(ix: &IndexMeta, projection: Option<&Projection>) -> bool {
     };
     let in_index = |f: &str| {
         ix.pattern.iter().enumerate().any(|(i, (path, _))| {
-            path == f && ix.multikey_components(i).is_empty() && !ix.is_hashed_field(i)
+            path == f
+                && ix.multikey_components(i).is_empty()
+                && !ix.is_hashed_field(i)
+                && !ix.is_geo_field(i)
         })
     };
     fields.iter().all(|f| in_index(f)) && (!p.includes_id() || in_index("_id"))

@@ -81,6 +81,7 @@ fn debug_string(expr: &Expr, level: usize) -> String {
                 Leaf::Mod(m) => format!("{path} mod {} % x == {}", m.divisor, m.remainder),
                 Leaf::Size(n) => format!("{path} $size : {n}"),
                 Leaf::ElemMatch(_) => format!("{path} $elemMatch"),
+                Leaf::Geo(g) => format!("{path} {}", g.operator),
                 Leaf::Bits(b) => {
                     let op = match b.op {
                         BitsOp::AllSet => "$bitsAllSet",

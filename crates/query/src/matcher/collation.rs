@@ -36,7 +36,8 @@ fn apply_leaf(leaf: &mut Leaf, collation: &Collation) {
         | Leaf::Mod(_)
         | Leaf::Regex(_)
         | Leaf::Size(_)
-        | Leaf::Bits(_) => {}
+        | Leaf::Bits(_)
+        | Leaf::Geo(_) => {}
     }
 }
 

@@ -119,6 +119,7 @@ fn leaf_name(leaf: &Leaf) -> &'static str {
         Leaf::Regex(_) => "$regex",
         Leaf::Size(_) => "$size",
         Leaf::ElemMatch(_) => "$elemMatch",
+        Leaf::Geo(g) => g.operator,
         Leaf::Bits(b) => {
             use super::bits::BitsOp;
             match b.op {
@@ -170,6 +171,7 @@ fn leaf_details(path: &str, leaf: &Leaf, doc: &RawDocument) -> Document {
         Leaf::Size(_) => "array length was not equal to given size",
         Leaf::ElemMatch(_) => "array did not satisfy the child predicate",
         Leaf::Bits(_) => "bitwise operator failed to match",
+        Leaf::Geo(_) => "geo predicate failed to match",
     };
     d.insert("reason", reason);
     considered(&mut d, v);

@@ -19,6 +19,7 @@ pub mod comparison;
 pub mod details;
 pub mod element;
 pub mod evaluation;
+pub mod geo;
 pub mod json_schema;
 pub mod logical;
 pub mod parse;
@@ -119,6 +120,8 @@ pub enum Leaf {
     Size(i64),
     ElemMatch(ElemMatch),
     Bits(BitTest),
+    /// `$geoWithin`, `$geoIntersects`, `$near`, `$nearSphere`.
+    Geo(geo::GeoLeaf),
 }
 
 /// A field-level predicate tree: what `{path: {...operators...}}` parses to before being
@@ -175,6 +178,7 @@ impl Leaf {
             Leaf::Size(n) => v.is_some_and(|v| array::size_matches(*n, v)),
             Leaf::ElemMatch(e) => v.is_some_and(|v| e.matches(v).is_some()),
             Leaf::Bits(b) => v.is_some_and(|v| b.matches(v)),
+            Leaf::Geo(g) => v.is_some_and(|v| g.matches(v)),
         }
     }
 }

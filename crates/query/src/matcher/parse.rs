@@ -101,6 +101,9 @@ pub fn parse_field_value(v: &Bson) -> Result<Pred> {
 
 /// Parses `{$gt: 1, $lt: 5, ...}` into the conjunction of its predicates.
 pub fn parse_operators(d: &Document) -> Result<Pred> {
+    if d.contains_key("$near") || d.contains_key("$nearSphere") {
+        return leaf(Leaf::Geo(super::geo::parse_near(d)?));
+    }
     let mut preds = Vec::with_capacity(d.len());
     let (mut regex, mut options) = (None, None);
     for (op, arg) in d {
@@ -163,6 +166,8 @@ fn parse_operator(op: &str, arg: &Bson) -> Result<Pred> {
         "$all" => parse_all(arg),
         "$elemMatch" => leaf(Leaf::ElemMatch(parse_elem_match(arg)?)),
         "$not" => parse_not(arg),
+        "$geoWithin" | "$within" => leaf(Leaf::Geo(super::geo::parse_within("$geoWithin", arg)?)),
+        "$geoIntersects" => leaf(Leaf::Geo(super::geo::parse_intersects(arg)?)),
         _ => Err(Error::bad_value(format!("unknown operator: {op}"))),
     }
 }

@@ -25,6 +25,8 @@ fn rank(e: &Expr) -> u8 {
             Leaf::In(_) => 13,
             Leaf::Bits(_) => 14,
             Leaf::Type(_) => 20,
+            Leaf::Geo(g) if g.near().is_some() => 22,
+            Leaf::Geo(_) => 21,
         },
         Expr::Not(_) => 18,
         Expr::Nor(_) => 19,
@@ -156,6 +158,8 @@ fn leaf_document(leaf: &Leaf) -> Document {
             preds.iter().for_each(|p| pred_into(p, &mut d));
             doc! { "$elemMatch": d }
         }
+        Leaf::Geo(g) if g.near().is_some() => g.arg.clone(),
+        Leaf::Geo(g) => doc! { g.operator: g.arg.clone() },
         Leaf::Bits(b) => {
             let name = match b.op {
                 BitsOp::AllSet => "$bitsAllSet",

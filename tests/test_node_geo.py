@@ -1,0 +1,69 @@
+"""Mongoose with a 2dsphere field (issue 22): the schema's index, `$near` through
+`Model.find().near()`-style queries and `$geoWithin`, with MongoDB's results.
+
+Runs like tests/test_node.py (same packages, skipped with the reason when npm cannot fetch
+them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from test_node import DRIVERS, node_drivers  # noqa: F401  (the fixture)
+
+SCRIPT = r"""
+const mongoose = require('mongoose');
+
+async function main() {
+  const uri = process.argv[2];
+  const out = {};
+  await mongoose.connect(uri, { dbName: 't_node_geo' });
+  await mongoose.connection.db.dropDatabase();
+  const Place = mongoose.model('Place', new mongoose.Schema({
+    name: String,
+    location: {
+      type: { type: String, enum: ['Point'], required: true },
+      coordinates: { type: [Number], required: true },
+    },
+  }).index({ location: '2dsphere' }));
+  await Place.init();
+  await Place.create([
+    { name: 'Central Park', location: { type: 'Point', coordinates: [-73.97, 40.77] } },
+    { name: 'Sara D. Roosevelt Park', location: { type: 'Point', coordinates: [-73.9928, 40.7193] } },
+    { name: 'Polo Grounds', location: { type: 'Point', coordinates: [-73.9375, 40.8303] } },
+  ]);
+  const idx = await Place.collection.indexes();
+  out.index = idx.filter(i => i.name === 'location_2dsphere').map(i => i['2dsphereIndexVersion']);
+  out.near = (await Place.find({ location: { $near: { $geometry: { type: 'Point', coordinates: [-73.9667, 40.78] },
+                                                      $maxDistance: 6500 } } }).lean()).map(p => p.name);
+  out.within = (await Place.find({ location: { $geoWithin: { $centerSphere: [[-73.97, 40.77], 2 / 3963.2] } } })
+    .lean()).map(p => p.name);
+  try {
+    await Place.create({ name: 'Nowhere', location: { type: 'Point', coordinates: [200, 100] } });
+    out.bad = 'ok';
+  } catch (e) {
+    out.bad = e.code;
+  }
+  await mongoose.connection.db.dropDatabase();
+  await mongoose.disconnect();
+  console.log(JSON.stringify(out));
+}
+main().catch(e => { console.error(e); process.exit(1); });
+"""
+
+
+def test_mongoose_2dsphere_schema(node_drivers, nidus_server, tmp_path):  # noqa: F811
+    script = tmp_path / "geo.js"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "NODE_PATH": str(DRIVERS / "node_modules")}
+    uri = f"mongodb://127.0.0.1:{nidus_server.port}/?directConnection=true&serverSelectionTimeoutMS=10000"
+    r = subprocess.run([node_drivers, str(script), uri], capture_output=True, text=True, timeout=120,
+                       env=env, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, f"node exited {r.returncode}\n{r.stdout}\n{r.stderr}"
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["index"] == [3], json.dumps(out)
+    assert out["near"] == ["Central Park", "Polo Grounds"]
+    assert out["within"] == ["Central Park"]
+    assert out["bad"] == 16755
