@@ -10,3 +10,4 @@ pub mod keys;
 pub mod keystring;
 pub mod number;
 pub mod path;
+pub mod text;

@@ -43,6 +43,9 @@ pub struct IndexMeta {
     /// The key field (by position) whose value the index stores as its hash
     /// (`nidus_doc::hashed::hash64`), for `{a: "hashed"}` and compound hashed indexes.
     pub hashed: Option<usize>,
+    /// A text index's spec (key pattern `{..prefix, _fts: "text", _ftsx: 1, ..suffix}`):
+    /// keys are (prefix values, term, score, suffix values); only `$text` uses the index.
+    pub text: Option<Arc<nidus_doc::text::TextSpec>>,
 }
 
 /// The state writers share with an index build in progress.
@@ -224,6 +227,7 @@ impl IndexMeta {
             collation,
             partial,
             hashed,
+            text: crate::text::index_text_spec(&spec)?,
             spec,
         })
     }

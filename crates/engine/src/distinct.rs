@@ -61,6 +61,7 @@ impl Engine {
                     && !ix.sparse
                     && ix.collation.is_none()
                     && ix.hashed.is_none()
+                    && ix.text.is_none()
             })
             .filter_map(|ix| {
                 let field = ix.pattern.iter().position(|(p, _)| p == key)?;

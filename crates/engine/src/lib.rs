@@ -24,6 +24,7 @@ pub mod plan;
 pub mod preimages;
 pub mod retry;
 pub mod stmt_record;
+pub mod text;
 pub mod ttl;
 pub mod txn;
 pub mod validation;
