@@ -104,6 +104,21 @@ def test_aggregate_scores(articles):
                    {"_id": 7, "score": 0.75}]
 
 
+def test_aggregate_errors(articles):
+    with pytest.raises(OperationFailure) as e:
+        list(articles.aggregate([{"$sort": {"_id": 1}}, {"$match": {"$text": {"$search": "x"}}}]))
+    assert e.value.code == 17313
+    assert "$match with $text is only allowed as the first pipeline stage" in str(e.value)
+    with pytest.raises(OperationFailure) as e:
+        list(articles.aggregate([{"$match": {"views": 5}},
+                                 {"$sort": {"s": {"$meta": "textScore"}}}]))
+    assert e.value.code == 40218
+    with pytest.raises(OperationFailure) as e:
+        list(articles.aggregate([{"$match": {"views": 5}},
+                                 {"$project": {"s": {"$meta": "textScore"}}}]))
+    assert e.value.code == 40218
+
+
 def test_other_predicates_and_skip(articles):
     got = ids(articles.find({"$text": {"$search": "coffee cake"}, "views": {"$gte": 10}}))
     assert got == [1, 3, 7]

@@ -187,8 +187,10 @@ pub fn check_pipeline_rest(stages: &[crate::pipeline::StageRef]) -> Result<()> {
                 "$match with $text is only allowed as the first pipeline stage",
             ));
         }
+        // Any stage's expressions, as it serializes them (`$addFields`, `$group`, ...).
         let score = downcast::<Sort>(s).is_some_and(|x| uses_text_score(&x.spec))
-            || downcast::<Project>(s).is_some_and(|p| uses_text_score(&p.spec));
+            || downcast::<Project>(s).is_some_and(|p| uses_text_score(&p.spec))
+            || uses_text_score(&bson::doc! {"stage": s.serialize()});
         if score {
             return Err(nidus_expr::meta::text_score_unavailable());
         }
