@@ -261,6 +261,30 @@ def test_default_language_and_custom_override(db):
     assert ids(db.c.find({"$text": {"$search": "die"}})) == []
 
 
+# (language, document text, search, matches): stop words of the language find nothing,
+# stemmed forms find each other.
+LANGUAGE_CASES = [
+    ("italian", "il gatto nero", "il", False),
+    ("it", "il gatto nero", "gatti", True),
+    ("portuguese", "os gatos pretos", "os", False),
+    ("dutch", "de zwarte katten", "kat", True),
+    ("russian", "без кошки", "без", False),
+    ("swedish", "och katterna", "och", False),
+    ("danish", "katten og hunden", "og", False),
+    ("finnish", "ja kissat", "ja", False),
+    ("romanian", "și pisicile", "și", True),
+    ("none", "the running dogs", "the", True),
+    ("none", "the running dogs", "run", False),
+]
+
+
+@pytest.mark.parametrize("lang,text,search,found", LANGUAGE_CASES, ids=lambda x: repr(x))
+def test_language_stop_words_and_stems(db, lang, text, search, found):
+    db.c.create_index([("t", "text")], default_language=lang)
+    db.c.insert_one({"_id": 1, "t": text})
+    assert ids(db.c.find({"$text": {"$search": search}})) == ([1] if found else [])
+
+
 def test_language_errors(db):
     db.c.create_index([("t", "text")])
     with pytest.raises(WriteError) as e:

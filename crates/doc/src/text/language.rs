@@ -162,17 +162,36 @@ fn stemmer(a: Algorithm) -> &'static Stemmer {
     &all.iter().find(|(x, _)| *x == a).unwrap_or(&all[2]).1
 }
 
-/// MongoDB's stop word lists (`stop_words_<language>.txt`); languages whose list is not
-/// shipped here yet drop no stop words.
+/// MongoDB's stop word lists (`stop_words_<language>.txt`, as MongoDB ships them); Romanian
+/// and `none` have none.
 fn stop_words(lang: Language) -> &'static HashSet<&'static str> {
     static SETS: OnceLock<Vec<(Language, HashSet<&'static str>)>> = OnceLock::new();
     static EMPTY: OnceLock<HashSet<&'static str>> = OnceLock::new();
     let sets = SETS.get_or_init(|| {
         [
+            (Language::Danish, include_str!("stop_words/danish.txt")),
+            (Language::Dutch, include_str!("stop_words/dutch.txt")),
             (Language::English, include_str!("stop_words/english.txt")),
+            (Language::Finnish, include_str!("stop_words/finnish.txt")),
             (Language::French, include_str!("stop_words/french.txt")),
             (Language::German, include_str!("stop_words/german.txt")),
+            (
+                Language::Hungarian,
+                include_str!("stop_words/hungarian.txt"),
+            ),
+            (Language::Italian, include_str!("stop_words/italian.txt")),
+            (
+                Language::Norwegian,
+                include_str!("stop_words/norwegian.txt"),
+            ),
+            (
+                Language::Portuguese,
+                include_str!("stop_words/portuguese.txt"),
+            ),
+            (Language::Russian, include_str!("stop_words/russian.txt")),
             (Language::Spanish, include_str!("stop_words/spanish.txt")),
+            (Language::Swedish, include_str!("stop_words/swedish.txt")),
+            (Language::Turkish, include_str!("stop_words/turkish.txt")),
         ]
         .into_iter()
         .map(|(l, text)| (l, text.split_whitespace().collect()))
