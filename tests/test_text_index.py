@@ -335,6 +335,16 @@ def test_one_text_index_per_collection(db):
     assert len(list(db.c.list_indexes())) == 2
 
 
+def test_partial_text_index(db):
+    db.c.insert_many([{"_id": 1, "t": "red apple", "n": 5}, {"_id": 2, "t": "red cherry", "n": 1}])
+    db.c.create_index([("t", "text")], partialFilterExpression={"n": {"$gt": 2}})
+    assert ids(db.c.find({"$text": {"$search": "red"}, "n": {"$gt": 3}})) == [1]
+    # Without predicates implying the filter the index cannot answer (documents are missing).
+    with pytest.raises(OperationFailure) as e:
+        list(db.c.find({"$text": {"$search": "red"}}))
+    assert e.value.code == 291
+
+
 def test_query_errors(db):
     db.c.insert_one({"a": "hello"})
     with pytest.raises(OperationFailure) as e:

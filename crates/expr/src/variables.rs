@@ -192,7 +192,6 @@ impl<'a> Variables<'a> {
         self
     }
 
-    /// Sets `$$NOW` in place.
     /// Sets the text score `{$meta: "textScore"}` reads.
     pub fn set_text_score(&mut self, score: Option<f64>) {
         self.text_score = score;
@@ -202,6 +201,7 @@ impl<'a> Variables<'a> {
         self.text_score
     }
 
+    /// Sets `$$NOW` in place.
     pub fn set_now(&mut self, now: DateTime) {
         self.now = Some(now);
     }

@@ -123,16 +123,24 @@ pub(crate) fn plan_text(
         ..ParseOptions::default()
     };
     let matcher = Arc::new(Matcher::parse_with(&rest, &opts)?);
+    let unusable = || {
+        crate::plan::planner_error(
+            ErrorCode::NoQueryExecutionPlans,
+            "failed to use text index to satisfy $text query (if text index is compound, are equality predicates given for all prefix fields?)",
+        )
+    };
+    // A partial text index holds only the documents its filter matches: usable when the
+    // query's other predicates imply the filter.
+    if let Some(f) = &ix.partial {
+        if !crate::plan::partial::implies(matcher.expr(), f.expr()) {
+            return Err(unusable());
+        }
+    }
     let mut prefix = Vec::new();
     for path in &text_spec.extra_before {
         match equality_on(&rest, path) {
             Some(v) => prefix.push(v),
-            None => {
-                return Err(crate::plan::planner_error(
-                    ErrorCode::NoQueryExecutionPlans,
-                    "failed to use text index to satisfy $text query (if text index is compound, are equality predicates given for all prefix fields?)",
-                ))
-            }
+            None => return Err(unusable()),
         }
     }
     let sort_doc = spec.sort.as_ref().filter(|s| !s.is_empty());
