@@ -74,7 +74,7 @@ SPECS = [
     ({"a": "hashed"}, {"sparse": True}, None),
     ({"_id": "hashed"}, {}, None),
     ({"a": "hashed"}, {"partialFilterExpression": {"b": {"$gt": 5}}}, None),
-    ({"a": "text"}, {}, 67),
+    ({"a": "2dsphereX"}, {}, 67),
 ]
 
 

@@ -142,3 +142,15 @@ def test_mongosh_hashed_index(mongosh, shell_db, client):
     assert out == "FETCH IXSCAN a_hashed 1"
     out = mongosh(shell_db, "try { db.c.insertOne({a: [1]}) } catch (e) { print(e.code) }")
     assert out == "16766"
+
+
+def test_mongosh_text_index(mongosh, shell_db):
+    """The manual's text search from mongosh: createIndex, $text with scores, explain."""
+    out = mongosh(shell_db, "db.t.createIndex({subject: 'text'}); "
+                            "db.t.insertMany([{_id: 1, subject: 'coffee'}, {_id: 2, subject: 'Coffee Shopping'}, "
+                            "{_id: 3, subject: 'Baking a cake'}]); "
+                            "db.t.find({$text: {$search: 'coffee'}}, {score: {$meta: 'textScore'}})"
+                            ".sort({score: {$meta: 'textScore'}}).forEach(d => print(d._id, d.score)); "
+                            "print(db.t.find({$text: {$search: 'cake'}}).explain().queryPlanner.winningPlan.stage); "
+                            "print(db.t.getIndexes()[1].key._fts, db.t.getIndexes()[1].weights.subject)")
+    assert out.splitlines() == ["1 1", "2 0.75", "TEXT_MATCH", "text 1"]

@@ -11,3 +11,4 @@ pub mod keys;
 pub mod keystring;
 pub mod number;
 pub mod path;
+pub mod text;

@@ -45,6 +45,9 @@ pub struct IndexMeta {
     pub hashed: Option<usize>,
     /// The `2dsphere` key field (by position): its keys are S2 cell ids (`geo_keys.rs`).
     pub geo: Option<usize>,
+    /// A text index's spec (key pattern `{..prefix, _fts: "text", _ftsx: 1, ..suffix}`):
+    /// keys are (prefix values, term, score, suffix values); only `$text` uses the index.
+    pub text: Option<Arc<nidus_doc::text::TextSpec>>,
 }
 
 /// The state writers share with an index build in progress.
@@ -234,6 +237,7 @@ impl IndexMeta {
             partial,
             hashed,
             geo,
+            text: crate::text::index_text_spec(&spec)?,
             spec,
         })
     }

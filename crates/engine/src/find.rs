@@ -185,6 +185,9 @@ impl Engine {
     }
 
     fn plan_read(&self, coll: Option<&CollectionRef>, spec: &FindSpec) -> Result<Executor> {
+        if let Some(exec) = crate::text::plan_text(self, coll, spec)? {
+            return Ok(exec);
+        }
         plan::min_max::check_same_fields(spec.min.as_ref(), spec.max.as_ref())?;
         let scope = LetScope::new(spec.let_vars.as_ref())?;
         let collation = parse_collation(spec.collation.as_ref())?;
@@ -277,16 +280,18 @@ impl Engine {
             })
             .flatten();
         let filtered: Vec<IndexMeta>;
-        let indexes: &[IndexMeta] = match &index_filter {
-            Some(f) => {
-                filtered = meta_indexes
-                    .iter()
-                    .filter(|ix| f.allows(ix))
-                    .cloned()
-                    .collect();
-                &filtered
-            }
-            None => meta_indexes,
+        // A text index holds only documents with terms: only `$text` reads it.
+        let has_text_index = meta_indexes.iter().any(|ix| ix.text.is_some());
+        let indexes: &[IndexMeta] = if has_text_index || index_filter.is_some() {
+            filtered = meta_indexes
+                .iter()
+                .filter(|ix| ix.text.is_none())
+                .filter(|ix| index_filter.as_ref().is_none_or(|f| f.allows(ix)))
+                .cloned()
+                .collect();
+            &filtered
+        } else {
+            meta_indexes
         };
         let hint = if index_filter.is_some() {
             None

@@ -35,6 +35,7 @@ fn generate_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<(IndexKeySet, Vec<
     }
     // A hashed index holds one key per document and is never multikey.
     let generated = match (ix.hashed, ix.geo) {
+        _ if ix.text.is_some() => crate::text::index_keys(ix, doc)?,
         (Some(_), _) => nidus_doc::keys::IndexKeys {
             keys: nidus_doc::keys::hashed_index_keys(doc, &ix.pattern, ix.sparse)?,
             multikey_paths: vec![Vec::new(); ix.pattern.len()],

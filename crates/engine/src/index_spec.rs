@@ -89,6 +89,7 @@ fn validate_key(key: &Document) -> Result<()> {
             Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) => {}
             Bson::String(kind) if kind == "hashed" && field != "$**" && !field.ends_with(".$**") => {}
             Bson::String(kind) if kind == "2dsphere" && field != "$**" && !field.ends_with(".$**") => {}
+            Bson::String(kind) if kind == "text" => {}
             Bson::String(kind) => {
                 return Err(Error::new(
                     ErrorCode::CannotCreateIndex,
@@ -144,7 +145,9 @@ pub fn normalize(spec: &Document) -> Result<Document> {
             nidus_common::shell::format(&Bson::Document(spec.clone()))
         )
     };
-    let out = validate(spec).map_err(|e| e.with_context(context(spec)))?;
+    let out = validate(spec)
+        .and_then(crate::text::fix_index_spec)
+        .map_err(|e| e.with_context(context(spec)))?;
     if let Some(Bson::Document(filter)) = out.get("partialFilterExpression") {
         let check = nidus_query::matcher::Matcher::parse(filter)
             .and_then(|m| crate::plan::partial::check_filter(m.expr()));
@@ -343,6 +346,10 @@ pub fn comparable_options(spec: &Document) -> Document {
         "expireAfterSeconds",
         "collation",
         "hidden",
+        "weights",
+        "default_language",
+        "language_override",
+        "textIndexVersion",
     ] {
         if let Some(v) = spec.get(k) {
             d.insert(k, v.clone());

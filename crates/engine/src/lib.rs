@@ -27,6 +27,7 @@ pub mod preimages;
 pub mod retry;
 pub mod stmt_record;
 pub mod timeseries;
+pub mod text;
 pub mod ttl;
 pub mod txn;
 pub mod validation;

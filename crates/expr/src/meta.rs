@@ -54,7 +54,10 @@ impl Operator for Meta {
     fn name(&self) -> &str {
         "$meta"
     }
-    fn evaluate(&self, _vars: &mut Variables) -> Result<Value> {
+    fn evaluate(&self, vars: &mut Variables) -> Result<Value> {
+        if self.name == "textScore" {
+            return Ok(vars.text_score().map(bson::Bson::Double));
+        }
         Ok(None)
     }
     fn serialize(&self) -> Bson {

@@ -158,6 +158,8 @@ pub struct Variables<'a> {
     slots: Vec<Value>,
     /// `$$NOW`; read from the clock on first use when no command fixed it.
     now: Option<DateTime>,
+    /// The document's `{$meta: "textScore"}` (set by a `$text` query's plan).
+    text_score: Option<f64>,
 }
 
 impl<'a> Variables<'a> {
@@ -168,6 +170,7 @@ impl<'a> Variables<'a> {
             current: None,
             slots: Vec::new(),
             now: None,
+            text_score: None,
         }
     }
 
@@ -179,6 +182,7 @@ impl<'a> Variables<'a> {
             current: None,
             slots: Vec::new(),
             now: None,
+            text_score: None,
         }
     }
 
@@ -186,6 +190,15 @@ impl<'a> Variables<'a> {
     pub fn with_now(mut self, now: DateTime) -> Variables<'a> {
         self.now = Some(now);
         self
+    }
+
+    /// Sets the text score `{$meta: "textScore"}` reads.
+    pub fn set_text_score(&mut self, score: Option<f64>) {
+        self.text_score = score;
+    }
+
+    pub fn text_score(&self) -> Option<f64> {
+        self.text_score
     }
 
     /// Sets `$$NOW` in place.

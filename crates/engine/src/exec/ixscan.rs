@@ -362,6 +362,7 @@ impl StageImpl for IndexScan {
                 values,
             }),
             snapshot: self.snapshot.clone(),
+            text_score: None,
         }))
     }
 

@@ -117,6 +117,8 @@ pub struct Member {
     pub key: Option<KeyData>,
     /// The snapshot the key was read in, so FETCH reads the document the key points at.
     pub snapshot: Option<Arc<dyn KvSnapshot>>,
+    /// `{$meta: "textScore"}` (set by TEXT_OR).
+    pub text_score: Option<f64>,
 }
 
 impl Member {
@@ -126,6 +128,7 @@ impl Member {
             doc: Some(doc),
             key: None,
             snapshot: None,
+            text_score: None,
         }
     }
 

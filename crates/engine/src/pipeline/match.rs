@@ -34,6 +34,15 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     Ok(vec![Arc::new(Match::with_bindings(spec, &pcx.bindings())?)])
 }
 
+/// The matcher of a `$match` filter; a `$text` in it is answered by the find plan the
+/// leading `$match` moves into (`crate::text`), so the matcher holds the other predicates.
+fn parse_matcher(filter: &Document) -> Result<Matcher> {
+    if crate::text::filter_has_text(filter) {
+        return Matcher::parse(&crate::text::filter_without_text(filter));
+    }
+    Matcher::parse(filter)
+}
+
 impl Match {
     /// A `$match` on a filter without variables.
     pub fn new(filter: Document) -> Result<Match> {
@@ -43,7 +52,7 @@ impl Match {
     fn with_bindings(spec: &Document, bindings: &[Binding]) -> Result<Match> {
         let mut unbound = false;
         let filter = bind_document(spec, bindings, false, &mut unbound);
-        let matcher = Arc::new(Matcher::parse(&filter)?);
+        let matcher = Arc::new(parse_matcher(&filter)?);
         Ok(Match {
             spec: spec.clone(),
             filter,
@@ -65,7 +74,7 @@ impl Match {
         let filter = bson::doc! {"$and": [self.filter.clone(), other.filter.clone()]};
         Ok(Match {
             spec,
-            matcher: Arc::new(Matcher::parse(&filter)?),
+            matcher: Arc::new(parse_matcher(&filter)?),
             filter,
             unbound: self.unbound || other.unbound,
         })

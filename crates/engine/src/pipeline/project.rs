@@ -45,8 +45,8 @@ impl Project {
     /// Parses a projection written as stage `stage` (`$project`, or `$unset` standing for
     /// an exclusion): parse errors name that stage, as MongoDB's do.
     pub fn new_as(spec: &Document, exprs: &ParseContext, stage: &str) -> Result<Project> {
-        let projection =
-            Projection::parse_in_context(spec, Policy::Aggregate, exprs).map_err(|e| {
+        let projection = Projection::parse_in_context_text_score(spec, Policy::Aggregate, exprs)
+            .map_err(|e| {
                 Error::new(
                     e.code,
                     format!("Invalid {stage} :: caused by :: {}", e.message),

@@ -108,6 +108,8 @@ pub fn open(
         }
         _ => (Box::new(Empty), None),
     };
+    // `$text` and its score live in the find plan: no stage left may need them.
+    crate::text::check_pipeline_rest(&stages)?;
     let mut opened_stages = Vec::with_capacity(stages.len());
     let mut stats = Vec::with_capacity(stages.len());
     for s in stages {

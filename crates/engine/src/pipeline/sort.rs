@@ -127,7 +127,9 @@ impl Sort {
         }
         Ok(Sort {
             spec: spec.clone(),
-            pattern: SortPattern::parse(spec)?,
+            // `{$meta: "textScore"}` orders a `$text` query's find plan (the run refuses it
+            // anywhere else); the other fields order as usual.
+            pattern: SortPattern::parse(&crate::text::without_text_score(spec))?,
             limit: 0,
         })
     }

@@ -12,6 +12,8 @@ pub struct ApplyCtx<'a> {
     pub position: Option<usize>,
     /// Sets the variables (`let` values, `$$NOW`) computed fields see.
     pub binder: &'a dyn Bind,
+    /// `{$meta: "textScore"}` of the document (a `$text` query's result).
+    pub text_score: Option<f64>,
 }
 
 type Children = [(String, PNode)];
@@ -200,5 +202,6 @@ fn slice(v: Bson, skip: Option<i32>, limit: i32) -> Bson {
 fn eval(e: &Expression, ctx: &ApplyCtx) -> Result<Option<Bson>> {
     let mut vars = Variables::for_raw(ctx.root);
     ctx.binder.bind(&mut vars);
+    vars.set_text_score(ctx.text_score);
     e.evaluate(&mut vars)
 }

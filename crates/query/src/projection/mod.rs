@@ -92,6 +92,8 @@ struct Ctx<'a> {
     has_slice: bool,
     has_computed: bool,
     has_dotted: bool,
+    /// A `$text` query provides `{$meta: "textScore"}`.
+    text_score: bool,
 }
 
 fn err(code: i32, msg: impl Into<String>) -> Error {
@@ -119,7 +121,39 @@ impl Projection {
         policy: Policy,
         exprs: &ParseContext,
     ) -> Result<Projection> {
+        Self::parse_in_context_with(spec, policy, exprs, false)
+    }
+
+    /// Parses in the scope of a `$text` query, where `{$meta: "textScore"}` is available.
+    pub fn parse_with_text_score(
+        spec: &Document,
+        policy: Policy,
+        scope: &LetScope,
+    ) -> Result<Projection> {
+        let mut p = Self::parse_in_context_with(spec, policy, scope.parse_context(), true)?;
+        p.bindings = Some(scope.bindings().clone());
+        Ok(p)
+    }
+
+    /// As [`Projection::parse_in_context`], letting `{$meta: "textScore"}` through: a
+    /// pipeline's `$project` moved into a `$text` query's find plan reads the score there
+    /// (the pipeline refuses it anywhere else).
+    pub fn parse_in_context_text_score(
+        spec: &Document,
+        policy: Policy,
+        exprs: &ParseContext,
+    ) -> Result<Projection> {
+        Self::parse_in_context_with(spec, policy, exprs, true)
+    }
+
+    fn parse_in_context_with(
+        spec: &Document,
+        policy: Policy,
+        exprs: &ParseContext,
+        text_score: bool,
+    ) -> Result<Projection> {
         let mut ctx = Ctx {
+            text_score,
             policy,
             exprs,
             kind: None,
@@ -272,10 +306,27 @@ impl Projection {
         matched_index: Option<usize>,
         binder: &dyn Bind,
     ) -> Result<Document> {
+        self.apply_full(doc, matched_index, binder, None)
+    }
+
+    /// Applies to a `$text` query's result with its text score.
+    pub fn apply_with_text_score(&self, doc: &bson::RawDocument, score: f64) -> Result<Document> {
+        let binder = nidus_expr::binder(self.bindings.as_deref());
+        self.apply_full(doc, None, binder, Some(score))
+    }
+
+    fn apply_full(
+        &self,
+        doc: &bson::RawDocument,
+        matched_index: Option<usize>,
+        binder: &dyn Bind,
+        text_score: Option<f64>,
+    ) -> Result<Document> {
         let ctx = apply::ApplyCtx {
             root: doc,
             position: matched_index,
             binder,
+            text_score,
         };
         match self.kind {
             Kind::Inclusion => apply::include_doc(&self.root, doc, &ctx),
@@ -440,7 +491,7 @@ fn add_computed(
 ) -> Result<()> {
     check_field_path(field)?;
     let meta = expr.dependencies().metadata;
-    if meta.contains("textScore") {
+    if meta.contains("textScore") && !ctx.text_score {
         return Err(nidus_expr::meta::text_score_unavailable());
     }
     let is_meta = !meta.is_empty() && matches!(v, Bson::Document(d) if d.contains_key("$meta"));

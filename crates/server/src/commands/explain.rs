@@ -132,7 +132,11 @@ fn run(
         Some(key) => engine.plan_distinct(coll.as_ref(), &spec, key)?,
         None => engine.plan_find(coll.as_ref(), &spec)?,
     };
-    let parsed = Matcher::parse(&spec.filter)?.canonical_document();
+    let parsed = if nidus_engine::text::filter_has_text(&spec.filter) {
+        nidus_engine::text::parsed_query(&spec.filter)?
+    } else {
+        Matcher::parse(&spec.filter)?.canonical_document()
+    };
     let mut n = 0u64;
     if verbosity != Verbosity::QueryPlanner {
         while exec.get_next()?.is_some() {
