@@ -32,6 +32,9 @@ mod group;
 mod limit;
 mod list_local_sessions;
 pub(crate) mod lookup;
+mod lookup_hash_join;
+#[cfg(test)]
+mod lookup_tests;
 mod r#match;
 mod merge;
 mod out;

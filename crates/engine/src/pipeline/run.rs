@@ -80,6 +80,7 @@ pub fn open(
             let (mut spec, taken) = optimize::cursor_pushdown::take(&mut stages, ctx.deadline());
             spec.source = ctx.source.clone();
             spec.hint = ctx.hint.clone();
+            spec.collation = ctx.collation.clone();
             // A `$sort` handed to the find plan keeps the aggregate's memory rules.
             spec.allow_disk_use = ctx.allow_disk_use;
             spec.sort_memory_limit = Some(ctx.sort_max_memory);
