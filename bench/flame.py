@@ -22,7 +22,7 @@ import psutil
 import pymongo
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import free_port, sale, wait_until  # noqa: E402
+from bench import customer, free_port, sale, wait_until  # noqa: E402
 from bson.codec_options import CodecOptions  # noqa: E402
 from bson.raw_bson import RawBSONDocument  # noqa: E402
 
@@ -67,8 +67,20 @@ def workloads(client):
             if got != SALES:
                 raise RuntimeError(f"$sort returned {got} documents")
 
+    def lookup_noix(n):
+        # n is in sales joined: 100 per query, as bench.py's row.
+        for q in range(max(1, n // 100)):
+            s = (q * 100) % SALES
+            out = list(sales.aggregate([
+                {"$match": {"_id": {"$gte": s, "$lt": s + 100}}},
+                {"$lookup": {"from": "cust_noix", "localField": "cust", "foreignField": "cid",
+                             "as": "customer"}}]))
+            if len(out) != 100 or any(len(d["customer"]) != 1 for d in out):
+                raise RuntimeError("$lookup returned the wrong customers")
+
     return {"ping": ping, "find_one": find_one, "update_one": update_one,
-            "insert_many": insert_many, "agg_group": agg_group, "sort_spill": sort_spill}
+            "insert_many": insert_many, "agg_group": agg_group, "sort_spill": sort_spill,
+            "lookup_noix": lookup_noix}
 
 
 # The aggregation workloads' collection (bench.py's `sale` documents) and the sort memory
@@ -97,7 +109,8 @@ def main():
         wait_until(lambda: client.admin.command("ping")["ok"] == 1, 30, "nidus")
         coll = client["bench"]["docs"]
         coll.insert_many([{"_id": i, "k": i, "s": "x" * 100} for i in range(10000)])
-        if {"agg_group", "sort_spill"} & set(args.only.split(",")):
+        if {"agg_group", "sort_spill", "lookup_noix"} & set(args.only.split(",")):
+            client["bench"]["cust_noix"].insert_many([customer(c) for c in range(10_000)])
             for start in range(0, SALES, 10_000):
                 client["bench"]["sales"].insert_many(
                     [sale(i, 10_000) for i in range(start, start + 10_000)])
