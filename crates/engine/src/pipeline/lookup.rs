@@ -258,26 +258,24 @@ fn local_values(doc: &Document, local: &str) -> Vec<Bson> {
 /// `{foreignField: {$in: values}}` (an `$or` of `$eq`s when a value is a regex, which `$in`
 /// would run as a pattern).
 fn equality_filter_for(foreign: &str, values: Vec<Bson>) -> Document {
+    let mut f = Document::new();
+    if values
+        .iter()
+        .any(|v| matches!(v, Bson::RegularExpression(_)))
     {
-        let mut f = Document::new();
-        if values
-            .iter()
-            .any(|v| matches!(v, Bson::RegularExpression(_)))
-        {
-            let alternatives: Vec<Bson> = values
-                .into_iter()
-                .map(|v| {
-                    let mut d = Document::new();
-                    d.insert(foreign.to_string(), bson::bson!({"$eq": v}));
-                    Bson::Document(d)
-                })
-                .collect();
-            f.insert("$or", alternatives);
-        } else {
-            f.insert(foreign.to_string(), bson::bson!({"$in": values}));
-        }
-        f
+        let alternatives: Vec<Bson> = values
+            .into_iter()
+            .map(|v| {
+                let mut d = Document::new();
+                d.insert(foreign.to_string(), bson::bson!({"$eq": v}));
+                Bson::Document(d)
+            })
+            .collect();
+        f.insert("$or", alternatives);
+    } else {
+        f.insert(foreign.to_string(), bson::bson!({"$in": values}));
     }
+    f
 }
 
 impl Lookup {

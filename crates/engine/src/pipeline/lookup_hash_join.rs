@@ -53,12 +53,44 @@ impl Drop for SpillFile {
 pub(super) struct HashTable {
     docs: Vec<Stored>,
     /// Bucket key → positions in `docs`, ascending (scan order).
-    buckets: HashMap<Vec<u8>, Vec<u32>>,
+    buckets: HashMap<Vec<u8>, Bucket>,
     collation: Option<Collation>,
     spill: Option<SpillFile>,
     /// Approximate bytes held in memory (documents, keys, positions).
     memory: usize,
     pub spilled_records: u64,
+}
+
+/// The documents filed under one key: most keys (a unique `foreignField`) have one, kept
+/// without a vector of its own.
+enum Bucket {
+    One(u32),
+    Many(Vec<u32>),
+}
+
+impl Bucket {
+    /// Adds a position (ascending); false when it is already the last one.
+    fn push(&mut self, pos: u32) -> bool {
+        match self {
+            Bucket::One(p) if *p == pos => false,
+            Bucket::One(p) => {
+                *self = Bucket::Many(vec![*p, pos]);
+                true
+            }
+            Bucket::Many(v) if v.last() == Some(&pos) => false,
+            Bucket::Many(v) => {
+                v.push(pos);
+                true
+            }
+        }
+    }
+
+    fn positions(&self) -> &[u32] {
+        match self {
+            Bucket::One(p) => std::slice::from_ref(p),
+            Bucket::Many(v) => v,
+        }
+    }
 }
 
 /// The bucket key of one value.
@@ -103,9 +135,14 @@ impl HashTable {
         collation: Option<Collation>,
         max_memory: usize,
     ) -> Result<HashTable> {
+        let expected = coll.map_or(0, |c| {
+            c.count
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .clamp(0, 1 << 20) as usize
+        });
         let mut table = HashTable {
-            docs: Vec::new(),
-            buckets: HashMap::new(),
+            docs: Vec::with_capacity(expected),
+            buckets: HashMap::with_capacity(expected),
             collation,
             spill: None,
             memory: 0,
@@ -138,16 +175,16 @@ impl HashTable {
                 keys.push(null_key.clone());
             }
             for k in keys.drain(..) {
-                let bucket = match table.buckets.get_mut(&k) {
-                    Some(b) => b,
+                match table.buckets.get_mut(&k) {
+                    Some(b) => {
+                        if b.push(pos) {
+                            table.memory += 4;
+                        }
+                    }
                     None => {
                         table.memory += k.len() + 48;
-                        table.buckets.entry(k).or_default()
+                        table.buckets.insert(k, Bucket::One(pos));
                     }
-                };
-                if bucket.last() != Some(&pos) {
-                    bucket.push(pos);
-                    table.memory += 4;
                 }
             }
             table.memory += raw.as_bytes().len() + 16;
@@ -218,7 +255,7 @@ impl HashTable {
                 v => bson_key(v, self.collation.as_ref())?,
             };
             if let Some(b) = self.buckets.get(&key) {
-                candidates.extend_from_slice(b);
+                candidates.extend_from_slice(b.positions());
             }
         }
         if candidates.is_empty() {
