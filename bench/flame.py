@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Flame graphs of the server's request path: `ping` and point `find_one` by `_id`.
+"""Flame graphs of the server's request path: `ping`, point `find_one` by `_id`,
+`update_one`, `insert_many`, and the `$group` and spilling `$sort` of bench.py's sales.
 
 Starts a nidus binary on a free 127.0.0.1 port with a temporary dbpath (as bench.py does:
 a one-member replica set), inserts documents, then records the server with `perf record`
@@ -21,7 +22,9 @@ import psutil
 import pymongo
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import free_port, wait_until  # noqa: E402
+from bench import customer, free_port, sale, wait_until  # noqa: E402
+from bson.codec_options import CodecOptions  # noqa: E402
+from bson.raw_bson import RawBSONDocument  # noqa: E402
 
 
 def workloads(client):
@@ -46,8 +49,44 @@ def workloads(client):
         for _ in range(max(1, n // 1000)):
             many.insert_many([{"k": i, "s": "x" * 100} for i in range(1000)])
 
+    sales = client["bench"]["sales"]
+
+    def agg_group(n):
+        # n is in documents grouped: whole passes over the sales collection.
+        for _ in range(max(1, n // SALES)):
+            out = list(sales.aggregate([{"$group": {
+                "_id": "$k", "total": {"$sum": "$v"}, "n": {"$sum": 1}, "avg": {"$avg": "$v"}}}]))
+            if len(out) != 16:
+                raise RuntimeError(f"$group returned {len(out)} groups")
+
+    def sort_spill(n):
+        raw = sales.with_options(codec_options=CodecOptions(document_class=RawBSONDocument))
+        for _ in range(max(1, n // SALES)):
+            got = sum(1 for _ in raw.aggregate([{"$sort": {"r": 1}}], allowDiskUse=True,
+                                               batchSize=10_000))
+            if got != SALES:
+                raise RuntimeError(f"$sort returned {got} documents")
+
+    def lookup_noix(n):
+        # n is in sales joined: 100 per query, as bench.py's row.
+        for q in range(max(1, n // 100)):
+            s = (q * 100) % SALES
+            out = list(sales.aggregate([
+                {"$match": {"_id": {"$gte": s, "$lt": s + 100}}},
+                {"$lookup": {"from": "cust_noix", "localField": "cust", "foreignField": "cid",
+                             "as": "customer"}}]))
+            if len(out) != 100 or any(len(d["customer"]) != 1 for d in out):
+                raise RuntimeError("$lookup returned the wrong customers")
+
     return {"ping": ping, "find_one": find_one, "update_one": update_one,
-            "insert_many": insert_many}
+            "insert_many": insert_many, "agg_group": agg_group, "sort_spill": sort_spill,
+            "lookup_noix": lookup_noix}
+
+
+# The aggregation workloads' collection (bench.py's `sale` documents) and the sort memory
+# limit that makes the sort spill (about five runs).
+SALES = 200_000
+SORT_MEMORY = 4 << 20
 
 
 def main():
@@ -70,6 +109,13 @@ def main():
         wait_until(lambda: client.admin.command("ping")["ok"] == 1, 30, "nidus")
         coll = client["bench"]["docs"]
         coll.insert_many([{"_id": i, "k": i, "s": "x" * 100} for i in range(10000)])
+        if {"agg_group", "sort_spill", "lookup_noix"} & set(args.only.split(",")):
+            client["bench"]["cust_noix"].insert_many([customer(c) for c in range(10_000)])
+            for start in range(0, SALES, 10_000):
+                client["bench"]["sales"].insert_many(
+                    [sale(i, 10_000) for i in range(start, start + 10_000)])
+            client.admin.command({"setParameter": 1,
+                                  "internalQueryMaxBlockingSortMemoryUsageBytes": SORT_MEMORY})
         server = psutil.Process(proc.pid)
         for name, fn in workloads(client).items():
             if name not in args.only.split(","):

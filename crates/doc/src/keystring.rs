@@ -210,6 +210,15 @@ impl Encoder<'_> {
 
     /// A positive magnitude (finite or infinite).
     fn magnitude(&mut self, n: Num) {
+        // An integer up to 2^53 is exactly its double: the encoding the general path below
+        // computes with decimal arithmetic, without it (every int key takes this path).
+        if let Num::Dec(Dec::Finite { coef, exp: 0, .. }) = n {
+            if coef <= 1 << 53 {
+                self.bytes(&(coef as f64).to_bits().to_be_bytes());
+                self.byte(0);
+                return;
+            }
+        }
         let d = trunc_to_f64(n);
         self.bytes(&d.to_bits().to_be_bytes());
         if cmp_num(n, Num::Double(d)).is_eq() {

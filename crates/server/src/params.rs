@@ -27,6 +27,7 @@ fn defaults() -> Document {
         "internalMaxSubPipelineViewDepth": 20,
         "internalDocumentSourceBucketAutoMaxMemoryBytes": 104_857_600i64,
         "internalDocumentSourceSetWindowFieldsMaxMemoryBytes": 104_857_600i64,
+        "internalQuerySlotBasedExecutionHashLookupApproxMemoryUseInBytesBeforeSpill": 104_857_600i64,
         "allowDiskUseByDefault": true,
         "notablescan": false,
         "quiet": false,

@@ -215,3 +215,27 @@ fn db_pointers() {
         assert_eq!(bytes_of(&back[0]), bytes_of(a));
     }
 }
+
+/// Integers up to 2^53 (their fast path) encode exactly as the equal double does (the
+/// general path), so existing index keys stay valid.
+#[test]
+fn small_integers_encode_as_their_doubles() {
+    let mut samples: Vec<i64> = (-300..300).collect();
+    for shift in 0..=53 {
+        samples.extend([1i64 << shift, (1i64 << shift) - 1, -(1i64 << shift)]);
+    }
+    for n in samples {
+        let (mut int, mut long, mut double) = (Vec::new(), Vec::new(), Vec::new());
+        if let Ok(small) = i32::try_from(n) {
+            encode_value(&mut int, RawBsonRef::Int32(small), false);
+            assert_eq!(int, {
+                encode_value(&mut double, RawBsonRef::Double(n as f64), false);
+                double.clone()
+            });
+            double.clear();
+        }
+        encode_value(&mut long, RawBsonRef::Int64(n), false);
+        encode_value(&mut double, RawBsonRef::Double(n as f64), false);
+        assert_eq!(long, double, "{n}");
+    }
+}

@@ -26,7 +26,38 @@ impl Default for SortLimits {
     }
 }
 
-type Item = (Vec<Bson>, u64, Member);
+type Item = (SortKey, u64, Member);
+
+/// A result's sort key. Without a collation it is the keystring of the key values (each
+/// field's encoding inverted when descending), whose byte order is the sort order, so
+/// sorting and merging compare bytes; with one, the values compared under it.
+#[derive(Debug)]
+enum SortKey {
+    Bytes(Vec<u8>),
+    Values(Vec<Bson>),
+}
+
+fn sort_key(pattern: &SortPattern, doc: &bson::RawDocument) -> SortKey {
+    if pattern.collation.is_some() {
+        return SortKey::Values(pattern.sort_key(doc));
+    }
+    let mut out = Vec::with_capacity(16);
+    for f in &pattern.fields {
+        let v = nidus_doc::keys::sort_key_value(doc, &f.path, f.descending);
+        nidus_doc::keystring::encode_value(&mut out, v, f.descending);
+    }
+    SortKey::Bytes(out)
+}
+
+fn compare_keys(pattern: &SortPattern, a: &SortKey, b: &SortKey) -> Ordering {
+    match (a, b) {
+        (SortKey::Bytes(x), SortKey::Bytes(y)) => x.cmp(y),
+        (SortKey::Values(x), SortKey::Values(y)) => pattern.compare_keys(x, y),
+        // One pattern makes one kind of key.
+        (SortKey::Bytes(_), SortKey::Values(_)) => Ordering::Less,
+        (SortKey::Values(_), SortKey::Bytes(_)) => Ordering::Greater,
+    }
+}
 
 /// `SORT`: consumes its child, then returns results in sort order. With a limit it keeps only
 /// the best `limit` results (top-k), as MongoDB's SORT with `limitAmount` does. Over its
@@ -59,7 +90,7 @@ enum Output {
 struct Merge {
     runs: Vec<SpillRun>,
     memory: std::vec::IntoIter<Item>,
-    heads: Vec<Option<(Vec<Bson>, Member)>>,
+    heads: Vec<Option<(SortKey, Member)>>,
 }
 
 impl Sort {
@@ -90,12 +121,12 @@ impl Sort {
 
     fn compare(&self, a: &Item, b: &Item) -> Ordering {
         // Ties keep input order, as MongoDB's stable sort does.
-        self.pattern.compare_keys(&a.0, &b.0).then(a.1.cmp(&b.1))
+        compare_keys(&self.pattern, &a.0, &b.0).then(a.1.cmp(&b.1))
     }
 
     fn add(&mut self, m: Member) -> Result<()> {
         let doc = m.doc()?;
-        let key = self.pattern.sort_key(doc);
+        let key = sort_key(&self.pattern, doc);
         let size = doc.as_bytes().len();
         self.memory += size;
         self.data_size_sorted += size;
@@ -177,14 +208,10 @@ impl Sort {
 
 impl Merge {
     /// The next result of `source` (a run, or the memory remainder after the runs).
-    fn pull(
-        &mut self,
-        source: usize,
-        pattern: &SortPattern,
-    ) -> Result<Option<(Vec<Bson>, Member)>> {
+    fn pull(&mut self, source: usize, pattern: &SortPattern) -> Result<Option<(SortKey, Member)>> {
         if let Some(run) = self.runs.get_mut(source) {
             return Ok(run.next()?.map(|(rid, doc)| {
-                let key = pattern.sort_key(&doc);
+                let key = sort_key(pattern, &doc);
                 (key, Member::with_doc(rid, doc))
             }));
         }
@@ -197,7 +224,7 @@ impl Merge {
             .min_by(|&a, &b| {
                 let (ka, kb) = (&self.heads[a], &self.heads[b]);
                 match (ka, kb) {
-                    (Some((ka, _)), Some((kb, _))) => pattern.compare_keys(ka, kb).then(a.cmp(&b)),
+                    (Some((ka, _)), Some((kb, _))) => compare_keys(pattern, ka, kb).then(a.cmp(&b)),
                     _ => Ordering::Equal,
                 }
             });
@@ -262,5 +289,103 @@ impl StageImpl for Sort {
 
     fn children(&self) -> Vec<&Stage> {
         vec![&self.child]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! SORT's byte keys against the pattern's value comparison, in memory and spilled.
+
+    use crate::find::FindSpec;
+    use crate::namespace::Namespace;
+    use crate::write::{prepare_insert, WriteOpts};
+    use crate::Engine;
+    use bson::{doc, Bson, Decimal128, Document, RawDocumentBuf};
+    use nidus_query::sort::SortPattern;
+    use nidus_storage_rocks::RocksEngine;
+    use std::sync::Arc;
+
+    fn value(i: u64) -> Bson {
+        match i % 13 {
+            0 => Bson::Int32((i % 5) as i32 - 2),
+            1 => Bson::Int64((i % 7) as i64 - 3),
+            2 => Bson::Double((i % 9) as f64 / 2.0 - 2.0),
+            3 => Bson::Decimal128("1.5".parse::<Decimal128>().expect("decimal")),
+            4 => Bson::String(["", "a", "a\u{0}b", "ab", "B", "é"][(i % 6) as usize].into()),
+            5 => Bson::Null,
+            6 => Bson::Array(vec![Bson::Int32((i % 4) as i32), Bson::String("x".into())]),
+            7 => Bson::Array(vec![]),
+            8 => Bson::Document(doc! {"x": (i % 3) as i32}),
+            9 => Bson::Boolean(i.is_multiple_of(2)),
+            10 => Bson::Double(f64::NAN),
+            11 => Bson::DateTime(bson::DateTime::from_millis((i % 5) as i64 * 1000 - 2000)),
+            _ => Bson::Binary(bson::Binary {
+                subtype: bson::spec::BinarySubtype::Generic,
+                bytes: vec![(i % 3) as u8; (i % 2) as usize + 1],
+            }),
+        }
+    }
+
+    #[test]
+    fn byte_keys_sort_as_the_values_compare() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kv = Arc::new(RocksEngine::open(dir.path()).expect("rocks"));
+        let e = Engine::open(kv).expect("engine");
+        let ns = Namespace::new("test", "s");
+        let coll = e.ensure_collection(&ns).expect("collection");
+        let mut docs = Vec::new();
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for id in 0..600 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut d = doc! {"_id": id};
+            if !x.is_multiple_of(10) {
+                d.insert("a", value(x >> 8));
+            }
+            d.insert("b", doc! {"c": value(x >> 20)});
+            docs.push(d);
+        }
+        for d in &docs {
+            let raw = RawDocumentBuf::from_document(d).expect("raw");
+            e.insert_one(
+                &coll,
+                &prepare_insert(&raw).expect("prepare"),
+                &WriteOpts::default(),
+            )
+            .expect("insert");
+        }
+        for sort in [
+            doc! {"a": 1},
+            doc! {"a": -1, "_id": 1},
+            doc! {"b.c": 1, "a": -1},
+        ] {
+            // The reference: a stable sort by the pattern's value comparison.
+            let pattern = SortPattern::parse(&sort).expect("pattern");
+            let mut expected: Vec<(Vec<Bson>, i32)> = docs
+                .iter()
+                .map(|d| {
+                    let raw = RawDocumentBuf::from_document(d).expect("raw");
+                    (pattern.sort_key(&raw), d.get_i32("_id").expect("_id"))
+                })
+                .collect();
+            expected.sort_by(|a, b| pattern.compare_keys(&a.0, &b.0));
+            let expected: Vec<i32> = expected.into_iter().map(|(_, id)| id).collect();
+            for memory in [None, Some(4096)] {
+                let spec = FindSpec {
+                    sort: Some(sort.clone()),
+                    sort_memory_limit: memory,
+                    allow_disk_use: true,
+                    ..FindSpec::default()
+                };
+                let mut exec = e.plan_find(Some(&coll), &spec).expect("plan");
+                let mut got = Vec::new();
+                while let Some(d) = exec.next_doc().expect("next") {
+                    let d: Document = Document::try_from(d.as_ref()).expect("document");
+                    got.push(d.get_i32("_id").expect("_id"));
+                }
+                assert_eq!(got, expected, "sort {sort}, memory {memory:?}");
+            }
+        }
     }
 }

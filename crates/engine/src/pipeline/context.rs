@@ -189,6 +189,15 @@ pub struct ExpCtx {
     /// `internalDocumentSourceSetWindowFieldsMaxMemoryBytes`: what `$setWindowFields` holds of
     /// one partition before spilling its documents.
     pub window_max_memory: usize,
+    /// `internalQuerySlotBasedExecutionHashLookupApproxMemoryUseInBytesBeforeSpill`: what
+    /// a `$lookup` hash join holds of the foreign collection before spilling its documents.
+    pub lookup_max_memory: usize,
+    /// False: every equality `$lookup` without a usable foreign index runs as a nested
+    /// loop join (tests compare the two strategies).
+    pub lookup_hash_join: bool,
+    /// The command's `collation` (None: simple): the pushed-down find and `$lookup`'s
+    /// foreign equality compare strings under it.
+    pub collation: Option<Document>,
     /// Where the stage being opened reports its execution statistics (explain).
     pub stats: Option<StageStats>,
     /// The aggregate command's `hint`: the index (or `$natural`) of the pipeline's own
@@ -216,6 +225,9 @@ impl ExpCtx {
             group_max_memory: MAX_BLOCKING_STAGE_BYTES,
             bucket_auto_max_memory: MAX_BLOCKING_STAGE_BYTES,
             window_max_memory: MAX_BLOCKING_STAGE_BYTES,
+            lookup_max_memory: MAX_BLOCKING_STAGE_BYTES,
+            lookup_hash_join: true,
+            collation: None,
             stats: None,
             hint: None,
             interrupt: Arc::new(Interrupt::default()),

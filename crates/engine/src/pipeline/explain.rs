@@ -60,10 +60,12 @@ pub fn explain(opened: &Opened, verbosity: Verbosity, n_returned: u64, millis: u
             }
             for (i, (s, count)) in opened.stages.iter().enumerate() {
                 let mut entry = stage_document(s.as_ref());
+                // What a stage decided when it was opened (`$lookup`'s `strategy`) shows at
+                // every verbosity; run-time statistics exist only after execution.
+                if let Some(stats) = opened.stats.get(i) {
+                    entry.extend(stats.lock().clone());
+                }
                 if executed {
-                    if let Some(stats) = opened.stats.get(i) {
-                        entry.extend(stats.lock().clone());
-                    }
                     entry.insert("nReturned", count.load(Ordering::Relaxed) as i64);
                     entry.insert("executionTimeMillisEstimate", 0i64);
                 }

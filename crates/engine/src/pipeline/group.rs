@@ -9,12 +9,12 @@
 use super::context::{bson_bytes, check_size};
 use super::{DocStream, DocumentSource, ExpCtx, ParseCtx, StageRef, Stream, VecStream};
 use crate::exec::spill::{SpillRun, SpilledRuns};
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawBsonRef};
 use nidus_common::{Error, ErrorCode, Result};
-use nidus_expr::accumulators::{Accumulator, AccumulatorSpec, Ordered};
+use nidus_expr::accumulators::{Accumulator, AccumulatorSpec};
 use nidus_expr::Expression;
 use std::any::Any;
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 #[derive(Debug, Clone)]
@@ -71,17 +71,22 @@ impl Group {
     fn run(&self, mut input: Stream, ctx: &ExpCtx) -> Result<Stream> {
         let mut table = Table::default();
         let mut spiller = Spiller::default();
+        let mut key_bytes = Vec::new();
         while let Some(doc) = input.next()? {
             ctx.check_interrupt()?;
             let mut vars = ctx.variables(&doc);
             let key = self.id.evaluate(&mut vars)?.unwrap_or(Bson::Null);
-            let slot = match table.index.get(&Ordered(key.clone())) {
+            key_bytes.clear();
+            encode_key(&key, &mut key_bytes)?;
+            let slot = match table.index.get(key_bytes.as_slice()) {
                 Some(i) => *i,
                 None => {
-                    table.memory += bson_bytes(&key) + 64;
+                    table.memory += bson_bytes(&key) + key_bytes.len() + 64;
                     let accs = self.create_accumulators(&key, ctx)?;
-                    table.groups.push((key.clone(), accs));
-                    table.index.insert(Ordered(key), table.groups.len() - 1);
+                    table.groups.push((key, accs));
+                    table
+                        .index
+                        .insert(key_bytes.clone(), table.groups.len() - 1);
                     table.groups.len() - 1
                 }
             };
@@ -159,6 +164,31 @@ impl DocumentSource for Group {
         Bson::Document(d)
     }
 
+    /// The top-level fields the key and the accumulators read (all of the document when
+    /// one reads `$$ROOT` or is an accumulator with more inputs, such as `$top`'s
+    /// `sortBy`).
+    fn input_fields(&self) -> Option<Vec<String>> {
+        let mut deps = self.id.dependencies();
+        for (spec, _) in &self.accumulators {
+            if spec.name != "$count" && nidus_expr::accumulators::create(&spec.name).is_none() {
+                return None;
+            }
+            let d = spec.input.dependencies();
+            deps.need_whole_document |= d.need_whole_document;
+            deps.fields.extend(d.fields);
+        }
+        if deps.need_whole_document {
+            return None;
+        }
+        let mut heads: Vec<String> = deps
+            .fields
+            .iter()
+            .map(|f| f.split('.').next().unwrap_or_default().to_string())
+            .collect();
+        heads.dedup();
+        Some(heads)
+    }
+
     fn open(&self, input: Stream, ctx: &ExpCtx) -> Result<Stream> {
         Ok(Box::new(super::stream::Deferred::new(
             input,
@@ -175,10 +205,34 @@ impl DocumentSource for Group {
 
 type Groups = Vec<(Bson, Vec<Box<dyn Accumulator>>)>;
 
+/// A group key's index key encoding (`keystring`): equal exactly when the keys compare
+/// equal (`1`, `1.0` and `NumberLong(1)` share one), so a hash table finds the group
+/// without comparing values.
+fn encode_key(key: &Bson, out: &mut Vec<u8>) -> Result<()> {
+    let scalar = match key {
+        Bson::String(s) => Some(RawBsonRef::String(s)),
+        Bson::Int32(n) => Some(RawBsonRef::Int32(*n)),
+        Bson::Int64(n) => Some(RawBsonRef::Int64(*n)),
+        Bson::Double(f) => Some(RawBsonRef::Double(*f)),
+        Bson::Boolean(b) => Some(RawBsonRef::Boolean(*b)),
+        Bson::Null => Some(RawBsonRef::Null),
+        _ => None,
+    };
+    match scalar {
+        Some(r) => nidus_doc::keystring::encode_value(out, r, false),
+        None => {
+            let raw = bson::RawBson::try_from(key.clone())
+                .map_err(|e| Error::internal(format!("$group key: {e}")))?;
+            nidus_doc::keystring::encode_value(out, raw.as_raw_bson_ref(), false);
+        }
+    }
+    Ok(())
+}
+
 /// The groups held in memory.
 #[derive(Default)]
 struct Table {
-    index: BTreeMap<Ordered, usize>,
+    index: HashMap<Vec<u8>, usize>,
     groups: Groups,
     memory: usize,
 }

@@ -9,6 +9,7 @@
 //! the foreign find plan. Both forms may be combined (the equality filter runs first).
 
 use super::context::{check_size, Binding};
+use super::lookup_hash_join::HashTable;
 use super::r#match::Match;
 use super::unwind::{set_nested, Unwind};
 use super::{run, stage_document, DocStream, DocumentSource, ExpCtx, Modified, ParseCtx};
@@ -158,32 +159,126 @@ impl Lookup {
     /// The equality filter on the foreign collection for one input document.
     fn equality_filter(&self, doc: &Document) -> Option<Document> {
         let (local, foreign) = (self.local_field.as_ref()?, self.foreign_field.as_ref()?);
-        let parts: Vec<&str> = local.split('.').collect();
-        let mut values = Vec::new();
-        values_along(&Bson::Document(doc.clone()), &parts, &mut values);
-        if values.is_empty() {
-            values.push(Bson::Null);
-        }
-        let mut f = Document::new();
-        if values
-            .iter()
-            .any(|v| matches!(v, Bson::RegularExpression(_)))
-        {
-            let alternatives: Vec<Bson> = values
-                .into_iter()
-                .map(|v| {
-                    let mut d = Document::new();
-                    d.insert(foreign.clone(), bson::bson!({"$eq": v}));
-                    Bson::Document(d)
-                })
-                .collect();
-            f.insert("$or", alternatives);
-        } else {
-            f.insert(foreign.clone(), bson::bson!({"$in": values}));
-        }
-        Some(f)
+        let values = local_values(doc, local);
+        Some(equality_filter_for(foreign, values))
     }
 
+    /// The strategy MongoDB 8.0 picks for this `$lookup` (explain's `strategy`), or None
+    /// for the forms it runs as a sub-pipeline per document (`let`/`pipeline`).
+    fn strategy(&self, ctx: &ExpCtx) -> Result<Option<Strategy>> {
+        let (Some(from), Some(foreign)) = (&self.from, &self.foreign_field) else {
+            return Ok(None);
+        };
+        if !self.pipeline.is_empty() || !self.let_vars.is_empty() {
+            return Ok(None);
+        }
+        if ctx.engine.resolve_view(from)?.is_some() {
+            return Ok(Some(Strategy::NestedLoopJoin));
+        }
+        let txn = ctx.source.as_ref().and_then(|s| s.txn());
+        let Some(coll) = ctx.engine.collection_in(from, txn) else {
+            return Ok(Some(Strategy::NonExistentForeignCollection));
+        };
+        let collation = crate::find::parse_collation(ctx.collation.as_ref())?;
+        let indexed = coll.meta.read().indexes.iter().find_map(|ix| {
+            let usable = ix.build.is_none()
+                && ix.partial.is_none()
+                && !ix.sparse
+                && ix.hashed != Some(0)
+                && ix.pattern.first().is_some_and(|(p, _)| p == foreign)
+                && match (&ix.collation, &collation) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => a == b,
+                    _ => false,
+                };
+            usable.then(|| ix.name.clone())
+        });
+        if let Some(name) = indexed {
+            return Ok(Some(Strategy::IndexedLoopJoin(name)));
+        }
+        let records = coll.count.load(std::sync::atomic::Ordering::Relaxed);
+        let bytes = coll.data_size.load(std::sync::atomic::Ordering::Relaxed);
+        if !ctx.lookup_hash_join {
+            return Ok(Some(Strategy::NestedLoopJoin));
+        }
+        if ctx.allow_disk_use
+            || (records <= HASH_JOIN_MAX_DOCUMENTS && bytes <= HASH_JOIN_MAX_BYTES)
+        {
+            return Ok(Some(Strategy::HashJoin));
+        }
+        Ok(Some(Strategy::NestedLoopJoin))
+    }
+}
+
+/// The strategies of MongoDB 8.0's `$lookup` (`EqLookupNode::LookupStrategy`).
+#[derive(Debug, Clone, PartialEq)]
+enum Strategy {
+    /// The foreign collection has an index led by `foreignField` (its name).
+    IndexedLoopJoin(String),
+    /// A hash table of the foreign collection, built once per execution.
+    HashJoin,
+    /// A foreign query per input document.
+    NestedLoopJoin,
+    NonExistentForeignCollection,
+}
+
+impl Strategy {
+    fn name(&self) -> &'static str {
+        match self {
+            Strategy::IndexedLoopJoin(_) => "IndexedLoopJoin",
+            Strategy::HashJoin => "HashJoin",
+            Strategy::NestedLoopJoin => "NestedLoopJoin",
+            Strategy::NonExistentForeignCollection => "NonExistentForeignCollection",
+        }
+    }
+}
+
+/// Without `allowDiskUse`, a hash join only for a foreign collection of at most this many
+/// documents and bytes (MongoDB's `internalQueryCollectionMaxNoOfDocumentsToChooseHashJoin`
+/// and `internalQueryCollectionMaxDataSizeBytesToChooseHashJoin`); larger ones run as a
+/// nested loop join.
+const HASH_JOIN_MAX_DOCUMENTS: i64 = 10_000;
+const HASH_JOIN_MAX_BYTES: i64 = 100 * 1024 * 1024;
+
+/// The values at `localField` (array elements one by one; missing means null).
+fn local_values(doc: &Document, local: &str) -> Vec<Bson> {
+    let parts: Vec<&str> = local.split('.').collect();
+    let mut values = Vec::new();
+    if let Some((first, rest)) = parts.split_first() {
+        if let Some(v) = doc.get(*first) {
+            values_along(v, rest, &mut values);
+        }
+    }
+    if values.is_empty() {
+        values.push(Bson::Null);
+    }
+    values
+}
+
+/// `{foreignField: {$in: values}}` (an `$or` of `$eq`s when a value is a regex, which `$in`
+/// would run as a pattern).
+fn equality_filter_for(foreign: &str, values: Vec<Bson>) -> Document {
+    let mut f = Document::new();
+    if values
+        .iter()
+        .any(|v| matches!(v, Bson::RegularExpression(_)))
+    {
+        let alternatives: Vec<Bson> = values
+            .into_iter()
+            .map(|v| {
+                let mut d = Document::new();
+                d.insert(foreign.to_string(), bson::bson!({"$eq": v}));
+                Bson::Document(d)
+            })
+            .collect();
+        f.insert("$or", alternatives);
+    } else {
+        f.insert(foreign.to_string(), bson::bson!({"$in": values}));
+    }
+    f
+}
+
+impl Lookup {
     fn lookup(&self, doc: Document, ctx: &ExpCtx) -> Result<Document> {
         let mut bindings = Vec::with_capacity(self.let_vars.len());
         for (name, id, e) in &self.let_vars {
@@ -262,11 +357,21 @@ impl DocumentSource for Lookup {
     }
 
     fn open(&self, input: Stream, ctx: &ExpCtx) -> Result<Stream> {
+        let strategy = self.strategy(ctx)?;
+        if let Some(s) = &strategy {
+            let mut d = bson::doc! {"strategy": s.name()};
+            if let Strategy::IndexedLoopJoin(name) = s {
+                d.insert("indexName", name.clone());
+            }
+            ctx.report(d);
+        }
         Ok(Box::new(LookupStream {
             input,
             stage: self.clone(),
             ctx: ctx.clone(),
             pending: VecDeque::new(),
+            hash_join: strategy == Some(Strategy::HashJoin),
+            table: None,
         }))
     }
 
@@ -293,6 +398,49 @@ struct LookupStream {
     ctx: ExpCtx,
     /// Unwound results of the current input document.
     pending: VecDeque<Document>,
+    hash_join: bool,
+    /// The hash join's table, built on the first input document.
+    table: Option<HashTable>,
+}
+
+impl LookupStream {
+    /// Joins one input document through the hash table.
+    fn hash_lookup(&mut self, doc: Document) -> Result<Document> {
+        let (Some(from), Some(local), Some(foreign)) = (
+            &self.stage.from,
+            &self.stage.local_field,
+            &self.stage.foreign_field,
+        ) else {
+            return self.stage.lookup(doc, &self.ctx);
+        };
+        if self.table.is_none() {
+            let txn = self.ctx.source.as_ref().and_then(|s| s.txn());
+            let coll = self.ctx.engine.collection_in(from, txn);
+            let collation = crate::find::parse_collation(self.ctx.collation.as_ref())?;
+            let table = HashTable::build(
+                &self.ctx,
+                coll.as_ref(),
+                foreign,
+                collation,
+                self.ctx.lookup_max_memory,
+            )?;
+            if table.spilled_records > 0 {
+                self.ctx.report(bson::doc! {
+                    "usedDisk": true,
+                    "spilledRecords": table.spilled_records as i64,
+                    "spilledDataStorageSize": table.spilled_bytes() as i64,
+                });
+            }
+            self.table = Some(table);
+        }
+        let Some(table) = &self.table else {
+            return Err(Error::internal("$lookup hash table missing"));
+        };
+        let values = local_values(&doc, local);
+        let filter = equality_filter_for(foreign, values.clone());
+        let found = table.probe(&values, &filter)?;
+        attach_as(doc, &self.stage.as_field, found)
+    }
 }
 
 impl DocStream for LookupStream {
@@ -305,7 +453,11 @@ impl DocStream for LookupStream {
                 return Ok(None);
             };
             self.ctx.check_interrupt()?;
-            let joined = self.stage.lookup(d, &self.ctx)?;
+            let joined = if self.hash_join {
+                self.hash_lookup(d)?
+            } else {
+                self.stage.lookup(d, &self.ctx)?
+            };
             match &self.stage.unwind {
                 Some(u) => u.unwind(joined, &mut self.pending),
                 None => return Ok(Some(joined)),

@@ -30,9 +30,14 @@ mod fill;
 mod geo_near;
 mod graph_lookup;
 mod group;
+#[cfg(test)]
+mod group_tests;
 mod limit;
 mod list_local_sessions;
 pub(crate) mod lookup;
+mod lookup_hash_join;
+#[cfg(test)]
+mod lookup_tests;
 mod r#match;
 mod merge;
 mod out;
@@ -113,6 +118,12 @@ pub trait DocumentSource: Send + Sync + fmt::Debug + Any {
     /// collection.
     fn is_source(&self) -> bool {
         false
+    }
+    /// The top-level fields of its input documents this stage reads, when it reads no
+    /// others and does not pass its input on (`$group`): the collection scan feeding it
+    /// then decodes only those fields. None: the whole document.
+    fn input_fields(&self) -> Option<Vec<String>> {
+        None
     }
     /// A copy with the variables of `ctx` bound where the stage needs their values before
     /// running (`$match` with `$expr` on `$lookup`'s `let` variables), or None if unchanged.

@@ -80,6 +80,7 @@ pub fn open(
             let (mut spec, taken) = optimize::cursor_pushdown::take(&mut stages, ctx.deadline());
             spec.source = ctx.source.clone();
             spec.hint = ctx.hint.clone();
+            spec.collation = ctx.collation.clone();
             // A `$sort` handed to the find plan keeps the aggregate's memory rules.
             spec.allow_disk_use = ctx.allow_disk_use;
             spec.sort_memory_limit = Some(ctx.sort_max_memory);
@@ -99,6 +100,7 @@ pub fn open(
             let stream = Box::new(CursorStream {
                 exec: source.exec.clone(),
                 ctx: ctx.clone(),
+                fields: stages.first().and_then(|s| s.input_fields()),
             });
             let counted = Box::new(Counted {
                 inner: stream,
@@ -157,6 +159,8 @@ fn bind(ctx: &ExpCtx, stages: &[StageRef]) -> Result<Vec<StageRef>> {
 struct CursorStream {
     exec: Arc<Mutex<Executor>>,
     ctx: ExpCtx,
+    /// The only top-level fields the next stage reads (None: all).
+    fields: Option<Vec<String>>,
 }
 
 impl DocStream for CursorStream {
@@ -164,13 +168,22 @@ impl DocStream for CursorStream {
         self.ctx.check_interrupt()?;
         let mut exec = self.exec.lock();
         exec.set_deadline(self.ctx.deadline());
-        match exec.next_doc()? {
-            Some(raw) => Ok(Some(
-                raw.to_document()
-                    .map_err(|e| Error::internal(e.to_string()))?,
-            )),
-            None => Ok(None),
+        let Some(raw) = exec.next_doc()? else {
+            return Ok(None);
+        };
+        let decode = |e: bson::raw::Error| Error::internal(e.to_string());
+        let Some(fields) = &self.fields else {
+            return Ok(Some(raw.to_document().map_err(decode)?));
+        };
+        let mut d = Document::new();
+        for element in raw.iter() {
+            let (k, v) = element.map_err(decode)?;
+            if fields.iter().any(|f| f == k) {
+                let v = bson::Bson::try_from(v.to_raw_bson()).map_err(decode)?;
+                d.insert(k, v);
+            }
         }
+        Ok(Some(d))
     }
 }
 

@@ -165,6 +165,9 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
     exp.group_max_memory = limit("internalDocumentSourceGroupMaxMemoryBytes");
     exp.bucket_auto_max_memory = limit("internalDocumentSourceBucketAutoMaxMemoryBytes");
     exp.window_max_memory = limit("internalDocumentSourceSetWindowFieldsMaxMemoryBytes");
+    exp.lookup_max_memory =
+        limit("internalQuerySlotBasedExecutionHashLookupApproxMemoryUseInBytesBeforeSpill");
+    exp.collation = ctx.opt_document("collation")?;
     exp.set_deadline(ctx.deadline);
     exp.hint = super::find::hint(ctx)?;
     let pcx = ParseCtx::new(&ctx.db).with_views(ctx.state.engine.clone());
