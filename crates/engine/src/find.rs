@@ -250,8 +250,7 @@ impl Engine {
         } else {
             &meta.indexes
         };
-        if let Some(near) =
-            plan::geo::find_near(&parsed.matcher, meta_indexes, spec.hint.as_ref())?
+        if let Some(near) = plan::geo::find_near(&parsed.matcher, meta_indexes, spec.hint.as_ref())?
         {
             return Ok(self.geo_near_plan(coll, spec, &parsed, near));
         }
