@@ -8,7 +8,7 @@
 //!
 //! The CI form runs `NIDUS_PLAN_PROPS_CASES` cases (default 24); set it higher for more.
 
-use bson::{doc, oid::ObjectId, Bson, DateTime, Document, RawDocumentBuf};
+use bson::{doc, oid::ObjectId, Bson, DateTime, Document};
 use nidus_doc::compare::cmp_bson;
 use nidus_engine::find::FindSpec;
 use nidus_engine::namespace::Namespace;
@@ -19,12 +19,8 @@ use nidus_storage_rocks::RocksEngine;
 use proptest::prelude::*;
 use std::sync::Arc;
 
-fn cases() -> u32 {
-    std::env::var("NIDUS_PLAN_PROPS_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(24)
-}
+mod common;
+use common::{cases, raw};
 
 fn value() -> impl Strategy<Value = Bson> {
     prop_oneof![
@@ -64,10 +60,6 @@ fn filter() -> impl Strategy<Value = Document> {
         value().prop_map(|v| doc! {"_id": v}),
         (value(), 0i32..3).prop_map(|(v, k)| doc! {"_id": {"$gte": v}, "k": k}),
     ]
-}
-
-fn raw(d: &Document) -> RawDocumentBuf {
-    RawDocumentBuf::from_document(d).expect("raw")
 }
 
 fn run(e: &Engine, ns: &Namespace, spec: FindSpec) -> (Vec<Bson>, String) {

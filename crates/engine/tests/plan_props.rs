@@ -12,9 +12,10 @@ use nidus_engine::Engine;
 use nidus_query::matcher::Matcher;
 use nidus_query::projection::Projection;
 use nidus_query::sort::SortPattern;
-use nidus_storage_rocks::RocksEngine;
 use proptest::prelude::*;
-use std::sync::Arc;
+
+mod common;
+use common::open;
 
 fn small() -> impl Strategy<Value = Bson> {
     prop_oneof![
@@ -113,10 +114,6 @@ fn shape() -> impl Strategy<Value = Shape> {
         // `a: null` for it, as MongoDB's does.
         Just((None, Some(doc! {"c": 1, "_id": 0}))),
     ]
-}
-
-fn open(dir: &std::path::Path) -> Arc<Engine> {
-    Engine::open(Arc::new(RocksEngine::open(dir).expect("open rocks"))).expect("open engine")
 }
 
 fn run_find(e: &Engine, ns: &Namespace, spec: &FindSpec) -> Vec<Document> {

@@ -9,7 +9,7 @@
 //!
 //! The CI form runs `NIDUS_PLAN_PROPS_CASES` cases (default 24); set it higher for more.
 
-use bson::{doc, Bson, Document, RawDocumentBuf};
+use bson::{doc, Bson, Document};
 use nidus_engine::find::FindSpec;
 use nidus_engine::namespace::Namespace;
 use nidus_engine::write::{prepare_insert, WriteOpts};
@@ -20,12 +20,8 @@ use nidus_storage_rocks::RocksEngine;
 use proptest::prelude::*;
 use std::sync::Arc;
 
-fn cases() -> u32 {
-    std::env::var("NIDUS_PLAN_PROPS_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(24)
-}
+mod common;
+use common::{cases, ids, raw};
 
 fn value() -> impl Strategy<Value = Bson> {
     prop_oneof![
@@ -132,10 +128,6 @@ fn collation(q: &Query) -> Option<nidus_doc::collation::Collation> {
         .and_then(|c| nidus_doc::collation::Collation::parse(c).expect("collation"))
 }
 
-fn raw(d: &Document) -> RawDocumentBuf {
-    RawDocumentBuf::from_document(d).expect("raw")
-}
-
 fn index_holds(spec: &Document, d: &Document) -> bool {
     if let Ok(f) = spec.get_document("partialFilterExpression") {
         if !Matcher::parse(f)
@@ -151,15 +143,6 @@ fn index_holds(spec: &Document, d: &Document) -> bool {
         return key.keys().any(|k| d.contains_key(k));
     }
     true
-}
-
-fn ids(docs: &[Document]) -> Vec<i32> {
-    let mut v: Vec<i32> = docs
-        .iter()
-        .map(|d| d.get_i32("_id").expect("_id"))
-        .collect();
-    v.sort_unstable();
-    v
 }
 
 fn check(e: &Engine, ns: &Namespace, docs: &[Document], q: &Query) -> Result<(), TestCaseError> {

@@ -20,16 +20,10 @@ use nidus_engine::write::{prepare_insert, WriteOpts};
 use nidus_engine::Engine;
 use nidus_query::matcher::{Matcher, ParseOptions};
 use nidus_query::sort::SortPattern;
-use nidus_storage_rocks::RocksEngine;
 use proptest::prelude::*;
-use std::sync::Arc;
 
-fn cases() -> u32 {
-    std::env::var("NIDUS_PLAN_PROPS_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(24)
-}
+mod common;
+use common::{cases, ids, open};
 
 /// Values of several type brackets: numbers, strings (compared under a collation or not),
 /// null, booleans.
@@ -178,10 +172,6 @@ fn query() -> impl Strategy<Value = Query> {
         })
 }
 
-fn open(dir: &std::path::Path) -> Arc<Engine> {
-    Engine::open(Arc::new(RocksEngine::open(dir).expect("open rocks"))).expect("open engine")
-}
-
 fn collation(q: &Query) -> Option<nidus_doc::collation::Collation> {
     q.collation
         .as_ref()
@@ -220,15 +210,6 @@ fn run(e: &Engine, ns: &Namespace, spec: &FindSpec) -> Result<(Vec<Document>, St
     }
     let plan = nidus_engine::plan::explain::plan_document(&exec.root).to_string();
     Ok((out, plan))
-}
-
-fn ids(docs: &[Document]) -> Vec<i32> {
-    let mut v: Vec<i32> = docs
-        .iter()
-        .map(|d| d.get_i32("_id").expect("_id"))
-        .collect();
-    v.sort_unstable();
-    v
 }
 
 fn check_order(q: &Query, got: &[Document], what: &str) -> Result<(), TestCaseError> {

@@ -23,12 +23,8 @@ use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-fn cases() -> u32 {
-    std::env::var("NIDUS_PLAN_PROPS_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(24)
-}
+mod common;
+use common::cases;
 
 const WORDS: &[&str] = &[
     "coffee", "Coffee", "cafés", "café", "Cafe", "running", "runs", "the", "and", "leche",

@@ -9,9 +9,10 @@ use nidus_engine::namespace::Namespace;
 use nidus_engine::write::{prepare_insert, UpdateSpec, WriteOpts};
 use nidus_engine::Engine;
 use nidus_query::update::{Update, UpdateContext};
-use nidus_storage_rocks::RocksEngine;
 use proptest::prelude::*;
-use std::sync::Arc;
+
+mod common;
+use common::open;
 
 const DOCS: i32 = 4;
 
@@ -63,10 +64,6 @@ fn indexable(d: &Document) -> nidus_common::Result<()> {
         nidus_doc::keys::index_keys(&raw, &pattern, false)?;
     }
     Ok(())
-}
-
-fn open(dir: &std::path::Path) -> Arc<Engine> {
-    Engine::open(Arc::new(RocksEngine::open(dir).expect("open rocks"))).expect("open engine")
 }
 
 fn stored(e: &Engine, ns: &Namespace) -> Vec<Document> {
