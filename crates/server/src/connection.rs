@@ -466,26 +466,18 @@ fn idle_change_stream(
         (name, bson::Bson::Int64(id)) if name == "getMore" => *id,
         _ => return None,
     };
-    let wait_ms = match body.get("maxTimeMS") {
-        None => 1000,
-        Some(bson::Bson::Int32(n)) if *n > 0 => i64::from(*n),
-        Some(bson::Bson::Int64(n)) if *n > 0 => *n,
-        // Anything else is for the command to judge (and refuse).
-        Some(_) => return None,
-    };
     let cursor = state.cursors.get(id).ok()?;
     let cursor = cursor.try_lock()?;
     let stream = cursor.change_stream.as_ref()?.clone();
     drop(cursor);
     let s = stream.try_lock()?;
-    let seen = s.idle_at?;
-    (s.channel.generation() == seen).then(|| {
-        (
-            s.channel.clone(),
-            seen,
-            std::time::Duration::from_millis(wait_ms as u64),
-        )
-    })
+    let seen = s.idle_at.filter(|seen| s.channel.generation() == *seen)?;
+    // As the command reads it; a value it refuses is left for it to refuse.
+    let wait = match crate::commands::parse_max_time("getMore", body).ok()? {
+        Some(deadline) => deadline.saturating_duration_since(std::time::Instant::now()),
+        None => crate::commands::change_stream::AWAIT_DEFAULT,
+    };
+    Some((s.channel.clone(), seen, wait))
 }
 
 fn execute(

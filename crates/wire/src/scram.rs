@@ -143,14 +143,25 @@ pub struct Credentials {
 impl Credentials {
     /// Derives the keys from the prepared password (see [`Mechanism::prepare_password`]).
     pub fn derive(mech: Mechanism, prepared: &[u8], salt: &[u8], iterations: u32) -> Credentials {
+        Credentials::derive_with_client_key(mech, prepared, salt, iterations).1
+    }
+
+    /// The client key (what a client's proof hides) and the credentials stored from it.
+    fn derive_with_client_key(
+        mech: Mechanism,
+        prepared: &[u8],
+        salt: &[u8],
+        iterations: u32,
+    ) -> (Vec<u8>, Credentials) {
         let salted = mech.hi(prepared, salt, iterations);
         let client_key = mech.hmac(&salted, b"Client Key");
-        Credentials {
+        let creds = Credentials {
             iteration_count: iterations,
             salt: salt.to_vec(),
             stored_key: mech.hash(&client_key),
             server_key: mech.hmac(&salted, b"Server Key"),
-        }
+        };
+        (client_key, creds)
     }
 
     /// New credentials with a fresh random salt.
@@ -337,7 +348,7 @@ impl Conversation {
         if proof.len() != signature.len() {
             return err("SCRAM authentication failed, storedKey mismatch");
         }
-        let client_key: Vec<u8> = proof.iter().zip(&signature).map(|(a, b)| a ^ b).collect();
+        let client_key = xor(&proof, &signature);
         let computed = m.hash(&client_key);
         if !constant_time_eq(&computed, &self.creds.stored_key) {
             return err("SCRAM authentication failed, storedKey mismatch");
@@ -403,19 +414,13 @@ impl ClientConversation {
             return err("the server's nonce does not extend the client's");
         }
         let m = self.mechanism;
-        let salted = m.hi(self.prepared.as_bytes(), &salt, iterations);
-        let client_key = m.hmac(&salted, b"Client Key");
-        let stored_key = m.hash(&client_key);
+        let (client_key, creds) =
+            Credentials::derive_with_client_key(m, self.prepared.as_bytes(), &salt, iterations);
         let without_proof = format!("c=biws,r={nonce}");
         let auth_message = format!("{},{text},{without_proof}", self.bare);
-        let signature = m.hmac(&stored_key, auth_message.as_bytes());
-        let proof: Vec<u8> = client_key
-            .iter()
-            .zip(&signature)
-            .map(|(a, b)| a ^ b)
-            .collect();
-        let server_key = m.hmac(&salted, b"Server Key");
-        self.server_signature = Some(m.hmac(&server_key, auth_message.as_bytes()));
+        let signature = m.hmac(&creds.stored_key, auth_message.as_bytes());
+        let proof = xor(&client_key, &signature);
+        self.server_signature = Some(m.hmac(&creds.server_key, auth_message.as_bytes()));
         Ok(format!("{without_proof},p={}", B64.encode(proof)))
     }
 
@@ -431,6 +436,10 @@ impl ClientConversation {
             _ => err("the server's signature does not match"),
         }
     }
+}
+
+fn xor(a: &[u8], b: &[u8]) -> Vec<u8> {
+    a.iter().zip(b).map(|(x, y)| x ^ y).collect()
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -8,6 +8,11 @@ use std::path::Path;
 pub const INTERNAL_USER: &str = "__system";
 pub const INTERNAL_DB: &str = "local";
 
+/// Whether `user@db` is the members' internal user.
+pub fn is_internal_user(db: &str, user: &str) -> bool {
+    db == INTERNAL_DB && user == INTERNAL_USER
+}
+
 /// The key's characters: MongoDB's keys are base64 text.
 fn is_key_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '+' || c == '/' || c == '='
@@ -60,7 +65,7 @@ impl InternalKey {
     /// The credentials a SCRAM conversation as `user@db` checks against, when that user is
     /// the internal one.
     pub fn credentials(&self, db: &str, user: &str, mech: Mechanism) -> Option<Credentials> {
-        if db != INTERNAL_DB || user != INTERNAL_USER {
+        if !is_internal_user(db, user) {
             return None;
         }
         self.credentials

@@ -188,8 +188,7 @@ impl AuthState {
 /// Loads a user's roles and privileges.
 pub fn load_user(state: &ServerState, db: &str, user: &str) -> Result<Option<AuthedUser>> {
     let generation = state.auth.generation();
-    if state.auth.internal.is_some() && db == keyfile::INTERNAL_DB && user == keyfile::INTERNAL_USER
-    {
+    if state.auth.internal.is_some() && keyfile::is_internal_user(db, user) {
         return Ok(Some(AuthedUser {
             user: user.to_string(),
             db: db.to_string(),

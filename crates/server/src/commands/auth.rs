@@ -433,15 +433,13 @@ pub fn supported_mechs(ctx: &Ctx) -> Result<Option<Vec<String>>> {
             "UserName must contain a '.' separated database.user pair: {name}"
         )));
     };
-    if let Some(k) = &ctx.state.auth.internal {
-        if k.credentials(db, user, Mechanism::Sha256).is_some() {
-            return Ok(Some(
-                Mechanism::ALL
-                    .iter()
-                    .map(|m| m.name().to_string())
-                    .collect(),
-            ));
-        }
+    if ctx.state.auth.internal.is_some() && crate::auth::keyfile::is_internal_user(db, user) {
+        return Ok(Some(
+            Mechanism::ALL
+                .iter()
+                .map(|m| m.name().to_string())
+                .collect(),
+        ));
     }
     let Some(d) = store::get_user(&ctx.state.engine, db, user)? else {
         return Ok(None);

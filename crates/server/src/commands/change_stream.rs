@@ -31,7 +31,7 @@ const ALLOWED: &[&str] = &[
 ];
 
 /// How long a `getMore` without `maxTimeMS` waits for events.
-const AWAIT_DEFAULT: Duration = Duration::from_secs(1);
+pub(crate) const AWAIT_DEFAULT: Duration = Duration::from_secs(1);
 
 fn invalid_ns(msg: String) -> Error {
     Error::new(ErrorCode::InvalidNamespace, msg)

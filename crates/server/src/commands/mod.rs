@@ -8,7 +8,7 @@ mod admin;
 mod aggregate;
 mod auth;
 mod bulk_write;
-mod change_stream;
+pub(crate) mod change_stream;
 pub mod cluster_parameter;
 mod ddl;
 mod explain;
@@ -782,7 +782,7 @@ fn statement_count(name: &str, req: &Request) -> usize {
 /// are MongoDB's: null is not a number (BadValue), other non-numbers fail the IDL type check,
 /// the value is read as `safeNumberLong` (truncated, saturating) for the range checks, and a
 /// fractional double in range is refused last.
-fn parse_max_time(command: &str, body: &Document) -> Result<Option<Instant>> {
+pub(crate) fn parse_max_time(command: &str, body: &Document) -> Result<Option<Instant>> {
     let v = match body.get("maxTimeMS") {
         None => return Ok(None),
         Some(Bson::Null) => return Err(Error::bad_value("maxTimeMS must be a number")),
