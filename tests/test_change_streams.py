@@ -545,9 +545,21 @@ def test_waiting_getmores_are_not_slow_operations(db, rs_member):
 def test_idle_stream_wakes_for_an_event_during_its_wait(db):
     """After a `getMore` that found nothing, the next one waits on the connection (no
     thread); an event in its scope still ends the wait at once, one elsewhere does not."""
-    stream = db.command("aggregate", "woken", pipeline=[{"$changeStream": {}}], cursor={})
+    # One explicit session for the stream's commands: implicit sessions come from a pool the
+    # writer thread shares, and a getMore in another session than the cursor's is 50738.
+    with db.client.start_session() as sess:
+        _idle_stream_wakes(db, sess)
+
+
+def _idle_stream_wakes(db, sess):
+    stream = db.command("aggregate", "woken", pipeline=[{"$changeStream": {}}], cursor={}, session=sess)
     cursor_id = stream["cursor"]["id"]
-    assert db.command("getMore", cursor_id, collection="woken", maxTimeMS=200)["cursor"]["nextBatch"] == []
+
+    def get_more(max_ms):
+        return db.command("getMore", cursor_id, collection="woken", maxTimeMS=max_ms,
+                          session=sess)["cursor"]["nextBatch"]
+
+    assert get_more(200) == []
 
     def write_later():
         time.sleep(0.3)
@@ -559,7 +571,7 @@ def test_idle_stream_wakes_for_an_event_during_its_wait(db):
     started = time.monotonic()
     writer.start()
     try:
-        batch = db.command("getMore", cursor_id, collection="woken", maxTimeMS=10000)["cursor"]["nextBatch"]
+        batch = get_more(10000)
     finally:
         writer.join(10)
     waited = time.monotonic() - started
@@ -568,5 +580,5 @@ def test_idle_stream_wakes_for_an_event_during_its_wait(db):
     # A full wait with nothing, then the wait the connection does, then an answer on time.
     for max_ms in (300, 300):
         started = time.monotonic()
-        assert db.command("getMore", cursor_id, collection="woken", maxTimeMS=max_ms)["cursor"]["nextBatch"] == []
+        assert get_more(max_ms) == []
         assert 0.25 <= time.monotonic() - started < 3
