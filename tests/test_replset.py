@@ -377,3 +377,67 @@ def test_majority_writes_survive_failover(rs):
         got = wait_until(lambda m=m: (lambda ids: ids if set(acked) <= ids else None)(
             {d["_id"] for d in member_docs(m, "h")}), 20, f"{rs.host(m)} holds every acknowledged write")
         assert set(acked) <= got
+
+
+def test_out_and_merge_on_a_secondary_write_through_the_primary(rs):
+    """MongoDB 5.0+: with a read preference that allows it, a secondary runs an aggregate
+    ending in `$out`/`$merge`, reading its own data and writing through the primary."""
+    from pymongo import WriteConcern
+
+    primary = initiated(rs)
+    secondary = next(m for m in rs.members if m is not primary)
+    rs.wait_for_state(secondary, "SECONDARY")
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=15000)) as c:
+        all3 = WriteConcern(w=3, wtimeout=15000)
+        c.test.get_collection("src", write_concern=all3).insert_many(
+            [{"_id": i, "v": i % 3, "k": f"k{i}"} for i in range(12)])
+        dst = c.test.get_collection("dst", write_concern=all3)
+        dst.insert_one({"_id": "old"})
+        dst.create_index([("v", 1)], name="v_1")
+        tgt = c.test.get_collection("tgt", write_concern=all3)
+        tgt.insert_many([{"_id": 0, "old": True, "k": "k0"}, {"_id": 100, "keep": 1}])
+        tgt.create_index([("k", 1)], name="k_1", unique=True)
+        wait_same_data(rs, rs.members, coll="tgt")
+
+    secondary_ok = {"mode": "secondaryPreferred"}
+    majority = {"w": "majority", "wtimeout": 15000}
+    sock = wire.connect(secondary.port)
+    try:
+        def agg(pipeline, **extra):
+            return wire.command(sock, {"aggregate": "src", "pipeline": pipeline, "cursor": {},
+                                       "$db": "test", **extra})
+
+        # Without secondaryOk the secondary refuses, as it refuses writes.
+        r = agg([{"$out": "dst"}])
+        assert (r["ok"], r["code"]) == (0.0, 10107), r
+        r = agg([{"$match": {"v": 1}}, {"$out": "dst"}], **{"$readPreference": secondary_ok,
+                                                            "writeConcern": majority})
+        assert r["ok"] == 1.0 and r["cursor"]["firstBatch"] == [], r
+        # $merge: merge into matches, insert the rest; on a unique non-_id field.
+        r = agg([{"$match": {"v": 0}}, {"$project": {"k": 1, "n": "$v"}},
+                 {"$merge": {"into": "tgt", "on": "k"}}],
+                **{"$readPreference": secondary_ok, "writeConcern": majority})
+        assert r["ok"] == 1.0, r
+        # MongoDB's errors come back from the primary (or from the local catalog check).
+        r = agg([{"$merge": {"into": "tgt", "on": "v"}}], **{"$readPreference": secondary_ok})
+        assert (r["ok"], r["code"]) == (0.0, 51183), r
+        r = agg([{"$match": {"_id": 0}}, {"$merge": {"into": "tgt", "whenMatched": "fail"}}],
+                **{"$readPreference": secondary_ok})
+        assert (r["ok"], r["code"]) == (0.0, 11000), r
+        r = agg([{"$match": {"_id": 5}}, {"$merge": {"into": "tgt", "whenNotMatched": "fail"}}],
+                **{"$readPreference": secondary_ok})
+        assert (r["ok"], r["code"]) == (0.0, 13113), r
+    finally:
+        sock.close()
+
+    with primary.client() as pc:
+        # $out replaced dst (indexes kept) with the secondary's v == 1 documents.
+        assert sorted(d["_id"] for d in pc.test.dst.find()) == [1, 4, 7, 10]
+        assert "v_1" in [ix["name"] for ix in pc.test.dst.list_indexes()]
+        assert [n for n in pc.test.list_collection_names() if n.startswith("tmp.agg_out")] == []
+        assert sorted(pc.test.tgt.find(), key=lambda d: str(d["_id"])) == sorted(
+            [{"_id": 0, "old": True, "k": "k0", "n": 0}, {"_id": 100, "keep": 1}]
+            + [{"_id": i, "k": f"k{i}", "n": 0} for i in (3, 6, 9)],
+            key=lambda d: str(d["_id"]))
+    # Every member converges on the primary's result.
+    assert len(wait_same_data(rs, rs.members, coll="dst")) == 4

@@ -20,6 +20,7 @@ mod driver;
 mod initial_sync;
 pub mod membership;
 pub mod read_concern;
+mod remote_primary;
 mod rollback;
 pub mod state;
 pub mod storage;
@@ -641,6 +642,32 @@ impl Coordinator {
             .as_ref()
             .and_then(|c| c.member_by_raft_id(id).map(|m| m.host.clone()));
         from_config.or_else(|| self.known_hosts.read().get(&id).cloned())
+    }
+
+    /// Where a pipeline running on this secondary sends its `$out`/`$merge` writes: the
+    /// primary, reached as the internal user; none known → FailedToSatisfyReadPreference, as
+    /// MongoDB's targeting of the primary.
+    pub fn primary_writes(
+        &self,
+        write_concern: Option<Document>,
+    ) -> Result<Arc<dyn nidus_engine::pipeline::PrimaryWrites>> {
+        let v = self.view();
+        match (v.leader != 0 && v.leader != v.id)
+            .then(|| self.host_of(v.leader))
+            .flatten()
+        {
+            Some(host) => Ok(Arc::new(remote_primary::RemotePrimary::new(
+                host,
+                write_concern,
+            ))),
+            None => Err(Error::new(
+                ErrorCode::FailedToSatisfyReadPreference,
+                format!(
+                    "Could not find host matching read preference {{ mode: \"primary\" }} for set {}",
+                    self.set_name()
+                ),
+            )),
+        }
     }
 
     fn sync_source(&self, v: &View) -> String {

@@ -223,11 +223,19 @@ fn next_request_id() -> i32 {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Sends one OP_MSG command and reads its reply.
-pub(crate) fn round_trip(
-    mut s: TcpStream,
-    cmd: &Document,
-) -> std::io::Result<(TcpStream, Document)> {
+/// Sends one OP_MSG command and reads its reply; a reply with `ok: 0` is an error.
+pub(crate) fn round_trip(s: TcpStream, cmd: &Document) -> std::io::Result<(TcpStream, Document)> {
+    let (s, body) = exchange(s, cmd)?;
+    if body.get_f64("ok").unwrap_or(0.0) != 1.0 {
+        return Err(std::io::Error::other(
+            body.get_str("errmsg").unwrap_or("error").to_string(),
+        ));
+    }
+    Ok((s, body))
+}
+
+/// Sends one OP_MSG command and reads its reply, whatever its `ok`.
+pub(crate) fn exchange(mut s: TcpStream, cmd: &Document) -> std::io::Result<(TcpStream, Document)> {
     let bytes = nidus_wire::encode_msg(next_request_id(), 0, 0, cmd, None);
     s.write_all(&bytes)?;
     let mut len = [0u8; 4];
@@ -242,14 +250,7 @@ pub(crate) fn round_trip(
     let decoded = nidus_wire::decode_message(&message)
         .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
     match decoded.request {
-        nidus_wire::Request::Msg(m) => {
-            if m.body.get_f64("ok").unwrap_or(0.0) != 1.0 {
-                return Err(std::io::Error::other(
-                    m.body.get_str("errmsg").unwrap_or("error").to_string(),
-                ));
-            }
-            Ok((s, m.body))
-        }
+        nidus_wire::Request::Msg(m) => Ok((s, m.body)),
         _ => Err(std::io::Error::other("unexpected reply")),
     }
 }
