@@ -534,8 +534,8 @@ pub(crate) fn round_trip(
 
 /// The body of an OP_MSG reply; a reply that is not `ok` is an error.
 fn decode_reply(message: &[u8]) -> std::io::Result<Document> {
-    let decoded = nidus_wire::decode_message(message)
-        .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+    let decoded =
+        nidus_wire::decode_message(message).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
     match decoded.request {
         nidus_wire::Request::Msg(m) => {
             if m.body.get_f64("ok").unwrap_or(0.0) != 1.0 {
