@@ -295,7 +295,10 @@ def test_seed000_lab_stale_reads_causal_reads_and_majority_cost(proxied):
         print(f"\nunder {delay_ms} ms one-way delay: w:1 median {median(t1) * 1000:.0f} ms, "
               f"w:majority median {median(tm) * 1000:.0f} ms (+{extra * 1000:.0f} ms)")
         rtt = 2 * delay_ms / 1000
-        assert 0.5 * rtt <= extra <= 1.6 * rtt, (t1, tm)
+        # Measured about +105 ms (1.05 round trips; 1.83 before the link was pipelined); the
+        # bound is loose because a loaded machine's WAL syncs (w:majority waits for a
+        # secondary's) can add a round trip or two.
+        assert 0.5 * rtt <= extra <= 4 * rtt, (t1, tm)
         proxied.faults.delay(0)
 
 
