@@ -379,6 +379,102 @@ def test_majority_writes_survive_failover(rs):
         assert set(acked) <= got
 
 
+def test_killed_primary_is_replaced_well_within_the_default_election_timeout(rs):
+    """MongoDB's default electionTimeoutMillis (10 s): a SIGKILLed primary's port refuses
+    connections, so the secondaries leave its lease and the priority-2 member campaigns at
+    once (ARCHITECTURE "Replica sets": a primary whose process is gone). Writes keep going
+    under load through pymongo's retryable writes; every w:majority-acknowledged write is on
+    the survivors and no retried write fails as already applied."""
+    import threading
+
+    from pymongo import WriteConcern
+
+    rs.initiate(priorities=[3, 2, 1])
+    # Another member may win the first election; priority takeover hands the role over.
+    primary = rs.members[0]
+    rs.wait_for_state(primary, "PRIMARY", 60)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY", 60)
+    # (id, when acknowledged, the primary the client knew then)
+    acked: list[tuple[int, float, tuple | None]] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def writer():
+        with MongoClient(rs.uri(serverSelectionTimeoutMS=30000, retryWrites="true")) as c:
+            coll = c.test.get_collection("fo", write_concern=WriteConcern(w="majority", wtimeout=30000))
+            i = 0
+            while not stop.is_set():
+                try:
+                    coll.insert_one({"_id": i})
+                    acked.append((i, time.monotonic(), c.primary))
+                    i += 1
+                except PyMongoError as e:
+                    errors.append(repr(e)[:300])
+                    time.sleep(0.02)
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    try:
+        wait_until(lambda: len(acked) >= 50, 30, "writes before the kill")
+        primary.kill()
+        killed_at = time.monotonic()
+        old = ("127.0.0.1", primary.port)
+        # A reply the old primary sent just before dying may be read after the kill.
+        first = wait_until(lambda: next((at for _, at, p in acked if at > killed_at and p not in (None, old)), None),
+                           20, "a write acknowledged by a new primary")
+        failover = first - killed_at
+        print(f"\nfailover at the default electionTimeoutMillis (10 s), SIGKILL -> first "
+              f"w:majority write: {failover:.2f} s")
+        assert failover < 6.0, failover
+        wait_until(lambda: len([1 for _, at, _p in acked if at > killed_at]) >= 20, 30, "writes after the kill")
+    finally:
+        stop.set()
+        t.join(60)
+    assert not t.is_alive()
+    # A write the old primary applied and replicated but did not acknowledge is retried by
+    # the driver on the new primary, which answers with the first attempt's result (the
+    # statement's record was applied with its oplog entry), not a duplicate key error.
+    assert not [e for e in errors if "E11000" in e], errors[:3]
+    # The priority-2 member leads while the priority-3 one is down.
+    rs.wait_for_state(rs.members[1], "PRIMARY", 20)
+    ids = {i for i, _, _p in acked}
+    for m in rs.members[1:]:
+        got = wait_until(lambda m=m: (lambda have: have if ids <= have else None)(
+            {d["_id"] for d in member_docs(m, "fo")}), 20, f"{rs.host(m)} holds every acknowledged write")
+        assert ids <= got
+
+
+def test_stopped_primary_keeps_its_lease_until_the_election_timeout(rs):
+    """A SIGSTOPped primary refuses nothing (its port accepts, it never answers): the
+    secondaries wait out the election timeout as Raft's check-quorum lease requires."""
+    import signal
+
+    timeout_ms = 3000
+    rs.initiate(priorities=[3, 2, 1], settings={"electionTimeoutMillis": timeout_ms, "heartbeatIntervalMillis": 500})
+    primary = rs.wait_for_primary(30)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=10000)) as c:
+        c.test.c.insert_one({"_id": "before"})
+    primary.proc.send_signal(signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        new = rs.wait_for_primary(timeout_ms / 1000 + 15, exclude=primary)
+        elected = time.monotonic() - stopped_at
+    finally:
+        primary.proc.send_signal(signal.SIGCONT)
+    print(f"\nSIGSTOPped primary replaced after {elected:.2f} s (electionTimeoutMillis={timeout_ms})")
+    assert new is not primary
+    # Raft's followers campaign 1.1 to 1.3 election timeouts after their last heartbeat
+    # (sent at most 0.2 timeouts before the stop).
+    assert elected >= 0.8 * timeout_ms / 1000, elected
+    # The old primary, resumed, follows the new one (its higher priority then takes the
+    # role back once caught up).
+    wait_until(lambda: (lambda h: h if h and (h.get("secondary") or h.get("isWritablePrimary")) else None)(rs.hello(primary)),
+               30, "resumed member rejoins")
+
+
 def test_out_and_merge_on_a_secondary_write_through_the_primary(rs):
     """MongoDB 5.0+: with a read preference that allows it, a secondary runs an aggregate
     ending in `$out`/`$merge`, reading its own data and writing through the primary."""

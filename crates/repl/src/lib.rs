@@ -156,6 +156,8 @@ pub(crate) enum Input {
     },
     Freeze(Duration),
     Unreachable(u64),
+    /// Connections to this member are refused: its process is gone (`transport`).
+    PeerGone(u64),
     SnapshotDone(u64, bool),
     /// The oplog advanced: the primary proposes its new entries.
     Wake,
@@ -1096,6 +1098,10 @@ impl transport::LinkOwner for Coordinator {
         if had_messages {
             self.send_input(Input::Unreachable(id));
         }
+    }
+
+    fn on_peer_gone(&self, id: u64) {
+        self.send_input(Input::PeerGone(id));
     }
 
     fn stopping(&self) -> bool {
