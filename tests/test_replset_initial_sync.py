@@ -343,3 +343,38 @@ def test_file_copy_initial_sync_installs_the_sources_files_while_writes_go_on(rs
         coll.insert_many([{"_id": i} for i in range(100)])
     assert_same_data(primary, third)
     assert "initialSyncStatus" not in status(third)
+
+
+def test_file_copy_killed_mid_copy_starts_again(rs, monkeypatch):
+    """A member killed while it copies files discards the partial copy at its next start
+    and copies again."""
+    set_log_bound(rs)
+    primary = two_of_three(rs)
+    load(primary)
+    wait_until(lambda: raft_log(primary)["firstIndex"] > 1000, 30, "log compacted")
+    third = rs.members[2]
+    third.stop()
+    third.extra_args += ["--setParameter", "initialSyncMethod=fileCopyBased"]
+    monkeypatch.setenv("NIDUS_TEST_INITIAL_SYNC_PAUSE_MS", "30000")
+    third.restart()
+    monkeypatch.delenv("NIDUS_TEST_INITIAL_SYNC_PAUSE_MS")
+    admin(third, {"setParameter": 1, "raftLogMaxSizeBytes": LOG_BOUND})
+    add_third(rs, primary)
+
+    def copying():
+        sync = status(third).get("initialSyncStatus")
+        return sync if sync and sync.get("approxTotalBytesCopied", 0) > 0 else None
+
+    wait_until(copying, 30, "file copy in progress", tolerate=(PyMongoError,))
+    assert (third.dbpath / ".initialsync").is_dir()
+    third.kill()
+    with primary.client() as c:
+        c.test.get_collection("c", write_concern=WriteConcern(w="majority")).insert_one({"_id": "after-kill"})
+    third.restart()
+    rs.wait_for_state(third, "SECONDARY", 90)
+    log = third.log_text()
+    assert log.count("replication: file copy initial sync from") >= 2, third.log_tail()
+    assert "replication: initial sync done" in log
+    assert_same_data(primary, third)
+    with third.client(readPreference="secondaryPreferred") as c:
+        assert c.test.c.find_one({"_id": "after-kill"}) == {"_id": "after-kill"}

@@ -345,18 +345,21 @@ fn fetch_files(
     let pause = std::env::var("NIDUS_TEST_INITIAL_SYNC_PAUSE_MS")
         .ok()
         .and_then(|v| v.parse::<u64>().ok());
-    for (i, (name, _)) in files.iter().enumerate() {
+    let mut paused = false;
+    for (name, _) in &files {
         let mut out = std::fs::File::create(staged.join(name)).map_err(io)?;
         let mut offset = 0i64;
         loop {
             crate::initial_sync::stopped(coord)?;
-            let reply = src.run(&doc! {
+            let cmd = doc! {
                 "nidusBackupRead": id.clone(),
                 "filename": name,
                 "offset": offset,
                 "length": MAX_CHUNK as i64,
                 "$db": "admin",
-            })?;
+            };
+            // A lost connection is opened again for a second try.
+            let reply = src.run(&cmd).or_else(|_| src.run(&cmd))?;
             let data = match reply.get("data") {
                 Some(Bson::Binary(b)) => &b.bytes,
                 _ => return Err(Error::internal("a backup chunk without data")),
@@ -374,8 +377,10 @@ fn fetch_files(
             }
         }
         out.sync_all().map_err(io)?;
-        // A test hook (as the logical sync's): holds the copy after its first file.
-        if let (Some(ms), 0) = (pause, i) {
+        // A test hook (as the logical sync's): holds the copy after its first file with
+        // data.
+        if let (Some(ms), false, true) = (pause, paused, offset > 0) {
+            paused = true;
             std::thread::sleep(Duration::from_millis(ms.min(60_000)));
         }
     }
