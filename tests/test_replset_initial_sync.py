@@ -378,3 +378,16 @@ def test_file_copy_killed_mid_copy_starts_again(rs, monkeypatch):
     assert_same_data(primary, third)
     with third.client(readPreference="secondaryPreferred") as c:
         assert c.test.c.find_one({"_id": "after-kill"}) == {"_id": "after-kill"}
+
+
+def test_initial_sync_method_is_checked_at_startup(tmp_path):
+    import subprocess
+
+    from nidus_harness import find_binary, free_port
+
+    argv = [str(find_binary()), "--port", str(free_port()), "--bind_ip", "127.0.0.1",
+            "--dbpath", str(tmp_path), "--replSet", "rs0", "--setParameter", "initialSyncMethod=copy"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    out = done.stdout + done.stderr
+    assert "Bad value for parameter" in out and "Invalid initial sync method: copy" in out, out
