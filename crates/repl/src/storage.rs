@@ -861,4 +861,45 @@ mod tests {
         assert_eq!(s.initial_sync_pending().unwrap(), None);
         assert_eq!(s.sync_applied().unwrap(), 77);
     }
+
+    #[test]
+    fn transplant_keeps_the_members_own_state_and_the_copied_data() {
+        let own_dir = tempfile::tempdir().unwrap();
+        let copy_dir = tempfile::tempdir().unwrap();
+        let own = Arc::new(nidus_storage_rocks::RocksEngine::open(own_dir.path()).unwrap());
+        let copy = Arc::new(nidus_storage_rocks::RocksEngine::open(copy_dir.path()).unwrap());
+        {
+            let s = LogStore::open(own.clone()).unwrap();
+            s.set_node_id(3).unwrap();
+            s.append(&(2..2500).map(|i| entry(i, 2)).collect::<Vec<_>>(), None)
+                .unwrap();
+        }
+        {
+            let s = LogStore::open(copy.clone()).unwrap();
+            s.set_node_id(1).unwrap();
+            s.append(&[entry(2, 5), entry(3, 5)], None).unwrap();
+            let mut t = copy.begin();
+            t.put(Space::Catalog, b"coll\0data", b"kept").unwrap();
+            t.put(Space::Records, b"r", b"doc").unwrap();
+            t.commit().unwrap();
+        }
+        transplant_member_state(own.as_ref(), copy.as_ref(), b"marker").unwrap();
+        let s = LogStore::open(copy.clone()).unwrap();
+        assert_eq!(s.node_id().unwrap(), Some(3));
+        assert_eq!(s.last_index_cached(), 2499);
+        assert_eq!(s.entry(3).unwrap().map(|e| e.term), Some(2));
+        assert_eq!(
+            s.file_copy_state().unwrap().as_deref(),
+            Some(&b"marker"[..])
+        );
+        let snap = copy.snapshot();
+        assert_eq!(
+            snap.get(Space::Catalog, b"coll\0data").unwrap().as_deref(),
+            Some(&b"kept"[..])
+        );
+        assert!(snap.get(Space::Records, b"r").unwrap().is_some());
+        // Finishing the initial sync forgets the marker with the pending sync.
+        s.initial_sync_done(9).unwrap();
+        assert_eq!(s.file_copy_state().unwrap(), None);
+    }
 }
