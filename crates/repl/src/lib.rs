@@ -17,6 +17,7 @@ pub mod apply;
 pub mod config;
 pub mod diff;
 mod driver;
+pub mod file_copy;
 mod initial_sync;
 pub mod membership;
 pub mod read_concern;
@@ -197,6 +198,8 @@ pub struct Coordinator {
     reads: read_concern::ReadIndexes,
     /// The initial sync in progress (`replSetGetStatus.initialSyncStatus`).
     initial_sync: initial_sync::Progress,
+    /// Backups open on this member for other members' file-copy initial syncs.
+    backups: file_copy::Backups,
     weak: Weak<Coordinator>,
 }
 
@@ -233,6 +236,7 @@ impl Coordinator {
             }),
             reads: Default::default(),
             initial_sync: Default::default(),
+            backups: Default::default(),
             weak: weak.clone(),
         });
         if coord.store.initialized() {

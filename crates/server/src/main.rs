@@ -43,7 +43,10 @@ fn main() {
         std::process::exit(fork_and_wait());
     }
     if let Some(path) = &config.log_path {
-        if let Err(msg) = log::to_file(path, config.log_append) {
+        // A process restarted by a file-copy initial sync keeps its log.
+        let append =
+            config.log_append || std::env::var_os(nidus_repl::file_copy::RESTART_ENV).is_some();
+        if let Err(msg) = log::to_file(path, append) {
             eprintln!("{msg}");
             std::process::exit(1);
         }
@@ -126,6 +129,25 @@ fn fork_and_wait() -> i32 {
 fn run(config: Config) -> Result<(), String> {
     std::fs::create_dir_all(&config.dbpath)
         .map_err(|e| format!("cannot create dbpath {}: {e}", config.dbpath.display()))?;
+    if config.repl_set.is_some() {
+        // The files a file-copy initial sync downloaded replace the store before it opens.
+        let open = |p: &std::path::Path| {
+            RocksEngine::open(p).map(|e| Arc::new(e) as Arc<dyn nidus_storage::KvEngine>)
+        };
+        if nidus_repl::file_copy::install_pending(
+            &config.dbpath,
+            &open,
+            &nidus_storage_rocks::install_checkpoint,
+        )? {
+            log::info(
+                "REPL",
+                21327,
+                "main",
+                "Installed the files copied by the file copy based initial sync",
+                serde_json::Value::Null,
+            );
+        }
+    }
     let kv = RocksEngine::open_with_cache(
         &config.dbpath,
         config

@@ -104,6 +104,16 @@ pub trait KvEngine: Send + Sync {
     fn sync_wal(&self) -> StorageResult<()>;
     /// Bytes on disk (SST + WAL), for `dbStats`/`collStats` estimates.
     fn disk_usage_bytes(&self) -> u64;
+    /// Writes a consistent copy of the whole store (every space, as of one instant) as the
+    /// files of a store of the same kind in `dir`, which must not exist yet (a file-copy
+    /// initial sync sends those files to another member). The copy is independent of later
+    /// writes to this store.
+    fn checkpoint(&self, dir: &std::path::Path) -> StorageResult<()> {
+        let _ = dir;
+        Err(StorageError::Io(
+            "this storage engine cannot make checkpoints".to_string(),
+        ))
+    }
 }
 
 /// Helpers for big-endian id prefixes shared by every key layout.

@@ -163,6 +163,10 @@ static COMMANDS: &[Command] = &[
         repl_set::raft_messages,
         cluster(&["internal"]),
     ),
+    // A file-copy initial sync reading its source's checkpoint (internal, as the above).
+    cmd("nidusBackupOpen", repl_set::backup, cluster(&["internal"])),
+    cmd("nidusBackupRead", repl_set::backup, cluster(&["internal"])),
+    cmd("nidusBackupClose", repl_set::backup, cluster(&["internal"])),
     cmd("buildInfo", info::build_info, NONE),
     cmd("buildinfo", info::build_info, NONE),
     cmd("saslStart", auth::sasl_start, NONE),

@@ -141,6 +141,14 @@ pub fn raft_messages(ctx: &mut Ctx) -> Result<Document> {
     repl.receive(&ctx.body)
 }
 
+/// `nidusBackupOpen` / `nidusBackupRead` / `nidusBackupClose`: the sync source's side of a
+/// file-copy initial sync (see `nidus_repl::file_copy`).
+pub fn backup(ctx: &mut Ctx) -> Result<Document> {
+    let repl = coordinator(ctx)?;
+    let name = ctx.command_name().to_string();
+    repl.backup_command(&name, &ctx.body)
+}
+
 /// Commands a secondary refuses with `NotWritablePrimary`.
 fn is_write(name: &str, body: &Document) -> bool {
     match name {
