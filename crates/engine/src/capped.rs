@@ -152,7 +152,14 @@ impl Engine {
                 let (evicted, victims) = if crate::oplog::applying_replicated() {
                     ((0, 0), Vec::new())
                 } else {
-                    evict(txn.as_mut(), coll, meta, limits, (len, rid), self.oplog_for(&coll.ns).is_some())?
+                    evict(
+                        txn.as_mut(),
+                        coll,
+                        meta,
+                        limits,
+                        (len, rid),
+                        self.oplog_for(&coll.ns).is_some(),
+                    )?
                 };
                 let mut ops = Vec::new();
                 self.log_op(&mut ops, coll, meta, opts, (None, None), || {
@@ -165,9 +172,14 @@ impl Engine {
                 // The evictions are no part of the user's statement (no session fields).
                 let unattributed = WriteOpts::default();
                 for old in &victims {
-                    self.log_op(&mut ops, coll, meta, &unattributed, (Some(old), None), || {
-                        Ok(crate::oplog::OplogEntry::delete(&coll.ns, meta.uuid, old))
-                    })?;
+                    self.log_op(
+                        &mut ops,
+                        coll,
+                        meta,
+                        &unattributed,
+                        (Some(old), None),
+                        || Ok(crate::oplog::OplogEntry::delete(&coll.ns, meta.uuid, old)),
+                    )?;
                 }
                 self.commit_logged(txn, ops)?;
                 Ok(evicted)

@@ -176,7 +176,8 @@ fn check(e: &Engine, ns: &Namespace, docs: &[Document], q: &Query) -> Result<(),
             hint: hint.clone(),
             ..FindSpec::default()
         };
-        let (got, plan) = run(e, ns, &find).map_err(|m| TestCaseError::fail(format!("{what}: {m}")))?;
+        let (got, plan) =
+            run(e, ns, &find).map_err(|m| TestCaseError::fail(format!("{what}: {m}")))?;
         if hint.is_none() {
             prop_assert!(plan.contains("IXSCAN"), "{}: not indexed: {}", &what, &plan);
         }
@@ -284,7 +285,8 @@ fn check_near(
             hint: hint.clone(),
             ..FindSpec::default()
         };
-        let (got, plan) = run(e, ns, &find).map_err(|m| TestCaseError::fail(format!("{what}: {m}")))?;
+        let (got, plan) =
+            run(e, ns, &find).map_err(|m| TestCaseError::fail(format!("{what}: {m}")))?;
         prop_assert!(plan.contains("GEO_NEAR_2D\""), "{}: {}", &what, &plan);
         let dists: Vec<f64> = got
             .iter()

@@ -44,7 +44,11 @@ pub fn fmt_number(f: f64) -> String {
 impl TwoDParams {
     /// The parameters of an index spec's `bits`, `min`, `max` (already known to be numbers
     /// when present), or MongoDB's refusal (`InvalidOptions`).
-    pub fn new(bits: Option<f64>, min: Option<f64>, max: Option<f64>) -> Result<TwoDParams, String> {
+    pub fn new(
+        bits: Option<f64>,
+        min: Option<f64>,
+        max: Option<f64>,
+    ) -> Result<TwoDParams, String> {
         let bits_f = bits.unwrap_or(26.0);
         let bits_i = bits_f as i64;
         let (min, max) = (min.unwrap_or(-180.0), max.unwrap_or(180.0));
@@ -435,8 +439,8 @@ impl Coverer<'_> {
             self.results.push(c.cell);
             return;
         }
-        let priority = -((((i64::from(c.cell.level) << 4) + children.len() as i64) << 4)
-            + terminals as i64);
+        let priority =
+            -((((i64::from(c.cell.level) << 4) + children.len() as i64) << 4) + terminals as i64);
         c.children = children;
         self.seq += 1;
         self.queue.push(Queued {

@@ -50,10 +50,9 @@ pub fn twod_region(leaf: &Leaf, params: &TwoDParams) -> Option<FlatRegion> {
         return None;
     };
     match g.op.as_ref() {
-        GeoOp::Within(Region::FlatBox(lo, hi)) => Some(FlatRegion::Box(FlatBox {
-            lo: *lo,
-            hi: *hi,
-        })),
+        GeoOp::Within(Region::FlatBox(lo, hi)) => {
+            Some(FlatRegion::Box(FlatBox { lo: *lo, hi: *hi }))
+        }
         GeoOp::Within(Region::FlatPolygon(ring)) => Some(FlatRegion::Polygon(ring.clone())),
         GeoOp::Within(Region::FlatCircle(c, r)) => Some(FlatRegion::Circle(*c, *r)),
         GeoOp::Within(Region::Cap(_, r)) => {
@@ -176,10 +175,8 @@ pub fn find_near(
         Some(params) => {
             let region = match (near.max_distance, near.spherical) {
                 (Some(d), false) => Some(FlatRegion::Circle((near.point.x, near.point.y), d)),
-                (Some(d), true) => {
-                    flat::sphere_cap_box(params, (near.point.x, near.point.y), d)
-                        .map(FlatRegion::Box)
-                }
+                (Some(d), true) => flat::sphere_cap_box(params, (near.point.x, near.point.y), d)
+                    .map(FlatRegion::Box),
                 (None, _) => None,
             };
             match region {
