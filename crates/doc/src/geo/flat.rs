@@ -98,7 +98,7 @@ impl TwoDParams {
         ((v - self.min).max(0.0) * self.scaling) as u32
     }
 
-    fn from_grid(&self, n: u32) -> f64 {
+    fn grid_to_value(&self, n: u32) -> f64 {
         f64::from(n) / self.scaling + self.min
     }
 
@@ -117,7 +117,7 @@ impl TwoDParams {
         }
         let (gx, gy) = c.unhash();
         let edge = (self.max - self.min) / 2f64.powi(c.level as i32);
-        let lo = (self.from_grid(gx), self.from_grid(gy));
+        let lo = (self.grid_to_value(gx), self.grid_to_value(gy));
         let e = self.box_error;
         FlatBox {
             lo: (lo.0 - e, lo.1 - e),
