@@ -537,3 +537,30 @@ def test_out_and_merge_on_a_secondary_write_through_the_primary(rs):
             key=lambda d: str(d["_id"]))
     # Every member converges on the primary's result.
     assert len(wait_same_data(rs, rs.members, coll="dst")) == 4
+
+
+def test_capped_evictions_replicate_as_deletes(rs):
+    """A secondary does not evict from a capped collection on its own: it applies the
+    primary's `d` entries, so every member holds the primary's documents."""
+    from pymongo import WriteConcern
+
+    initiated(rs)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=15000)) as c:
+        c.test.create_collection("capped", capped=True, size=8192, max=5)
+        maj = c.test.get_collection("capped", write_concern=WriteConcern(w="majority", wtimeout=10000))
+        for i in range(12):
+            maj.insert_one({"_id": i, "pad": "p" * (i * 50)})
+        expected = list(c.test.capped.find())
+        assert [d["_id"] for d in expected] == [7, 8, 9, 10, 11]
+        deletes = sorted(e["o"]["_id"] for e in c.local["oplog.rs"].find({"ns": "test.capped", "op": "d"}))
+        assert deletes == [0, 1, 2, 3, 4, 5, 6]
+    want = sorted(expected, key=lambda d: str(d["_id"]))
+    for m in rs.members:
+        wait_until(lambda m=m: member_docs(m, "capped") == want, 15, f"{rs.host(m)} capped contents")
+        with m.client() as mc:
+            # Natural (insertion) order is the primary's, and the member's oplog holds the
+            # primary's delete entries.
+            assert list(mc.test.capped.find()) == expected
+            assert mc.local["oplog.rs"].count_documents({"ns": "test.capped", "op": "d"}) == 7

@@ -1075,6 +1075,12 @@ pub fn take_last_write_ts() -> Option<Timestamp> {
     LAST_WRITE.with(|c| c.take())
 }
 
+/// Whether this thread is applying a replicated entry (a secondary's copy of the primary's
+/// write): capped collections then do not evict, the primary's `d` entries do.
+pub(crate) fn applying_replicated() -> bool {
+    REPLICATED.with(|r| r.borrow().is_some())
+}
+
 thread_local! {
     static LAST_WRITE: std::cell::Cell<Option<Timestamp>> = const { std::cell::Cell::new(None) };
     /// Set while this thread applies a replicated entry (`Some`), holding the entry until a
