@@ -34,12 +34,12 @@ pub struct ActiveOp {
     /// The peer as `ip:port`.
     pub client: String,
     pub app_name: Option<String>,
-    pub client_metadata: Option<Document>,
+    pub client_metadata: Option<Arc<Document>>,
     /// `query`, `getmore`, `insert`, `update`, `remove` or `command`.
     pub op: &'static str,
     pub ns: String,
     pub db: String,
-    pub command: Document,
+    pub command: Arc<Document>,
     pub started: Instant,
     /// `user`, `db` of the authenticated user.
     pub users: Vec<(String, String)>,
@@ -89,7 +89,7 @@ impl ActiveOp {
             d.insert("appName", app.clone());
         }
         if let Some(m) = &self.client_metadata {
-            d.insert("clientMetadata", m.clone());
+            d.insert("clientMetadata", (**m).clone());
         }
         d.insert("active", true);
         d.insert("currentOpTime", crate::log::now_iso());
@@ -107,7 +107,7 @@ impl ActiveOp {
         d.insert("op", self.op);
         d.insert("ns", self.ns.clone());
         d.insert("redacted", false);
-        d.insert("command", self.command.clone());
+        d.insert("command", (*self.command).clone());
         let conflicts = self.ctx.write_conflicts() as i64;
         d.insert("numYields", conflicts);
         if conflicts > 0 {
@@ -222,7 +222,7 @@ pub fn namespace_of(name: &str, db: &str, body: &Document) -> String {
 }
 
 impl OpRegistry {
-    pub fn begin(&self, conn: &ConnState, name: &str, body: &Document) -> Registered<'_> {
+    pub fn begin(&self, conn: &ConnState, name: &str, body: &Arc<Document>) -> Registered<'_> {
         let db = match body.get("$db") {
             Some(Bson::String(d)) => d.clone(),
             _ => String::new(),
@@ -239,7 +239,7 @@ impl OpRegistry {
             op: op_type(name),
             ns: namespace_of(name, &db, body),
             db,
-            command: body.clone(),
+            command: Arc::clone(body),
             started: Instant::now(),
             users: conn
                 .auth
