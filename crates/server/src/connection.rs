@@ -26,6 +26,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> ClientStream for S {}
 pub struct ConnState {
     pub id: i64,
     pub peer: SocketAddr,
+    /// `peer` as `ip:port` (formatted once: every operation's `currentOp` entry names it).
+    pub peer_text: Arc<str>,
     pub client_metadata: Option<Arc<Document>>,
     pub app_name: Option<String>,
     /// Compressors agreed in `hello`, in the client's order of preference.
@@ -91,6 +93,7 @@ pub async fn serve<S: ClientStream>(
     let mut conn = ConnState {
         id,
         peer,
+        peer_text: peer.to_string().into(),
         client_metadata: None,
         app_name: None,
         compressors: Vec::new(),

@@ -32,7 +32,7 @@ pub struct ActiveOp {
     pub ctx: Arc<OpCtx>,
     pub conn_id: i64,
     /// The peer as `ip:port`.
-    pub client: String,
+    pub client: Arc<str>,
     pub app_name: Option<String>,
     pub client_metadata: Option<Arc<Document>>,
     /// `query`, `getmore`, `insert`, `update`, `remove` or `command`.
@@ -71,7 +71,7 @@ impl ActiveOp {
     pub fn client_ip(&self) -> String {
         match self.client.rsplit_once(':') {
             Some((ip, _)) => ip.trim_start_matches('[').trim_end_matches(']').to_string(),
-            None => self.client.clone(),
+            None => self.client.to_string(),
         }
     }
 
@@ -83,7 +83,7 @@ impl ActiveOp {
             "host": host,
             "desc": format!("conn{}", self.conn_id),
             "connectionId": self.conn_id,
-            "client": self.client.clone(),
+            "client": self.client.to_string(),
         };
         if let Some(app) = &self.app_name {
             d.insert("appName", app.clone());
@@ -233,7 +233,7 @@ impl OpRegistry {
             opid,
             ctx: OpCtx::new(),
             conn_id: conn.id,
-            client: conn.peer.to_string(),
+            client: conn.peer_text.clone(),
             app_name: conn.app_name.clone(),
             client_metadata: conn.client_metadata.clone(),
             op: op_type(name),
