@@ -45,7 +45,7 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
     let req = parse(ctx, false)?;
     if req.explain {
         let mut reply = explain_request(&req, Verbosity::QueryPlanner)?;
-        reply.insert("command", ctx.body.clone());
+        reply.insert("command", (*ctx.body).clone());
         return Ok(reply);
     }
     let opened = run::open(&req.ctx, req.coll.as_ref(), &req.stages, None)?;
