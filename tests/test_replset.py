@@ -564,3 +564,47 @@ def test_capped_evictions_replicate_as_deletes(rs):
             # primary's delete entries.
             assert list(mc.test.capped.find()) == expected
             assert mc.local["oplog.rs"].count_documents({"ns": "test.capped", "op": "d"}) == 7
+
+
+def test_create_indexes_commit_quorum(rs, client):
+    """`createIndexes.commitQuorum` (MongoDB 4.4+): the command returns once that many voting
+    members hold the build, echoes the quorum, and refuses what MongoDB refuses."""
+    from pymongo.errors import ExecutionTimeout
+
+    # A standalone refuses the option (jstests/noPassthrough/commit_quorum_standalones.js).
+    with pytest.raises(OperationFailure) as e:
+        client.test.command("createIndexes", "cq", indexes=[{"key": {"x": 1}, "name": "x_1"}],
+                            commitQuorum="majority")
+    assert (e.value.code, e.value.details["codeName"]) == (2, "BadValue")
+
+    primary = initiated(rs)
+    for m in rs.members:
+        if m is not primary:
+            rs.wait_for_state(m, "SECONDARY")
+    with primary.client() as c:
+        db = c.test
+
+        def create(name, quorum, **extra):
+            return db.command("createIndexes", "q", indexes=[{"key": {name: 1}, "name": name}],
+                              commitQuorum=quorum, **extra)
+
+        for quorum, field in [("votingMembers", "a"), ("majority", "b"), (3, "c"), (0, "d")]:
+            reply = create(field, quorum)
+            assert reply["commitQuorum"] == quorum
+            assert reply["numIndexesAfter"] == reply["numIndexesBefore"] + 1
+        # Every member gets the indexes (votingMembers waited for all three to hold them).
+        for m in rs.members:
+            with m.client() as mc:
+                wait_until(lambda mc=mc: {"a", "b", "c", "d"} <= {ix["name"] for ix in mc.test.q.list_indexes()},
+                           10, "indexes on every member")
+        for quorum, code in [(4, 278), ("someTag", 79), ({"w": 1}, 14), (-1, 9)]:
+            with pytest.raises(OperationFailure) as e:
+                create("bad", quorum)
+            assert e.value.code == code, (quorum, e.value.details)
+        assert "bad" not in {ix["name"] for ix in db.q.list_indexes()}
+        # With one voting member down, "votingMembers" cannot be reached: the command waits
+        # until its maxTimeMS; "majority" still returns.
+        rs.members[[i for i, m in enumerate(rs.members) if m is not primary][-1]].kill()
+        with pytest.raises(ExecutionTimeout):
+            create("e", "votingMembers", maxTimeMS=1000)
+        assert create("f", "majority")["commitQuorum"] == "majority"

@@ -164,6 +164,7 @@ error_codes! {
     FailPointSetFailed = 266,
     PreparedTransactionInProgress = 267,
     IndexBuildAborted = 276,
+    UnsatisfiableCommitQuorum = 278,
     ClientDisconnect = 279,
     ChangeStreamFatalError = 280,
     ChangeStreamHistoryLost = 286,

@@ -1114,6 +1114,11 @@ pub fn take_last_write_ts() -> Option<Timestamp> {
     LAST_WRITE.with(|c| c.take())
 }
 
+/// The newest entry this thread's command has logged so far, left for the write concern.
+pub fn last_write_ts() -> Option<Timestamp> {
+    LAST_WRITE.with(|c| c.get())
+}
+
 /// Whether this thread is applying a replicated entry (a secondary's copy of the primary's
 /// write): capped collections then do not evict, the primary's `d` entries do.
 pub(crate) fn applying_replicated() -> bool {

@@ -301,6 +301,20 @@ impl Coordinator {
             .map_or(1, |c| c.members.len())
     }
 
+    /// Voting members that build indexes: the members an index build's `commitQuorum:
+    /// "votingMembers"` waits for (1 for the implicit one-member set).
+    pub fn voting_index_builders(&self) -> usize {
+        if self.implicit() {
+            return 1;
+        }
+        self.view.read().config.as_ref().map_or(1, |c| {
+            c.members
+                .iter()
+                .filter(|m| m.votes > 0 && m.build_indexes)
+                .count()
+        })
+    }
+
     /// Waits until the entry at `ts` is majority-committed (`majority`) or held by `nodes`
     /// members, until `deadline`.
     pub fn wait_for_replication(

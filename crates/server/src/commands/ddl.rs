@@ -856,6 +856,7 @@ pub fn create_indexes(ctx: &mut Ctx) -> Result<Document> {
             ));
         }
     }
+    let quorum = commit_quorum(ctx)?;
     if let Some(reply) = super::timeseries::create_indexes(ctx, &ns, &specs)? {
         return Ok(reply);
     }
@@ -878,7 +879,82 @@ pub fn create_indexes(ctx: &mut Ctx) -> Result<Document> {
             );
         }
     }
+    if let Some((value, majority, nodes)) = quorum {
+        wait_for_commit_quorum(ctx, majority, nodes)?;
+        reply.insert("commitQuorum", value);
+    }
     Ok(reply)
+}
+
+/// `createIndexes.commitQuorum`: how many voting, index-building members must hold the
+/// build before the command returns, as (the value given, majority, a member count).
+/// A standalone refuses it (BadValue); a count above the voting members is 278. Without
+/// it the command does not wait (MongoDB's default `votingMembers` would).
+fn commit_quorum(ctx: &Ctx) -> Result<Option<(Bson, bool, i64)>> {
+    let Some(value) = ctx.body.get("commitQuorum") else {
+        return Ok(None);
+    };
+    let Some(repl) = &ctx.state.repl else {
+        return Err(Error::bad_value("Standalones can't specify commitQuorum"));
+    };
+    let voters = repl.voting_index_builders() as i64;
+    let (majority, nodes) = match value {
+        Bson::String(s) if s == "votingMembers" => (false, voters),
+        Bson::String(s) if s == "majority" => (true, 1),
+        Bson::String(tag) => {
+            return Err(Error::new(
+                ErrorCode::UnknownReplWriteConcern,
+                format!("No write concern mode named '{tag}' found in replica set configuration"),
+            ))
+        }
+        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) => {
+            let n = super::opt_i64("createIndexes", &ctx.body, "commitQuorum")?.unwrap_or(0);
+            if n < 0 {
+                return Err(Error::failed_to_parse(format!(
+                    "commitQuorum has to be a non-negative number and not greater than {}",
+                    i32::MAX
+                )));
+            }
+            if n > voters {
+                return Err(Error::new(
+                    ErrorCode::UnsatisfiableCommitQuorum,
+                    "Not enough data-bearing voting nodes to satisfy commit quorum",
+                ));
+            }
+            (false, n)
+        }
+        other => {
+            return Err(wrong_type(
+                "createIndexes",
+                "commitQuorum",
+                other,
+                "string or number",
+            ))
+        }
+    };
+    Ok(Some((value.clone(), majority, nodes)))
+}
+
+/// Waits (up to the command's `maxTimeMS`) until the commit quorum holds the build's oplog
+/// entry, so the index is on that many members when the command returns.
+fn wait_for_commit_quorum(ctx: &Ctx, majority: bool, nodes: i64) -> Result<()> {
+    let (Some(repl), Some(ts)) = (&ctx.state.repl, nidus_engine::oplog::last_write_ts()) else {
+        return Ok(());
+    };
+    if !majority && nodes <= 1 {
+        return Ok(());
+    }
+    match repl.wait_for_replication(ts, majority, nodes, ctx.deadline) {
+        nidus_repl::ReplicationWait::Satisfied => Ok(()),
+        nidus_repl::ReplicationWait::TimedOut => Err(Error::new(
+            ErrorCode::MaxTimeMSExpired,
+            "operation exceeded time limit",
+        )),
+        nidus_repl::ReplicationWait::NotPrimary => Err(Error::new(
+            ErrorCode::InterruptedDueToReplStateChange,
+            "Index build aborted: the primary stepped down while waiting for its commit quorum",
+        )),
+    }
 }
 
 pub fn list_indexes(ctx: &mut Ctx) -> Result<Document> {
