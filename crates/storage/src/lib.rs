@@ -104,6 +104,11 @@ pub trait KvEngine: Send + Sync {
     fn sync_wal(&self) -> StorageResult<()>;
     /// Bytes on disk (SST + WAL), for `dbStats`/`collStats` estimates.
     fn disk_usage_bytes(&self) -> u64;
+    /// Named counters of the storage engine (RocksDB's statistics tickers) for
+    /// `serverStatus().rocksdb`; empty for an engine that keeps none.
+    fn statistics(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// Helpers for big-endian id prefixes shared by every key layout.
