@@ -42,6 +42,10 @@ def one_round(election_timeout_ms: int) -> float:
             coll = c.bench.get_collection("failover", write_concern=WriteConcern(w="majority"))
             for i in range(200):
                 coll.insert_one({"i": i})
+            # The member that acknowledged those writes (a priority takeover may have moved
+            # the role since `wait_for_primary`).
+            port = c.primary[1]
+            primary = next(m for m in rs.members if m.port == port)
             primary.kill()
             killed = time.monotonic()
             deadline = killed + 120
@@ -73,6 +77,11 @@ def main() -> int:
         "",
         "Three members on loopback, priorities 3/2/1, pymongo with retryWrites; "
         f"{args.rounds} rounds per setting (`bench/failover.py`).",
+        "",
+        "A killed primary's port refuses connections, so the secondaries leave its lease and the",
+        "highest-priority one campaigns at its next Raft tick (`electionTimeoutMillis / 20`)",
+        "instead of waiting out the timeout (docs/ARCHITECTURE.md, \"A primary whose process is",
+        "gone\"); a stopped or partitioned primary is still replaced only after the timeout.",
         "",
         "| electionTimeoutMillis | median (s) | min (s) | max (s) | MongoDB's default election timeout (s) |",
         "|---|---|---|---|---|",

@@ -6,13 +6,15 @@ between members and from clients goes through them (nidus treats all of 127.0.0.
 loopback, so a member still recognizes itself in the configuration).
 
 Faults:
-- `delay(ms)`: each forwarded chunk waits `ms` milliseconds (both directions).
+- `delay(ms)`: each forwarded chunk is delivered `ms` milliseconds after it was read (both
+  directions; chunks in flight do not wait for each other, as with netem).
 - `isolate(member)`: connections to the member and connections from it (a member's first
   request names it in `fromHost`) are cut and refused until `heal()`.
 """
 
 from __future__ import annotations
 
+import collections
 import socket
 import threading
 import time
@@ -126,12 +128,54 @@ class Proxy:
         gen = self.faults.generation
         done = threading.Event()
 
+        def close_both() -> None:
+            for s in (client, upstream):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
         def pump(src: socket.socket, dst: socket.socket, pending: bytes) -> None:
+            # Each chunk is delivered `delay` after it was read, independently of the chunks
+            # before it (as netem delays packets): a delay adds latency, not a bandwidth limit.
+            queue: collections.deque = collections.deque()
+            cond = threading.Condition()
+            ended = threading.Event()
+
+            def deliver() -> None:
+                try:
+                    while True:
+                        with cond:
+                            while not queue and not ended.is_set() and not done.is_set():
+                                cond.wait(0.2)
+                            if not queue or done.is_set():
+                                return
+                            due, data = queue.popleft()
+                        wait = due - time.monotonic()
+                        if wait > 0:
+                            time.sleep(wait)
+                        dst.sendall(data)
+                except OSError:
+                    pass
+                finally:
+                    done.set()
+                    close_both()
+
+            def enqueue(data: bytes) -> None:
+                with cond:
+                    queue.append((time.monotonic() + self.faults.delay_s, data))
+                    cond.notify()
+
+            deliverer = threading.Thread(target=deliver, daemon=True)
+            deliverer.start()
             try:
                 if pending:
-                    self._send(dst, pending)
+                    enqueue(pending)
                 while not done.is_set() and not self.stopping:
                     if self.faults.generation != gen and self.faults.cut(self.port, source):
+                        # A partition drops what is in flight.
+                        done.set()
+                        close_both()
                         break
                     try:
                         data = src.recv(65536)
@@ -139,27 +183,20 @@ class Proxy:
                         continue
                     if not data:
                         break
-                    self._send(dst, data)
+                    enqueue(data)
             except OSError:
                 pass
             finally:
-                done.set()
-                for s in (src, dst):
-                    try:
-                        s.close()
-                    except OSError:
-                        pass
+                # What was read is still delivered; then both sides close.
+                with cond:
+                    ended.set()
+                    cond.notify()
+                deliverer.join(5)
 
         t = threading.Thread(target=pump, args=(upstream, client, b""), daemon=True)
         t.start()
         pump(client, upstream, first)
         t.join(5)
-
-    def _send(self, dst: socket.socket, data: bytes) -> None:
-        d = self.faults.delay_s
-        if d > 0:
-            time.sleep(d)
-        dst.sendall(data)
 
 
 class ProxiedSet:

@@ -83,6 +83,51 @@ def test_crud_entries(rs_client, coll):
     assert ts == sorted(ts) and len(set(ts)) == len(ts)
 
 
+def test_capped_evictions_are_delete_entries(rs_client, coll):
+    """MongoDB 5.0+ replicates a capped collection's evictions as explicit deletes: the insert
+    that takes the collection over its limits logs its `i` entry, then one `d` entry per
+    evicted document (no session fields: they are not the user's statements), and change
+    streams see them as delete events."""
+    db = coll.database
+    db.create_collection("capped", capped=True, size=100000, max=3)
+    c = db.capped
+    start = last_ts(rs_client)
+    with c.watch() as stream:
+        for i in range(5):
+            c.insert_one({"_id": i, "pad": "x" * i})
+        events = []
+        deadline = time.monotonic() + 5
+        while len(events) < 7 and time.monotonic() < deadline:
+            ev = stream.try_next()
+            if ev is not None:
+                events.append(ev)
+    got = entries(rs_client, c.full_name, since=start)
+    assert [(e["op"], e["o"]["_id"]) for e in got] == [
+        ("i", 0), ("i", 1), ("i", 2), ("i", 3), ("d", 0), ("i", 4), ("d", 1)]
+    ui = uuid_of(c)
+    for e in got:
+        assert e["ui"] == ui
+        if e["op"] == "d":
+            assert e["o"] == {"_id": e["o"]["_id"]}
+            assert "lsid" not in e and "stmtId" not in e
+    ts = [e["ts"] for e in got]
+    assert ts == sorted(ts) and len(set(ts)) == len(ts)
+    assert [x["_id"] for x in c.find()] == [2, 3, 4]
+    assert [(e["operationType"], e["documentKey"]["_id"]) for e in events] == [
+        ("insert", 0), ("insert", 1), ("insert", 2), ("insert", 3), ("delete", 0),
+        ("insert", 4), ("delete", 1)]
+    # By size too: one large insert evicts several documents, each with its entry.
+    db.create_collection("bysize", capped=True, size=4096)
+    b = db.bysize
+    b.insert_many([{"_id": i, "pad": "y" * 900} for i in range(4)])
+    start = last_ts(rs_client)
+    b.insert_one({"_id": 9, "pad": "z" * 2500})
+    got = entries(rs_client, b.full_name, since=start)
+    deleted = [e["o"]["_id"] for e in got if e["op"] == "d"]
+    assert got[0]["op"] == "i" and deleted == [0, 1, 2]
+    assert [x["_id"] for x in b.find()] == [3, 9]
+
+
 def test_retryable_write_fields(rs_client, coll):
     coll.insert_one({"_id": 0})
     start = last_ts(rs_client)

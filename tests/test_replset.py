@@ -377,3 +377,190 @@ def test_majority_writes_survive_failover(rs):
         got = wait_until(lambda m=m: (lambda ids: ids if set(acked) <= ids else None)(
             {d["_id"] for d in member_docs(m, "h")}), 20, f"{rs.host(m)} holds every acknowledged write")
         assert set(acked) <= got
+
+
+def test_killed_primary_is_replaced_well_within_the_default_election_timeout(rs):
+    """MongoDB's default electionTimeoutMillis (10 s): a SIGKILLed primary's port refuses
+    connections, so the secondaries leave its lease and the priority-2 member campaigns at
+    once (ARCHITECTURE "Replica sets": a primary whose process is gone). Writes keep going
+    under load through pymongo's retryable writes; every w:majority-acknowledged write is on
+    the survivors and no retried write fails as already applied."""
+    import threading
+
+    from pymongo import WriteConcern
+
+    rs.initiate(priorities=[3, 2, 1])
+    # Another member may win the first election; priority takeover hands the role over.
+    primary = rs.members[0]
+    rs.wait_for_state(primary, "PRIMARY", 60)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY", 60)
+    # (id, when acknowledged, the primary the client knew then)
+    acked: list[tuple[int, float, tuple | None]] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def writer():
+        with MongoClient(rs.uri(serverSelectionTimeoutMS=30000, retryWrites="true")) as c:
+            coll = c.test.get_collection("fo", write_concern=WriteConcern(w="majority", wtimeout=30000))
+            i = 0
+            while not stop.is_set():
+                try:
+                    coll.insert_one({"_id": i})
+                    acked.append((i, time.monotonic(), c.primary))
+                    i += 1
+                except PyMongoError as e:
+                    errors.append(repr(e)[:300])
+                    time.sleep(0.02)
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    try:
+        wait_until(lambda: len(acked) >= 50, 30, "writes before the kill")
+        primary.kill()
+        killed_at = time.monotonic()
+        old = ("127.0.0.1", primary.port)
+        # A reply the old primary sent just before dying may be read after the kill.
+        first = wait_until(lambda: next((at for _, at, p in acked if at > killed_at and p not in (None, old)), None),
+                           20, "a write acknowledged by a new primary")
+        failover = first - killed_at
+        print(f"\nfailover at the default electionTimeoutMillis (10 s), SIGKILL -> first "
+              f"w:majority write: {failover:.2f} s")
+        assert failover < 6.0, failover
+        wait_until(lambda: len([1 for _, at, _p in acked if at > killed_at]) >= 20, 30, "writes after the kill")
+    finally:
+        stop.set()
+        t.join(60)
+    assert not t.is_alive()
+    # A write the old primary applied and replicated but did not acknowledge is retried by
+    # the driver on the new primary, which answers with the first attempt's result (the
+    # statement's record was applied with its oplog entry), not a duplicate key error.
+    assert not [e for e in errors if "E11000" in e], errors[:3]
+    # The priority-2 member leads while the priority-3 one is down.
+    rs.wait_for_state(rs.members[1], "PRIMARY", 20)
+    ids = {i for i, _, _p in acked}
+    for m in rs.members[1:]:
+        got = wait_until(lambda m=m: (lambda have: have if ids <= have else None)(
+            {d["_id"] for d in member_docs(m, "fo")}), 20, f"{rs.host(m)} holds every acknowledged write")
+        assert ids <= got
+
+
+def test_stopped_primary_keeps_its_lease_until_the_election_timeout(rs):
+    """A SIGSTOPped primary refuses nothing (its port accepts, it never answers): the
+    secondaries wait out the election timeout as Raft's check-quorum lease requires."""
+    import signal
+
+    timeout_ms = 3000
+    rs.initiate(priorities=[3, 2, 1], settings={"electionTimeoutMillis": timeout_ms, "heartbeatIntervalMillis": 500})
+    primary = rs.wait_for_primary(30)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=10000)) as c:
+        c.test.c.insert_one({"_id": "before"})
+    primary.proc.send_signal(signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        new = rs.wait_for_primary(timeout_ms / 1000 + 15, exclude=primary)
+        elected = time.monotonic() - stopped_at
+    finally:
+        primary.proc.send_signal(signal.SIGCONT)
+    print(f"\nSIGSTOPped primary replaced after {elected:.2f} s (electionTimeoutMillis={timeout_ms})")
+    assert new is not primary
+    # Raft's followers campaign 1.1 to 1.3 election timeouts after their last heartbeat
+    # (sent at most 0.2 timeouts before the stop).
+    assert elected >= 0.8 * timeout_ms / 1000, elected
+    # The old primary, resumed, follows the new one (its higher priority then takes the
+    # role back once caught up).
+    wait_until(lambda: (lambda h: h if h and (h.get("secondary") or h.get("isWritablePrimary")) else None)(rs.hello(primary)),
+               30, "resumed member rejoins")
+
+
+def test_out_and_merge_on_a_secondary_write_through_the_primary(rs):
+    """MongoDB 5.0+: with a read preference that allows it, a secondary runs an aggregate
+    ending in `$out`/`$merge`, reading its own data and writing through the primary."""
+    from pymongo import WriteConcern
+
+    primary = initiated(rs)
+    secondary = next(m for m in rs.members if m is not primary)
+    rs.wait_for_state(secondary, "SECONDARY")
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=15000)) as c:
+        all3 = WriteConcern(w=3, wtimeout=15000)
+        c.test.get_collection("src", write_concern=all3).insert_many(
+            [{"_id": i, "v": i % 3, "k": f"k{i}"} for i in range(12)])
+        dst = c.test.get_collection("dst", write_concern=all3)
+        dst.insert_one({"_id": "old"})
+        dst.create_index([("v", 1)], name="v_1")
+        tgt = c.test.get_collection("tgt", write_concern=all3)
+        tgt.insert_many([{"_id": 0, "old": True, "k": "k0"}, {"_id": 100, "keep": 1}])
+        tgt.create_index([("k", 1)], name="k_1", unique=True)
+        wait_same_data(rs, rs.members, coll="tgt")
+
+    secondary_ok = {"mode": "secondaryPreferred"}
+    majority = {"w": "majority", "wtimeout": 15000}
+    sock = wire.connect(secondary.port)
+    try:
+        def agg(pipeline, **extra):
+            return wire.command(sock, {"aggregate": "src", "pipeline": pipeline, "cursor": {},
+                                       "$db": "test", **extra})
+
+        # Without secondaryOk the secondary refuses, as it refuses writes.
+        r = agg([{"$out": "dst"}])
+        assert (r["ok"], r["code"]) == (0.0, 10107), r
+        r = agg([{"$match": {"v": 1}}, {"$out": "dst"}], **{"$readPreference": secondary_ok,
+                                                            "writeConcern": majority})
+        assert r["ok"] == 1.0 and r["cursor"]["firstBatch"] == [], r
+        # $merge: merge into matches, insert the rest; on a unique non-_id field.
+        r = agg([{"$match": {"v": 0}}, {"$project": {"k": 1, "n": "$v"}},
+                 {"$merge": {"into": "tgt", "on": "k"}}],
+                **{"$readPreference": secondary_ok, "writeConcern": majority})
+        assert r["ok"] == 1.0, r
+        # MongoDB's errors come back from the primary (or from the local catalog check).
+        r = agg([{"$merge": {"into": "tgt", "on": "v"}}], **{"$readPreference": secondary_ok})
+        assert (r["ok"], r["code"]) == (0.0, 51183), r
+        r = agg([{"$match": {"_id": 0}}, {"$merge": {"into": "tgt", "whenMatched": "fail"}}],
+                **{"$readPreference": secondary_ok})
+        assert (r["ok"], r["code"]) == (0.0, 11000), r
+        r = agg([{"$match": {"_id": 5}}, {"$merge": {"into": "tgt", "whenNotMatched": "fail"}}],
+                **{"$readPreference": secondary_ok})
+        assert (r["ok"], r["code"]) == (0.0, 13113), r
+    finally:
+        sock.close()
+
+    with primary.client() as pc:
+        # $out replaced dst (indexes kept) with the secondary's v == 1 documents.
+        assert sorted(d["_id"] for d in pc.test.dst.find()) == [1, 4, 7, 10]
+        assert "v_1" in [ix["name"] for ix in pc.test.dst.list_indexes()]
+        assert [n for n in pc.test.list_collection_names() if n.startswith("tmp.agg_out")] == []
+        assert sorted(pc.test.tgt.find(), key=lambda d: str(d["_id"])) == sorted(
+            [{"_id": 0, "old": True, "k": "k0", "n": 0}, {"_id": 100, "keep": 1}]
+            + [{"_id": i, "k": f"k{i}", "n": 0} for i in (3, 6, 9)],
+            key=lambda d: str(d["_id"]))
+    # Every member converges on the primary's result.
+    assert len(wait_same_data(rs, rs.members, coll="dst")) == 4
+
+
+def test_capped_evictions_replicate_as_deletes(rs):
+    """A secondary does not evict from a capped collection on its own: it applies the
+    primary's `d` entries, so every member holds the primary's documents."""
+    from pymongo import WriteConcern
+
+    initiated(rs)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=15000)) as c:
+        c.test.create_collection("capped", capped=True, size=8192, max=5)
+        maj = c.test.get_collection("capped", write_concern=WriteConcern(w="majority", wtimeout=10000))
+        for i in range(12):
+            maj.insert_one({"_id": i, "pad": "p" * (i * 50)})
+        expected = list(c.test.capped.find())
+        assert [d["_id"] for d in expected] == [7, 8, 9, 10, 11]
+        deletes = sorted(e["o"]["_id"] for e in c.local["oplog.rs"].find({"ns": "test.capped", "op": "d"}))
+        assert deletes == [0, 1, 2, 3, 4, 5, 6]
+    want = sorted(expected, key=lambda d: str(d["_id"]))
+    for m in rs.members:
+        wait_until(lambda m=m: member_docs(m, "capped") == want, 15, f"{rs.host(m)} capped contents")
+        with m.client() as mc:
+            # Natural (insertion) order is the primary's, and the member's oplog holds the
+            # primary's delete entries.
+            assert list(mc.test.capped.find()) == expected
+            assert mc.local["oplog.rs"].count_documents({"ns": "test.capped", "op": "d"}) == 7

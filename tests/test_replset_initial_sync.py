@@ -8,6 +8,7 @@ Every wait is bounded; only this test's own processes are signalled (through the
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 
@@ -71,6 +72,25 @@ def load(primary):
         other = c.other.get_collection("docs", write_concern=wc)
         other.insert_many([{"_id": f"d{i}", "v": [i, {"w": i}]} for i in range(300)])
         other.create_index("v.w")
+
+
+def load_timeseries(primary):
+    """A time-series collection (its buckets collection and view) with an index of its own."""
+    with primary.client() as c:
+        c.test.create_collection("weather", timeseries={"timeField": "ts", "metaField": "m"})
+        weather = c.test.get_collection("weather", write_concern=WriteConcern(w="majority"))
+        weather.create_index([("m", ASCENDING), ("v", ASCENDING)])
+        t0 = datetime.datetime(2026, 1, 1)
+        weather.insert_many([{"ts": t0 + datetime.timedelta(minutes=i), "m": i % 3, "v": i} for i in range(200)])
+
+
+def check_timeseries(m):
+    with m.client(readPreference="secondaryPreferred") as c:
+        assert c.test.weather.count_documents({}) == 200
+        assert c.test.weather.count_documents({"m": 1}) == len([i for i in range(200) if i % 3 == 1])
+        assert sorted(d["v"] for d in c.test.weather.find({"m": 2, "v": {"$lt": 10}})) == [2, 5, 8]
+        info = c.test.command("listCollections", filter={"name": "weather"})["cursor"]["firstBatch"]
+        assert [i["type"] for i in info] == ["timeseries"]
 
 
 def raft_log(m) -> dict:
@@ -155,6 +175,7 @@ def test_compacted_log_bounds_size_and_new_member_syncs_while_writes_go_on(rs):
     set_log_bound(rs)
     primary = two_of_three(rs)
     load(primary)
+    load_timeseries(primary)
     # Both members compacted their log and keep it near the bound.
     for m in rs.members[:2]:
         wait_until(lambda m=m: raft_log(m)["firstIndex"] > 1000, 30, "log compacted")
@@ -179,6 +200,7 @@ def test_compacted_log_bounds_size_and_new_member_syncs_while_writes_go_on(rs):
         assert c.test.c.find_one({"_id": 1})["u"] == "one"
         assert c.test.by_k.count_documents({}) == len([i for i in range(1500) if i % 7 == 1])
         assert c.test.capped.count_documents({}) == 50
+    check_timeseries(third)
     # It keeps applying, and the log stays bounded on every member under more writes.
     with primary.client() as c:
         coll = c.test.get_collection("more", write_concern=WriteConcern(w=3, wtimeout=30000))
@@ -256,3 +278,116 @@ def test_member_whose_log_ends_before_the_compacted_log_resyncs(rs):
     assert_same_data(primary, behind)
     with behind.client(readPreference="secondaryPreferred") as c:
         assert sorted(d["_id"] for d in c.test.pre.find()) == list(range(50, 100))
+
+
+def test_file_copy_initial_sync_installs_the_sources_files_while_writes_go_on(rs, monkeypatch):
+    """`initialSyncMethod=fileCopyBased`: the new member copies a checkpoint of the primary's
+    store over the wire, restarts onto it with its own replication state, applies the oplog
+    written meanwhile and is SECONDARY with the same data; a restart keeps it."""
+    set_log_bound(rs)
+    primary = two_of_three(rs)
+    load(primary)
+    load_timeseries(primary)
+    wait_until(lambda: raft_log(primary)["firstIndex"] > 1000, 30, "log compacted")
+    third = rs.members[2]
+    third.stop()
+    third.extra_args += ["--setParameter", "initialSyncMethod=fileCopyBased"]
+    # The copy waits after its first file, so its status can be seen.
+    monkeypatch.setenv("NIDUS_TEST_INITIAL_SYNC_PAUSE_MS", "3000")
+    third.restart()
+    monkeypatch.delenv("NIDUS_TEST_INITIAL_SYNC_PAUSE_MS")
+    admin(third, {"setParameter": 1, "raftLogMaxSizeBytes": LOG_BOUND})
+    with Writer(rs) as writer:
+        wait_until(lambda: writer.acked > 50, 20, "writes running")
+        add_third(rs, primary)
+
+        def copying():
+            sync = status(third).get("initialSyncStatus")
+            return sync if sync and sync.get("approxTotalBytesCopied", 0) > 0 else None
+
+        sync = wait_until(copying, 30, "file copy in progress", tolerate=(PyMongoError,))
+        assert sync["method"] == "fileCopyBased"
+        assert 0 < sync["approxTotalBytesCopied"] <= sync["approxTotalDataSize"]
+        rs.wait_for_state(third, "SECONDARY", 120)
+        acked_during = writer.acked
+    assert acked_during > 50
+    log = third.log_text()
+    assert "replication: file copy initial sync from" in log, third.log_tail()
+    assert "Installed the files copied by the file copy based initial sync" in log
+    assert "replication: file copy initial sync: applying the oplog" in log
+    assert "replication: initial sync done" in log
+    assert "replication: initial sync from" not in log  # never the logical one
+    st = status(third)
+    assert st["myState"] == 2 and "initialSyncStatus" not in st
+    # Its own identity and configuration, not the source's.
+    me = [m for m in st["members"] if m.get("self")]
+    assert [m["name"] for m in me] == [rs.host(third)]
+    with third.client() as c:
+        conf = c.local["system.replset"].find_one()
+    assert [m["host"] for m in conf["members"]] == [rs.host(m) for m in rs.members]
+    assert_same_data(primary, third)
+    with third.client(readPreference="secondaryPreferred") as c:
+        assert c.test.live.count_documents({}) == writer.acked
+        assert c.test.capped.count_documents({}) == 50
+    check_timeseries(third)
+    # The source removed its checkpoint once the copy was done.
+    assert not any((primary.dbpath / "nidus-backups").glob("*"))
+    assert not (third.dbpath / ".initialsync").exists()
+
+    # A restart keeps the data, and the member goes on applying.
+    third.stop()
+    third.restart()
+    rs.wait_for_state(third, "SECONDARY", 60)
+    with primary.client() as c:
+        coll = c.test.get_collection("after", write_concern=WriteConcern(w=3, wtimeout=30000))
+        coll.insert_many([{"_id": i} for i in range(100)])
+    assert_same_data(primary, third)
+    assert "initialSyncStatus" not in status(third)
+
+
+def test_file_copy_killed_mid_copy_starts_again(rs, monkeypatch):
+    """A member killed while it copies files discards the partial copy at its next start
+    and copies again."""
+    set_log_bound(rs)
+    primary = two_of_three(rs)
+    load(primary)
+    wait_until(lambda: raft_log(primary)["firstIndex"] > 1000, 30, "log compacted")
+    third = rs.members[2]
+    third.stop()
+    third.extra_args += ["--setParameter", "initialSyncMethod=fileCopyBased"]
+    monkeypatch.setenv("NIDUS_TEST_INITIAL_SYNC_PAUSE_MS", "30000")
+    third.restart()
+    monkeypatch.delenv("NIDUS_TEST_INITIAL_SYNC_PAUSE_MS")
+    admin(third, {"setParameter": 1, "raftLogMaxSizeBytes": LOG_BOUND})
+    add_third(rs, primary)
+
+    def copying():
+        sync = status(third).get("initialSyncStatus")
+        return sync if sync and sync.get("approxTotalBytesCopied", 0) > 0 else None
+
+    wait_until(copying, 30, "file copy in progress", tolerate=(PyMongoError,))
+    assert (third.dbpath / ".initialsync").is_dir()
+    third.kill()
+    with primary.client() as c:
+        c.test.get_collection("c", write_concern=WriteConcern(w="majority")).insert_one({"_id": "after-kill"})
+    third.restart()
+    rs.wait_for_state(third, "SECONDARY", 90)
+    log = third.log_text()
+    assert log.count("replication: file copy initial sync from") >= 2, third.log_tail()
+    assert "replication: initial sync done" in log
+    assert_same_data(primary, third)
+    with third.client(readPreference="secondaryPreferred") as c:
+        assert c.test.c.find_one({"_id": "after-kill"}) == {"_id": "after-kill"}
+
+
+def test_initial_sync_method_is_checked_at_startup(tmp_path):
+    import subprocess
+
+    from nidus_harness import find_binary, free_port
+
+    argv = [str(find_binary()), "--port", str(free_port()), "--bind_ip", "127.0.0.1",
+            "--dbpath", str(tmp_path), "--replSet", "rs0", "--setParameter", "initialSyncMethod=copy"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    out = done.stdout + done.stderr
+    assert "Bad value for parameter" in out and "Invalid initial sync method: copy" in out, out

@@ -83,7 +83,32 @@ def test_members_with_the_key_form_a_set_and_clients_must_authenticate(tmp_path)
             with pytest.raises(OperationFailure) as e:
                 c.admin.command("ping")
             assert e.value.code == 18
-        # Only on `local`: there is no __system user in `admin`.
+        # A file-copy initial sync's backup commands are internal: a root user is refused,
+        # __system reads the checkpoint's files in chunks.
+        with primary.client(username="admin", password="pw") as c:
+            with pytest.raises(OperationFailure) as e:
+                c.admin.command("nidusBackupOpen", 1)
+            assert e.value.code == 13
+        with primary.client(username="__system", password=KEY, authSource="local") as c:
+            opened = c.admin.command("nidusBackupOpen", 1)
+            names = [f["filename"] for f in opened["files"]]
+            assert "CURRENT" in names and any(n.startswith("MANIFEST-") for n in names)
+            bid = opened["backupId"]
+            chunk = c.admin.command("nidusBackupRead", bid, filename="CURRENT", offset=0, length=4)
+            assert chunk["data"] == b"MANI" and chunk["eof"] is False
+            rest = c.admin.command("nidusBackupRead", bid, filename="CURRENT", offset=4, length=1 << 30)
+            assert rest["eof"] is True and (chunk["data"] + rest["data"]).startswith(b"MANIFEST-")
+            for bad, code in (({"filename": "../mongod.lock"}, 2), ({"filename": 5}, 14),
+                              ({"filename": "CURRENT", "offset": -1}, 2)):
+                args = {"filename": "CURRENT", "offset": 0, "length": 10, **bad}
+                with pytest.raises(OperationFailure) as e:
+                    c.admin.command("nidusBackupRead", bid, **args)
+                assert e.value.code == code, (bad, e.value.details)
+            c.admin.command("nidusBackupClose", bid)
+            with pytest.raises(OperationFailure) as e:
+                c.admin.command("nidusBackupRead", bid, filename="CURRENT", offset=0, length=10)
+            assert e.value.code == 43
+                # Only on `local`: there is no __system user in `admin`.
         with primary.client(username="__system", password=KEY, authSource="admin") as c:
             with pytest.raises(OperationFailure) as e:
                 c.admin.command("ping")

@@ -283,3 +283,43 @@ def test_replicated_to_secondaries(rs):
                          "cl": "collection"}
         wait_until(lambda: [x["_id"] for x in s.ts.cl.find()] == [1, 2, 3], 20,
                    "the secondary's clustered collection in _id order")
+
+
+def test_buckets_reopen_after_restart(start_nidus):
+    """After a restart (the open buckets are in memory only) a measurement joins the stored
+    bucket of its meta value when its time fits the bucket's span and the bucket has room,
+    as MongoDB's bucket reopening does; one outside every stored span opens a new bucket."""
+    server = start_nidus()
+    base = d(2024, 1, 1, 10, 0, 0)
+    minute = datetime.timedelta(minutes=1)
+    with server.client() as c:
+        db = c.ts
+        db.create_collection("w", timeseries={"timeField": "t", "metaField": "m"})
+        db.create_collection("nometa", timeseries={"timeField": "t"})
+        db.w.insert_many([{"t": base + i * minute, "m": m, "v": i} for i in range(3) for m in "ab"])
+        db.nometa.insert_many([{"t": base + i * minute, "v": i} for i in range(3)])
+        assert db["system.buckets.w"].count_documents({}) == 2
+    server.stop()
+    server.restart()
+    with server.client() as c:
+        db = c.ts
+        db.w.insert_many([{"t": base + (10 + i) * minute, "m": m, "v": 10 + i}
+                          for i in range(3) for m in "ab"])
+        # An earlier time in the same span also fits (the bucket's start stays its start).
+        db.w.insert_one({"t": base + 30 * datetime.timedelta(seconds=1), "m": "a", "v": 99})
+        db.nometa.insert_one({"t": base + 20 * minute, "v": 20})
+        buckets = list(db["system.buckets.w"].find().sort("meta", 1))
+        assert [(b["meta"], len(b["data"]["v"])) for b in buckets] == [("a", 7), ("b", 6)]
+        assert buckets[0]["control"]["min"]["t"] == base
+        assert buckets[0]["control"]["max"]["t"] == base + 12 * minute
+        assert db["system.buckets.nometa"].count_documents({}) == 1
+        assert sorted(x["v"] for x in db.nometa.find()) == [0, 1, 2, 20]
+        assert sorted(x["v"] for x in db.w.find({"m": "a"})) == [0, 1, 2, 10, 11, 12, 99]
+        # A delete clears the open buckets too: later measurements still find theirs.
+        db.w.delete_one({"v": 99})
+        db.w.insert_one({"t": base + 40 * minute, "m": "a", "v": 40})
+        assert db["system.buckets.w"].count_documents({}) == 2
+        # Outside the span (seconds granularity: one hour) a new bucket opens.
+        db.w.insert_one({"t": base + 2 * datetime.timedelta(hours=1), "m": "a", "v": 120})
+        assert db["system.buckets.w"].count_documents({"meta": "a"}) == 2
+        assert sorted(x["v"] for x in db.w.find({"m": "a"})) == [0, 1, 2, 10, 11, 12, 40, 120]

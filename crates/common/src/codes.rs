@@ -121,6 +121,7 @@ error_codes! {
     DocumentValidationFailure = 121,
     NotAReplicaSet = 123,
     CommandFailed = 125,
+    FailedToSatisfyReadPreference = 133,
     CappedPositionLost = 136,
     CursorInUse = 143,
     ExceededMemoryLimit = 146,

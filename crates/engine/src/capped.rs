@@ -9,6 +9,11 @@
 //! collection over its limits nor lose documents that were not yet over them. Each deleted
 //! document is read with `get_for_update`, so a concurrent user delete of the same document
 //! is a write conflict, retried like any other.
+//!
+//! On a replica set (MongoDB 5.0+) the evictions are replicated: the primary logs a `d`
+//! entry for each evicted document after the insert's `i` entry, in the same transaction
+//! (change streams see them as `delete` events), and a member applying replicated entries
+//! does not evict on its own, so its capped collection holds what the primary's holds.
 
 use crate::catalog::{CollectionMeta, CollectionRef};
 use crate::index::{self, IndexKeySet};
@@ -144,7 +149,18 @@ impl Engine {
                 }
                 txn.put(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
                 crate::write::record_insert(txn.as_mut(), opts, doc)?;
-                let evicted = evict(txn.as_mut(), coll, meta, limits, len, rid)?;
+                let (evicted, victims) = if crate::oplog::applying_replicated() {
+                    ((0, 0), Vec::new())
+                } else {
+                    evict(
+                        txn.as_mut(),
+                        coll,
+                        meta,
+                        limits,
+                        (len, rid),
+                        self.oplog_for(&coll.ns).is_some(),
+                    )?
+                };
                 let mut ops = Vec::new();
                 self.log_op(&mut ops, coll, meta, opts, (None, None), || {
                     Ok(crate::oplog::OplogEntry::insert(
@@ -153,6 +169,18 @@ impl Engine {
                         bson::Document::try_from(doc)?,
                     ))
                 })?;
+                // The evictions are no part of the user's statement (no session fields).
+                let unattributed = WriteOpts::default();
+                for old in &victims {
+                    self.log_op(
+                        &mut ops,
+                        coll,
+                        meta,
+                        &unattributed,
+                        (Some(old), None),
+                        || Ok(crate::oplog::OplogEntry::delete(&coll.ns, meta.uuid, old)),
+                    )?;
+                }
                 self.commit_logged(txn, ops)?;
                 Ok(evicted)
             },
@@ -237,19 +265,20 @@ impl Engine {
 }
 
 /// Deletes the oldest records (before `new_rid`) until the collection, with the document
-/// just written, is within its limits. Returns the number and bytes deleted.
+/// just written, is within its limits. Returns the number and bytes deleted, and the
+/// deleted documents when `logged` (for their oplog entries).
 fn evict(
     txn: &mut dyn KvTxn,
     coll: &CollectionRef,
     meta: &CollectionMeta,
     limits: CappedLimits,
-    new_len: i64,
-    new_rid: u64,
-) -> Result<(i64, i64)> {
+    (new_len, new_rid): (i64, u64),
+    logged: bool,
+) -> Result<((i64, i64), Vec<Document>)> {
     let mut count = coll.count.load(Ordering::Relaxed) + 1;
     let mut size = coll.data_size.load(Ordering::Relaxed) + new_len;
     if !limits.over(count, size) {
-        return Ok((0, 0));
+        return Ok(((0, 0), Vec::new()));
     }
     let victims: Vec<u64> = {
         let mut c = txn.cursor(
@@ -269,6 +298,7 @@ fn evict(
         out
     };
     let (mut n, mut bytes) = (0i64, 0i64);
+    let mut deleted = Vec::with_capacity(victims.len());
     for rid in victims {
         let rkey = keys::with_id(coll.id, rid);
         let Some(old) = txn.get_for_update(Space::Records, &rkey)? else {
@@ -281,6 +311,9 @@ fn evict(
         txn.delete(Space::Records, &rkey)?;
         n += 1;
         bytes += old.len() as i64;
+        if logged {
+            deleted.push(Document::try_from(raw).map_err(|e| Error::internal(e.to_string()))?);
+        }
     }
-    Ok((n, bytes))
+    Ok(((n, bytes), deleted))
 }

@@ -45,6 +45,8 @@ pub struct IndexMeta {
     pub hashed: Option<usize>,
     /// The `2dsphere` key field (by position): its keys are S2 cell ids (`geo_keys.rs`).
     pub geo: Option<usize>,
+    /// A `2d` index's grid (its geo field is the first): keys are GeoHashes (`geo_keys.rs`).
+    pub twod: Option<Arc<nidus_doc::geo::flat::TwoDParams>>,
     /// A text index's spec (key pattern `{..prefix, _fts: "text", _ftsx: 1, ..suffix}`):
     /// keys are (prefix values, term, score, suffix values); only `$text` uses the index.
     pub text: Option<Arc<nidus_doc::text::TextSpec>>,
@@ -146,9 +148,9 @@ impl IndexMeta {
             .unwrap_or_default()
     }
 
-    /// Whether key field `field` holds hashes rather than values.
+    /// Whether key field `field` holds geo keys (S2 cells or GeoHashes) rather than values.
     pub fn is_geo_field(&self, field: usize) -> bool {
-        self.geo == Some(field)
+        self.geo == Some(field) || (field == 0 && self.twod.is_some())
     }
 
     pub fn is_hashed_field(&self, field: usize) -> bool {
@@ -215,6 +217,15 @@ impl IndexMeta {
         let geo = key
             .iter()
             .position(|(_, v)| matches!(v, Bson::String(s) if s == "2dsphere"));
+        let twod = match key
+            .values()
+            .any(|v| matches!(v, Bson::String(s) if s == "2d"))
+        {
+            true => Some(Arc::new(
+                crate::geo_keys::twod_params(&spec).map_err(corrupt)?,
+            )),
+            false => None,
+        };
         let name = spec.get_str("name").map_err(corrupt)?.to_string();
         let collation = match spec.get_document("collation") {
             Ok(c) => nidus_doc::collation::Collation::parse(c)?,
@@ -237,6 +248,7 @@ impl IndexMeta {
             partial,
             hashed,
             geo,
+            twod,
             text: crate::text::index_text_spec(&spec)?,
             spec,
         })

@@ -671,6 +671,41 @@ impl Engine {
         Ok(())
     }
 
+    /// Makes the options `collMod` changes (`validator`, `validationLevel`,
+    /// `validationAction`, `changeStreamPreAndPostImages`, `expireAfterSeconds`) those of
+    /// `options`, removing the ones it lacks: a rollback restoring the sync source's state.
+    /// Not logged.
+    pub fn restore_modifiable_options(&self, ns: &Namespace, options: &Document) -> Result<()> {
+        let _ddl = self.ddl.lock();
+        let coll = self
+            .collection(ns)
+            .ok_or_else(|| catalog::namespace_not_found(ns))?;
+        let mut meta = coll.meta.write();
+        let mut new_meta = meta.clone();
+        for k in [
+            "validator",
+            "validationLevel",
+            "validationAction",
+            "changeStreamPreAndPostImages",
+            "expireAfterSeconds",
+        ] {
+            match options.get(k) {
+                Some(v) => {
+                    new_meta.options.insert(k, v.clone());
+                }
+                None => {
+                    new_meta.options.remove(k);
+                }
+            }
+        }
+        new_meta.validator = Validator::from_options(&new_meta.options)?;
+        let mut txn = self.kv.begin();
+        self.write_entry(txn.as_mut(), &coll, &new_meta)?;
+        txn.commit()?;
+        *meta = new_meta;
+        Ok(())
+    }
+
     /// `dropIndexes` by name, by key pattern, a list of names, or `"*"`.
     /// Returns the number of indexes before the drop.
     pub fn drop_indexes(&self, ns: &Namespace, which: &Bson) -> Result<usize> {

@@ -62,6 +62,7 @@ impl Engine {
                     && ix.collation.is_none()
                     && ix.hashed.is_none()
                     && ix.geo.is_none()
+                    && ix.twod.is_none()
                     && ix.text.is_none()
             })
             .filter_map(|ix| {

@@ -42,6 +42,10 @@ fn generate_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<(IndexKeySet, Vec<
             is_multikey: false,
         },
         (None, Some(g)) => crate::geo_keys::s2_index_keys(doc, &ix.pattern, g)?,
+        (None, None) if ix.twod.is_some() => {
+            let params = ix.twod.as_deref().ok_or_else(|| Error::internal("2d"))?;
+            crate::geo_keys::twod_index_keys(doc, &ix.pattern, params)?
+        }
         (None, None) => nidus_doc::keys::index_keys(doc, &ix.pattern, ix.sparse)?,
     };
     let mut out = IndexKeySet::new();

@@ -89,6 +89,7 @@ fn validate_key(key: &Document) -> Result<()> {
             Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) => {}
             Bson::String(kind) if kind == "hashed" && field != "$**" && !field.ends_with(".$**") => {}
             Bson::String(kind) if kind == "2dsphere" && field != "$**" && !field.ends_with(".$**") => {}
+            Bson::String(kind) if kind == "2d" && field != "$**" && !field.ends_with(".$**") => {}
             Bson::String(kind) if kind == "text" => {}
             Bson::String(kind) => {
                 return Err(Error::new(

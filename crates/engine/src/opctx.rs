@@ -32,6 +32,9 @@ pub struct OpCtx {
     keys_inserted: AtomicU64,
     keys_deleted: AtomicU64,
     plan: Mutex<Option<PlanInfo>>,
+    /// Whether anything will read the plan's `execStats` (a profiled database): built only
+    /// then, not for every read and write.
+    wants_exec_stats: AtomicBool,
 }
 
 /// What one statement (or the whole operation) did, taken out of an [`OpCtx`].
@@ -96,6 +99,15 @@ impl OpCtx {
     pub fn add_index_changes(&self, inserted: u64, deleted: u64) {
         self.keys_inserted.fetch_add(inserted, Ordering::Relaxed);
         self.keys_deleted.fetch_add(deleted, Ordering::Relaxed);
+    }
+
+    pub fn set_wants_exec_stats(&self, wanted: bool) {
+        self.wants_exec_stats.store(wanted, Ordering::Relaxed);
+    }
+
+    /// Whether [`PlanInfo::exec_stats`] is read (else it may be left empty).
+    pub fn wants_exec_stats(&self) -> bool {
+        self.wants_exec_stats.load(Ordering::Relaxed)
     }
 
     pub fn set_plan(&self, plan: PlanInfo) {

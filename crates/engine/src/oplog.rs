@@ -305,6 +305,47 @@ impl OplogEntry {
         d
     }
 
+    /// The stored bytes of [`OplogEntry::to_document`], written field by field: the
+    /// entry's documents are serialized once, not copied into a `Document` first.
+    pub fn to_raw(
+        &self,
+        optime: OpTime,
+        wall: bson::DateTime,
+        prev: Option<OpTime>,
+    ) -> Result<RawDocumentBuf> {
+        let raw = |d: &Document| {
+            RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))
+        };
+        let mut d = RawDocumentBuf::new();
+        if let Some(s) = &self.session {
+            d.append("lsid", raw(&s.lsid)?);
+            d.append("txnNumber", s.txn_number);
+        }
+        d.append("op", self.op);
+        d.append("ns", self.ns.as_str());
+        if let Some(ui) = self.ui {
+            d.append("ui", bson::Binary::from_uuid(ui));
+        }
+        d.append("o", raw(&self.o)?);
+        if let Some(o2) = &self.o2 {
+            d.append("o2", raw(o2)?);
+        }
+        if let Some(stmt) = self.stmt_id {
+            d.append("stmtId", stmt);
+        }
+        d.append("ts", optime.ts);
+        d.append("t", optime.t);
+        d.append("v", 2i64);
+        d.append("wall", wall);
+        if let Some(prev) = prev {
+            let mut p = RawDocumentBuf::new();
+            p.append("ts", prev.ts);
+            p.append("t", prev.t);
+            d.append("prevOpTime", p);
+        }
+        Ok(d)
+    }
+
     /// The form of this entry inside a transaction's `applyOps` array.
     fn to_apply_ops_item(&self) -> Document {
         let mut d = doc! { "op": self.op, "ns": self.ns.clone() };
@@ -970,9 +1011,7 @@ impl Engine {
                 .as_ref()
                 .filter(|_| op.stmt_id.is_some())
                 .map(|s| oplog.chain(s, optime));
-            let doc = op.to_document(optime, wall, prev);
-            let raw =
-                RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?;
+            let raw = op.to_raw(optime, wall, prev)?;
             txn.put(
                 Space::Records,
                 &oplog.key(ts_to_u64(optime.ts)),
@@ -1075,6 +1114,12 @@ pub fn take_last_write_ts() -> Option<Timestamp> {
     LAST_WRITE.with(|c| c.take())
 }
 
+/// Whether this thread is applying a replicated entry (a secondary's copy of the primary's
+/// write): capped collections then do not evict, the primary's `d` entries do.
+pub(crate) fn applying_replicated() -> bool {
+    REPLICATED.with(|r| r.borrow().is_some())
+}
+
 thread_local! {
     static LAST_WRITE: std::cell::Cell<Option<Timestamp>> = const { std::cell::Cell::new(None) };
     /// Set while this thread applies a replicated entry (`Some`), holding the entry until a
@@ -1129,6 +1174,57 @@ mod tests {
         }
         clock().advance_to(u64_to_ts(last + 1000));
         assert!(ts_to_u64(clock().tick()) > last + 1000);
+    }
+
+    /// The stored bytes are those of the entry's document, for every kind of entry.
+    #[test]
+    fn raw_entries_are_the_documents_bytes() {
+        let ns = Namespace::new("db", "c");
+        let ui = bson::Uuid::new();
+        let old = doc! { "_id": 1, "a": { "b": [1, 2] }, "s": "x" };
+        let new = doc! { "_id": 1, "a": { "b": [1, 3] }, "s": "x", "n": 1.5 };
+        let update = nidus_query::update::Update::parse(
+            &Bson::Document(doc! { "$set": { "a.b.1": 3, "n": 1.5 } }),
+            None,
+        )
+        .expect("update");
+        let mut retryable = OplogEntry::insert(&ns, ui, old.clone());
+        retryable.session = Some(SessionInfo::new(&[7u8; 16], 42));
+        retryable.stmt_id = Some(3);
+        let entries = [
+            OplogEntry::insert(&ns, ui, old.clone()),
+            OplogEntry::update(&ns, ui, &old, &new, &update),
+            OplogEntry::delete(&ns, ui, &old),
+            OplogEntry::command("db", None, doc! { "create": "c" }),
+            OplogEntry::command("db", Some(ui), doc! { "drop": "c" })
+                .with_o2(doc! { "numRecords": 2i64 }),
+            retryable,
+        ];
+        let at = OpTime {
+            ts: Timestamp {
+                time: 7,
+                increment: 9,
+            },
+            t: 2,
+        };
+        let prev = OpTime {
+            ts: Timestamp {
+                time: 7,
+                increment: 8,
+            },
+            t: 1,
+        };
+        let wall = bson::DateTime::from_millis(1_700_000_000_123);
+        for e in &entries {
+            for p in [None, Some(prev)] {
+                let want = RawDocumentBuf::from_document(&e.to_document(at, wall, p)).expect("raw");
+                assert_eq!(
+                    e.to_raw(at, wall, p).expect("raw").as_bytes(),
+                    want.as_bytes(),
+                    "{e:?}"
+                );
+            }
+        }
     }
 
     #[test]

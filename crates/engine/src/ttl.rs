@@ -54,7 +54,9 @@ fn ttl_indexes(coll: &CollectionRef) -> Vec<TtlIndex> {
     meta.indexes
         .iter()
         // A hashed index keeps no date to compare with the expiry.
-        .filter(|ix| ix.pattern.len() == 1 && ix.hashed.is_none() && ix.geo.is_none())
+        .filter(|ix| {
+            ix.pattern.len() == 1 && ix.hashed.is_none() && ix.geo.is_none() && ix.twod.is_none()
+        })
         .filter_map(|ix| {
             let seconds = match ix.spec.get("expireAfterSeconds")? {
                 Bson::Int32(n) => i64::from(*n),

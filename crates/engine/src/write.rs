@@ -552,11 +552,17 @@ impl Engine {
                     .filter(|c| c.name() == "EXPRESS_IXSCAN"),
                 _ => None,
             };
+            let wanted = op.wants_exec_stats();
             *plan = Some(TargetPlan {
                 express: express.is_some(),
                 summary: root.plan_summary(),
-                stats: crate::plan::explain::stats_document(express.unwrap_or(root)),
+                stats: if wanted {
+                    crate::plan::explain::stats_document(express.unwrap_or(root))
+                } else {
+                    Document::new()
+                },
                 is_cached: exec.is_cached,
+                wants_exec_stats: wanted,
             });
         }
         Ok(out)
@@ -860,6 +866,8 @@ struct TargetPlan {
     summary: String,
     stats: Document,
     is_cached: bool,
+    /// The operation's `execStats` is read (a profiled database): else left empty.
+    wants_exec_stats: bool,
 }
 
 impl TargetPlan {
@@ -870,6 +878,17 @@ impl TargetPlan {
         let Some(op) = opctx::current() else {
             return;
         };
+        if !self.wants_exec_stats {
+            let summary = match self.express {
+                true => format!("{},EXPRESS_{stage}", self.summary),
+                false => self.summary,
+            };
+            op.set_plan(opctx::PlanInfo {
+                summary,
+                exec_stats: Document::new(),
+            });
+            return;
+        }
         let mut exec_stats = doc! { "isCached": self.is_cached };
         let summary = if self.express {
             let express = format!("EXPRESS_{stage}");

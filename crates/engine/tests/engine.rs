@@ -288,9 +288,17 @@ fn statement_records_survive_restart_and_are_forgotten_by_number() {
         })
     );
     assert_eq!(executed(&lsid, 4, 1), None);
+    // A range that starts past the session's records deletes none of them.
+    assert_eq!(e.forget_statements_between(&lsid, 5, 9).unwrap(), 0);
+    assert_eq!(e.forget_statements_between(&lsid, 4, 4).unwrap(), 0);
+    assert!(executed(&lsid, 3, 0).is_some());
     assert_eq!(e.forget_statements(&lsid, 4).unwrap(), 1);
     assert_eq!(executed(&lsid, 3, 0), None);
     assert!(executed(&lsid, 4, 0).is_some());
+    // [4, 5) holds the number-4 record only.
+    assert_eq!(e.forget_statements_between(&lsid, 4, 5).unwrap(), 1);
+    assert_eq!(executed(&lsid, 4, 0), None);
+    assert_eq!(e.forget_statements_between(&lsid, 3, 5).unwrap(), 0);
     assert!(
         executed(&other, 3, 0).is_some(),
         "other sessions keep theirs"
@@ -302,7 +310,7 @@ fn statement_records_survive_restart_and_are_forgotten_by_number() {
         0
     );
     std::thread::sleep(std::time::Duration::from_millis(5));
-    assert_eq!(e.sweep_statements(std::time::Duration::ZERO).unwrap(), 2);
+    assert_eq!(e.sweep_statements(std::time::Duration::ZERO).unwrap(), 1);
     assert_eq!(executed(&other, 3, 0), None);
 }
 

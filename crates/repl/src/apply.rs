@@ -6,7 +6,8 @@
 //! `_id` replaces it, an update or delete of a missing document does nothing, `create` of an
 //! existing collection and `drop` of a missing one are no-ops; an entry the member's oplog
 //! already holds (its own write as primary, or one applied before a restart) is not applied
-//! again.
+//! again. A retryable write's entry also writes its executed-statement record
+//! (`stmt_record`), so a retry sent to this member after a failover is not run twice.
 
 use crate::diff::apply_diff;
 use bson::{doc, Bson, Document, RawDocumentBuf};
@@ -65,6 +66,7 @@ fn ignore(e: Error, codes: &[ErrorCode]) -> Result<()> {
 fn apply_op(engine: &Engine, entry: &Document) -> Result<()> {
     let opts = WriteOpts {
         bypass_document_validation: true,
+        statement: statement_of(entry),
         ..WriteOpts::default()
     };
     let o = entry.get_document("o").cloned().unwrap_or_default();
@@ -120,6 +122,21 @@ fn apply_op(engine: &Engine, entry: &Document) -> Result<()> {
         "c" => apply_command(engine, entry, &o),
         other => Err(Error::bad_value(format!("unknown oplog op '{other}'"))),
     }
+}
+
+/// The retryable-write statement an entry records (`lsid`, `txnNumber`, `stmtId`): applied
+/// with its record, as on the primary, so a driver that retries the write on this member once
+/// it is primary gets the first attempt's result instead of running it again.
+fn statement_of(entry: &Document) -> Option<nidus_engine::stmt_record::StatementId> {
+    let lsid = match entry.get_document("lsid").ok()?.get("id")? {
+        Bson::Binary(b) => b.bytes.clone(),
+        _ => return None,
+    };
+    let txn_number = entry.get_i64("txnNumber").ok()?;
+    let stmt = u32::try_from(entry.get_i32("stmtId").ok()?).ok()?;
+    Some(nidus_engine::stmt_record::StatementId::new(
+        &lsid, txn_number, stmt, false,
+    ))
 }
 
 pub(crate) fn find_one(

@@ -24,6 +24,12 @@ const HEARTBEAT_TICKS: usize = 4;
 /// lease, so it still votes, while its election clock is held below its timeout.
 const MIN_ELECTION_TICKS: usize = ELECTION_TICKS + 2;
 const MAX_ELECTION_TICKS: usize = ELECTION_TICKS + ELECTION_TICKS / 5 + 2;
+/// After a failed campaign while the primary's process is gone, the next one starts 4 to 7
+/// ticks later (Raft's own randomized timeout, shortened by a constant).
+const RETRY_ELAPSED: usize = MIN_ELECTION_TICKS - HEARTBEAT_TICKS;
+/// How long a report that the primary's process is gone holds (reports repeat at every
+/// refused connection attempt, at least every second).
+const LEADER_GONE_FOR: Duration = Duration::from_secs(3);
 /// How far behind (in log entries) a member may be and still be handed the primary role;
 /// Raft's leader transfer brings it fully up to date before it campaigns.
 const TRANSFER_LAG: u64 = 1000;
@@ -124,6 +130,7 @@ pub(crate) fn spawn(
         held: None,
         sync_applied,
         last_conf_index: applied,
+        leader_gone: None,
     };
     coord.observe_timestamp(driver.applied.ts);
     coord.observe_timestamp(driver.durable.ts);
@@ -213,6 +220,17 @@ struct Driver {
     /// The newest configuration entry applied (at start: the applied index); compaction
     /// waits until that entry is applied.
     last_conf_index: u64,
+    /// The primary this member followed is gone (connections to it are refused): the
+    /// election clock is advanced (`hurry_election`).
+    leader_gone: Option<LeaderGone>,
+}
+
+struct LeaderGone {
+    id: u64,
+    /// Until when the last report holds.
+    until: Instant,
+    /// The first campaign was scheduled (by priority rank); later ones are retries.
+    scheduled: bool,
 }
 
 impl Driver {
@@ -293,12 +311,17 @@ impl Driver {
         self.frozen_until.is_some_and(|t| Instant::now() < t)
     }
 
-    fn tick(&mut self, coord: &Coordinator) {
-        let leader = self.raw.raft.state == StateRole::Leader;
-        let may_campaign = self.me().is_some_and(|m| m.electable())
+    fn may_campaign(&self, coord: &Coordinator) -> bool {
+        self.me().is_some_and(|m| m.electable())
             && !self.frozen()
             && !coord.in_maintenance()
-            && !self.syncing;
+            && !self.syncing
+    }
+
+    fn tick(&mut self, coord: &Coordinator) {
+        let leader = self.raw.raft.state == StateRole::Leader;
+        let may_campaign = self.may_campaign(coord);
+        self.hurry_election(coord);
         if !leader && !may_campaign {
             let timeout = self.raw.raft.randomized_election_timeout();
             if self.raw.raft.election_elapsed + 1 >= timeout {
@@ -357,6 +380,27 @@ impl Driver {
             Input::ReadIndex(id) => self.raw.read_index(id.to_be_bytes().to_vec()),
             Input::InitialSyncDone(out) => self.initial_sync_done(out),
             Input::Unreachable(id) => self.raw.report_unreachable(id),
+            Input::PeerGone(id) => {
+                let raft = &self.raw.raft;
+                if raft.state == StateRole::Leader {
+                    return;
+                }
+                let until = Instant::now() + LEADER_GONE_FOR;
+                match &mut self.leader_gone {
+                    Some(g) if g.id == id => g.until = until,
+                    _ if raft.leader_id == id => {
+                        self.leader_gone = Some(LeaderGone {
+                            id,
+                            until,
+                            scheduled: false,
+                        })
+                    }
+                    _ => return,
+                }
+                if let Some(coord) = self.coord.upgrade() {
+                    self.hurry_election(&coord);
+                }
+            }
             Input::SnapshotDone(id, ok) => self.raw.report_snapshot(
                 id,
                 if ok {
@@ -366,6 +410,59 @@ impl Driver {
                 },
             ),
         }
+    }
+
+    /// The primary's process is gone (`Input::PeerGone`): instead of waiting out the election
+    /// timeout, this member leaves the primary's lease at once (so it grants votes) and, if it
+    /// may stand, campaigns at its next tick when no healthy electable member has a higher
+    /// priority, one tick later per such member; a campaign that fails is retried after 4 to 7
+    /// ticks while the primary stays gone. Only the election clock moves: Raft's pre-vote and
+    /// election (log comparison, priorities, a majority of votes) decide as always. A silent
+    /// primary (stopped, partitioned) refuses nothing and keeps the full timeout.
+    fn hurry_election(&mut self, coord: &Coordinator) {
+        let Some(g) = &self.leader_gone else { return };
+        let raft = &self.raw.raft;
+        let led_by_other = raft.leader_id != raft::INVALID_ID && raft.leader_id != g.id;
+        if Instant::now() >= g.until || raft.state == StateRole::Leader || led_by_other {
+            self.leader_gone = None;
+            return;
+        }
+        let (gone, scheduled) = (g.id, g.scheduled);
+        let may_campaign = self.may_campaign(coord);
+        let timeout = raft.election_timeout();
+        let randomized = raft.randomized_election_timeout();
+        let target = if raft.leader_id == gone {
+            // Still following the gone primary: out of its lease now.
+            let mut target = timeout;
+            if may_campaign && !scheduled {
+                let mine = self.me().map_or(0, |m| m.raft_priority());
+                let rank = self.config.as_ref().map_or(0, |c| {
+                    c.members
+                        .iter()
+                        .filter(|m| {
+                            let id = m.raft_id();
+                            id != self.id()
+                                && id != gone
+                                && m.electable()
+                                && m.raft_priority() > mine
+                                && coord.peer_info(id).is_some_and(|p| p.healthy)
+                        })
+                        .count()
+                });
+                target = target.max(randomized.saturating_sub(1 + rank));
+                if let Some(g) = &mut self.leader_gone {
+                    g.scheduled = true;
+                }
+            }
+            target
+        } else if may_campaign {
+            // A campaign since the primary left failed (or is under way): retry sooner.
+            RETRY_ELAPSED
+        } else {
+            return;
+        };
+        let raft = &mut self.raw.raft;
+        raft.election_elapsed = raft.election_elapsed.max(target);
     }
 
     /// Installs a configuration `replSetReconfig` validated: proposed through Raft on the

@@ -58,7 +58,11 @@ struct DatabaseProgress {
 
 /// `replSetGetStatus.initialSyncStatus` (MongoDB's fields where they are cheap).
 #[derive(Debug, Clone)]
-struct Status {
+pub(crate) struct Status {
+    /// `logical` or `fileCopyBased`.
+    method: &'static str,
+    /// A file copy's total and copied bytes.
+    pub(crate) file_copy: Option<(i64, i64)>,
     start: bson::DateTime,
     started: Instant,
     failed_attempts: i32,
@@ -76,11 +80,13 @@ struct Status {
 pub(crate) struct Progress(Mutex<Option<Status>>);
 
 impl Progress {
-    fn begin(&self) {
+    fn begin(&self, method: &'static str) {
         let now = Instant::now();
         let mut g = self.0.lock();
         if g.is_none() {
             *g = Some(Status {
+                method,
+                file_copy: None,
                 start: bson::DateTime::now(),
                 started: now,
                 failed_attempts: 0,
@@ -94,6 +100,8 @@ impl Progress {
             });
         }
         if let Some(s) = g.as_mut() {
+            s.method = method;
+            s.file_copy = None;
             s.attempt_started = now;
             s.oplog_start = None;
             s.oplog_end = None;
@@ -103,7 +111,7 @@ impl Progress {
         }
     }
 
-    fn update(&self, f: impl FnOnce(&mut Status)) {
+    pub(crate) fn update(&self, f: impl FnOnce(&mut Status)) {
         if let Some(s) = self.0.lock().as_mut() {
             f(s);
         }
@@ -146,6 +154,7 @@ impl Progress {
             dbs.insert(d.name.clone(), db);
         }
         let mut out = doc! {
+            "method": s.method,
             "failedInitialSyncAttempts": s.failed_attempts,
             "initialSyncStart": s.start,
             "totalInitialSyncElapsedMillis": s.started.elapsed().as_millis() as i64,
@@ -158,7 +167,16 @@ impl Progress {
         if let Some(ts) = s.oplog_end {
             out.insert("initialSyncOplogEnd", ts);
         }
-        out.insert("databases", dbs);
+        match s.file_copy {
+            Some((total, copied)) => {
+                out.insert("approxTotalDataSize", total);
+                out.insert("approxTotalBytesCopied", copied);
+            }
+            None if s.method == "logical" => {
+                out.insert("databases", dbs);
+            }
+            None => {}
+        }
         Some(out)
     }
 }
@@ -178,17 +196,49 @@ fn run(weak: Weak<Coordinator>) {
         if coord.stopping.load(Ordering::SeqCst) {
             return;
         }
-        coord.initial_sync.begin();
+        // Installed files of a file copy (this process restarted for them): their oplog
+        // phase; else a new attempt of the configured method.
+        let installed = coord.store.file_copy_state().ok().flatten();
+        let file_copy = installed.is_some() || crate::file_copy::file_copy_method();
+        coord.initial_sync.begin(if file_copy {
+            "fileCopyBased"
+        } else {
+            "logical"
+        });
         let Some(host) = source_host(&coord) else {
             drop(coord);
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
-        eprintln!(
-            "replication: initial sync from {host} (attempt {})",
-            failures + 1
-        );
-        match attempt(&coord, &host) {
+        let result = match &installed {
+            Some(marker) => {
+                eprintln!("replication: file copy initial sync: applying the oplog from {host}");
+                let done = finish_file_copy(&coord, &host, marker);
+                if done.is_err() {
+                    // The next attempt starts over.
+                    let _ = coord.store.clear_file_copy_state();
+                }
+                done
+            }
+            None if file_copy => {
+                eprintln!(
+                    "replication: file copy initial sync from {host} (attempt {})",
+                    failures + 1
+                );
+                match crate::file_copy::download(&coord, &host) {
+                    Ok(()) => Err(crate::file_copy::restart(coord.engine())),
+                    Err(e) => Err(e),
+                }
+            }
+            None => {
+                eprintln!(
+                    "replication: initial sync from {host} (attempt {})",
+                    failures + 1
+                );
+                attempt(&coord, &host)
+            }
+        };
+        match result {
             Ok(out) => {
                 eprintln!(
                     "replication: initial sync done: applied through {:?}",
@@ -223,7 +273,7 @@ fn ts_u64(ts: Timestamp) -> u64 {
     nidus_engine::oplog::ts_to_u64(ts)
 }
 
-fn stopped(coord: &Coordinator) -> Result<()> {
+pub(crate) fn stopped(coord: &Coordinator) -> Result<()> {
     if coord.stopping.load(Ordering::SeqCst) {
         return Err(Error::new(
             ErrorCode::InterruptedAtShutdown,
@@ -288,6 +338,46 @@ fn attempt(coord: &Coordinator, host: &str) -> Result<Outcome> {
         })?;
     }
 
+    apply_phase(coord, &engine, &mut src, term, begin)
+}
+
+/// The last phase of a file copy (its files are installed and carry the source's data as of
+/// `begin` or later): this member's configuration document, then the source's oplog as the
+/// logical sync applies it.
+fn finish_file_copy(coord: &Coordinator, host: &str, marker: &[u8]) -> Result<Outcome> {
+    let (source, begin, term) = crate::file_copy::parse_marker(marker)
+        .ok_or_else(|| Error::internal("unreadable file copy marker"))?;
+    if source != host {
+        eprintln!("replication: file copy from {source}, its oplog from {host}");
+    }
+    let engine = coord.engine().clone();
+    if let Some(config) = coord.store.config().map_err(crate::store_error)? {
+        let config = bson::Document::from_reader(&config[..])
+            .map_err(|e| Error::internal(e.to_string()))
+            .and_then(|d| crate::config::ReplSetConfig::parse(&d))?;
+        coord.save_config_document(&config)?;
+    }
+    coord.observe_timestamp(begin);
+    coord.initial_sync.update(|s| s.oplog_start = Some(begin));
+    let mut src = SyncSource::new(host);
+    let (t, _) = src.term_and_commit_point()?;
+    if t != term {
+        return Err(Error::internal(format!(
+            "the sync source's term changed from {term} to {t} since its files were copied"
+        )));
+    }
+    apply_phase(coord, &engine, &mut src, term, begin)
+}
+
+/// Applies the source's oplog from `begin` (the data holds every write up to it) through the
+/// source's majority commit point once it passed minValid (its newest entry now).
+fn apply_phase(
+    coord: &Coordinator,
+    engine: &Arc<Engine>,
+    src: &mut SyncSource,
+    term: i64,
+    begin: Timestamp,
+) -> Result<Outcome> {
     let min_valid = src.last_oplog_ts()?.unwrap_or(begin);
     let target = coord
         .store
@@ -328,7 +418,7 @@ fn attempt(coord: &Coordinator, host: &str) -> Result<Outcome> {
             format!("the sync source's oplog no longer holds the begin-applying time {begin:?}"),
         ));
     }
-    let applied = apply_oplog(coord, &engine, &mut src, begin, committed)?;
+    let applied = apply_oplog(coord, engine, src, begin, committed)?;
     let (t, _) = src.term_and_commit_point()?;
     if t != term {
         return Err(Error::internal(format!(
@@ -407,6 +497,24 @@ fn clone_database(
                         .map(|a| a.iter().filter_map(|s| s.as_document().cloned()).collect())
                         .unwrap_or_default(),
                     collation: options.get_document("collation").ok().cloned(),
+                };
+                engine.without_oplog(|| engine.create_view(def))?;
+            }
+            // A time-series collection: its buckets collection is listed (and cloned) before
+            // it; the view over it is made here.
+            "timeseries" => {
+                let ts = options
+                    .get_document("timeseries")
+                    .ok()
+                    .and_then(nidus_engine::timeseries::options::TimeseriesOptions::from_document)
+                    .ok_or_else(|| {
+                        Error::internal(format!("{ns}: the source lists no time-series options"))
+                    })?;
+                let def = nidus_engine::view::ViewDef {
+                    ns: ns.clone(),
+                    view_on: nidus_engine::timeseries::buckets_ns(&ns).coll,
+                    pipeline: ts.view_pipeline(),
+                    collation: None,
                 };
                 engine.without_oplog(|| engine.create_view(def))?;
             }

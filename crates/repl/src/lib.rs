@@ -17,9 +17,11 @@ pub mod apply;
 pub mod config;
 pub mod diff;
 mod driver;
+pub mod file_copy;
 mod initial_sync;
 pub mod membership;
 pub mod read_concern;
+mod remote_primary;
 mod rollback;
 pub mod state;
 pub mod storage;
@@ -155,6 +157,8 @@ pub(crate) enum Input {
     },
     Freeze(Duration),
     Unreachable(u64),
+    /// Connections to this member are refused: its process is gone (`transport`).
+    PeerGone(u64),
     SnapshotDone(u64, bool),
     /// The oplog advanced: the primary proposes its new entries.
     Wake,
@@ -194,6 +198,8 @@ pub struct Coordinator {
     reads: read_concern::ReadIndexes,
     /// The initial sync in progress (`replSetGetStatus.initialSyncStatus`).
     initial_sync: initial_sync::Progress,
+    /// Backups open on this member for other members' file-copy initial syncs.
+    backups: file_copy::Backups,
     weak: Weak<Coordinator>,
 }
 
@@ -230,6 +236,7 @@ impl Coordinator {
             }),
             reads: Default::default(),
             initial_sync: Default::default(),
+            backups: Default::default(),
             weak: weak.clone(),
         });
         if coord.store.initialized() {
@@ -641,6 +648,32 @@ impl Coordinator {
             .as_ref()
             .and_then(|c| c.member_by_raft_id(id).map(|m| m.host.clone()));
         from_config.or_else(|| self.known_hosts.read().get(&id).cloned())
+    }
+
+    /// Where a pipeline running on this secondary sends its `$out`/`$merge` writes: the
+    /// primary, reached as the internal user; none known → FailedToSatisfyReadPreference, as
+    /// MongoDB's targeting of the primary.
+    pub fn primary_writes(
+        &self,
+        write_concern: Option<Document>,
+    ) -> Result<Arc<dyn nidus_engine::pipeline::PrimaryWrites>> {
+        let v = self.view();
+        match (v.leader != 0 && v.leader != v.id)
+            .then(|| self.host_of(v.leader))
+            .flatten()
+        {
+            Some(host) => Ok(Arc::new(remote_primary::RemotePrimary::new(
+                host,
+                write_concern,
+            ))),
+            None => Err(Error::new(
+                ErrorCode::FailedToSatisfyReadPreference,
+                format!(
+                    "Could not find host matching read preference {{ mode: \"primary\" }} for set {}",
+                    self.set_name()
+                ),
+            )),
+        }
     }
 
     fn sync_source(&self, v: &View) -> String {
@@ -1069,6 +1102,10 @@ impl transport::LinkOwner for Coordinator {
         if had_messages {
             self.send_input(Input::Unreachable(id));
         }
+    }
+
+    fn on_peer_gone(&self, id: u64) {
+        self.send_input(Input::PeerGone(id));
     }
 
     fn stopping(&self) -> bool {

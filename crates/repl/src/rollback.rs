@@ -66,6 +66,10 @@ struct Affected {
     docs: BTreeMap<String, (Option<bson::Uuid>, Vec<Bson>)>,
     /// Collections the divergent entries created.
     created: BTreeSet<String>,
+    /// Collections whose catalog state divergent DDL changed (index builds and drops,
+    /// `collMod`, renames, drops), by UUID, with the databases they were in: their state is
+    /// made the sync source's again.
+    ddl: BTreeMap<bson::Uuid, BTreeSet<String>>,
     /// Commands rolled back only partly (their effect other than on documents stays).
     unsupported: Vec<String>,
 }
@@ -115,8 +119,32 @@ impl Affected {
                             }
                         }
                     }
-                    // Index builds leave documents as they are; the index stays.
-                    Some((cmd, _)) if cmd == "createIndexes" => {}
+                    Some((cmd, _))
+                        if matches!(
+                            cmd.as_str(),
+                            "createIndexes"
+                                | "dropIndexes"
+                                | "collMod"
+                                | "renameCollection"
+                                | "drop"
+                        ) =>
+                    {
+                        let Some(uuid) = ui else {
+                            self.unsupported.push(format!("{cmd} on {ns}"));
+                            return;
+                        };
+                        let dbs = self.ddl.entry(uuid).or_default();
+                        dbs.insert(db.to_string());
+                        if cmd == "renameCollection" {
+                            for field in ["renameCollection", "to"] {
+                                if let Some((d, _)) =
+                                    o.get_str(field).ok().and_then(|n| n.split_once('.'))
+                                {
+                                    dbs.insert(d.to_string());
+                                }
+                            }
+                        }
+                    }
                     Some((cmd, _)) => self.unsupported.push(format!("{cmd} on {ns}")),
                     None => {}
                 }
@@ -243,10 +271,16 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
         ..Default::default()
     };
     // Everything is read from the source before anything changes here, so a source that
-    // fails midway leaves this member as it was (the rollback is retried).
+    // fails midway leaves this member as it was (the rollback is retried); only a collection
+    // a divergent entry dropped is copied from the source while it is recreated.
+    let catalog = SourceCatalog::read(&mut source, &affected)?;
     let mut fetched = Vec::new();
     for (ns_str, (ui, ids)) in &affected.docs {
-        let ns = Namespace::parse(ns_str)?;
+        // Documents of a collection a divergent entry renamed are where the source has it.
+        let ns = match ui.and_then(|u| catalog.names.get(&u)) {
+            Some(ns) => ns.clone(),
+            None => Namespace::parse(ns_str)?,
+        };
         let docs = source.fetch(&ns, ids)?;
         fetched.push((ns, *ui, ids.clone(), docs));
     }
@@ -267,6 +301,9 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
         ..WriteOpts::default()
     };
     engine.without_oplog(|| {
+        for uuid in affected.ddl.keys() {
+            restore_collection(engine, &mut source, &catalog, *uuid, &dir, &time)?;
+        }
         for (ns, ui, ids, docs) in &fetched {
             let mut removed = Vec::new();
             for id in ids {
@@ -316,13 +353,232 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
                 let docs = all_docs(engine, &coll)?;
                 save_removed(&dir.join(uuid.to_string()), &time, &docs)?;
                 engine.drop_collection(ns)?;
+            } else {
+                engine.drop_view(ns)?;
             }
+        }
+        // Indexes and options last: a unique index the source has may need the restored
+        // documents.
+        for uuid in affected.ddl.keys() {
+            restore_indexes_and_options(engine, &catalog, *uuid)?;
         }
         Ok(())
     })?;
     oplog.truncate_after(engine.kv(), common)?;
     out.min_valid = min_valid;
     Ok(out)
+}
+
+/// The sync source's catalog state of the collections divergent DDL changed.
+#[derive(Default)]
+struct SourceCatalog {
+    /// Every collection of the databases involved: its name on the source.
+    names: BTreeMap<bson::Uuid, Namespace>,
+    /// The changed ones the source has: options and index specs.
+    state: BTreeMap<bson::Uuid, (Document, Vec<Document>)>,
+}
+
+impl SourceCatalog {
+    fn read(source: &mut SyncSource, affected: &Affected) -> Result<SourceCatalog> {
+        let mut out = SourceCatalog::default();
+        let dbs: BTreeSet<&String> = affected.ddl.values().flatten().collect();
+        for db in dbs {
+            let listed = source.all(
+                &doc! {
+                    "listCollections": 1,
+                    "filter": { "type": "collection" },
+                    "$db": db,
+                    "$readPreference": { "mode": "primaryPreferred" },
+                },
+                db,
+            )?;
+            for info in listed {
+                let uuid = match info.get_document("info").ok().and_then(|i| i.get("uuid")) {
+                    Some(Bson::Binary(b)) => b.to_uuid().ok(),
+                    _ => None,
+                };
+                let (Some(uuid), Ok(name)) = (uuid, info.get_str("name")) else {
+                    continue;
+                };
+                let ns = Namespace::new(db, name);
+                if affected.ddl.contains_key(&uuid) {
+                    let indexes = source.all(
+                        &doc! {
+                            "listIndexes": name,
+                            "$db": db,
+                            "$readPreference": { "mode": "primaryPreferred" },
+                        },
+                        db,
+                    )?;
+                    let options = info.get_document("options").cloned().unwrap_or_default();
+                    out.state.insert(uuid, (options, indexes));
+                }
+                out.names.insert(uuid, ns);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The local collection with `uuid`, if any.
+fn local_by_uuid(
+    engine: &Engine,
+    uuid: bson::Uuid,
+) -> Option<nidus_engine::catalog::CollectionRef> {
+    engine
+        .database_names()
+        .iter()
+        .flat_map(|db| engine.collections_in(db))
+        .find(|c| c.meta.read().uuid == uuid)
+}
+
+/// Saves the documents of the local collection at `ns` and drops it.
+fn drop_saving(engine: &Engine, ns: &Namespace, dir: &std::path::Path, time: &str) -> Result<()> {
+    if let Some(coll) = engine.collection(ns) {
+        let uuid = coll.meta.read().uuid;
+        let docs = all_docs(engine, &coll)?;
+        save_removed(&dir.join(uuid.to_string()), time, &docs)?;
+        engine.drop_collection(ns)?;
+    }
+    Ok(())
+}
+
+/// Undoes divergent DDL's effect on which collection exists where: a collection the source
+/// lacks is dropped, one renamed is renamed back, one dropped is recreated from the source
+/// (UUID, options, documents, indexes).
+fn restore_collection(
+    engine: &Engine,
+    source: &mut SyncSource,
+    catalog: &SourceCatalog,
+    uuid: bson::Uuid,
+    dir: &std::path::Path,
+    time: &str,
+) -> Result<()> {
+    let local = local_by_uuid(engine, uuid);
+    let (Some(want), Some((options, indexes))) =
+        (catalog.names.get(&uuid), catalog.state.get(&uuid))
+    else {
+        if let Some(coll) = local {
+            eprintln!(
+                "replication: rollback drops {} (the sync source lacks it)",
+                coll.ns
+            );
+            drop_saving(engine, &coll.ns, dir, time)?;
+        }
+        return Ok(());
+    };
+    // Another collection in the way (created by a divergent entry under this name).
+    if let Some(other) = engine.collection(want) {
+        if other.meta.read().uuid != uuid {
+            drop_saving(engine, want, dir, time)?;
+        }
+    }
+    match local {
+        Some(coll) if coll.ns != *want => {
+            eprintln!("replication: rollback renames {} back to {want}", coll.ns);
+            engine.rename_collection(&coll.ns, want, false)?;
+        }
+        Some(_) => {}
+        None => {
+            eprintln!("replication: rollback recreates {want} from the sync source");
+            let coll = engine.create_collection_with_uuid(want, options.clone(), uuid)?;
+            let opts = WriteOpts {
+                bypass_document_validation: true,
+                ..WriteOpts::default()
+            };
+            let cmd = doc! {
+                "find": &want.coll,
+                "filter": {},
+                "batchSize": FETCH_BATCH as i32,
+                "$db": &want.db,
+                "$readPreference": { "mode": "primaryPreferred" },
+            };
+            source.each_batch(&cmd, &want.db, |docs| {
+                for d in docs {
+                    let raw = RawDocumentBuf::from_document(&d)
+                        .map_err(|e| Error::internal(e.to_string()))?;
+                    engine.insert_one(&coll, &raw, &opts)?;
+                }
+                Ok(())
+            })?;
+            let specs: Vec<Document> = indexes
+                .iter()
+                .filter(|s| s.get_str("name").ok() != Some("_id_"))
+                .cloned()
+                .collect();
+            if !specs.is_empty() {
+                engine.create_indexes(want, &specs)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Makes the indexes and `collMod` options of the collection with `uuid` the source's: local
+/// indexes the source lacks (or has with another spec) are dropped, the source's missing
+/// here are built.
+fn restore_indexes_and_options(
+    engine: &Engine,
+    catalog: &SourceCatalog,
+    uuid: bson::Uuid,
+) -> Result<()> {
+    let (Some(ns), Some((options, indexes))) = (catalog.names.get(&uuid), catalog.state.get(&uuid))
+    else {
+        return Ok(());
+    };
+    let Some(coll) = engine.collection(ns).filter(|c| c.meta.read().uuid == uuid) else {
+        return Ok(());
+    };
+    let local: Vec<Document> = coll
+        .meta
+        .read()
+        .indexes
+        .iter()
+        .map(|ix| ix.spec.clone())
+        .collect();
+    for spec in &local {
+        let name = spec.get_str("name").unwrap_or_default();
+        if name == "_id_" || indexes.contains(spec) {
+            continue;
+        }
+        eprintln!("replication: rollback drops index {name} of {ns}");
+        engine.drop_indexes(ns, &Bson::String(name.to_string()))?;
+    }
+    let missing: Vec<Document> = indexes
+        .iter()
+        .filter(|s| s.get_str("name").ok() != Some("_id_") && !local.contains(s))
+        .cloned()
+        .collect();
+    for spec in missing {
+        let name = spec.get_str("name").unwrap_or_default().to_string();
+        eprintln!("replication: rollback builds index {name} of {ns}");
+        // A unique index the restored documents still violate is left to the entries
+        // applied next (up to minValid), as a deferred document is.
+        if let Err(e) = engine.create_indexes(ns, &[spec]) {
+            eprintln!(
+                "replication: rollback cannot build index {name} of {ns}: {}",
+                e.message
+            );
+        }
+    }
+    let local_options = coll.meta.read().options.clone();
+    let modifiable = |o: &Document| -> Vec<Option<Bson>> {
+        [
+            "validator",
+            "validationLevel",
+            "validationAction",
+            "changeStreamPreAndPostImages",
+            "expireAfterSeconds",
+        ]
+        .iter()
+        .map(|k| o.get(*k).cloned())
+        .collect()
+    };
+    if modifiable(&local_options) != modifiable(options) {
+        eprintln!("replication: rollback restores the options of {ns}");
+        engine.restore_modifiable_options(ns, options)?;
+    }
+    Ok(())
 }
 
 fn all_docs(engine: &Engine, coll: &nidus_engine::catalog::CollectionRef) -> Result<Vec<Document>> {
@@ -368,5 +624,25 @@ mod tests {
         );
         assert_eq!(a.created.iter().collect::<Vec<_>>(), vec!["test.fresh"]);
         assert_eq!(a.unsupported, vec!["dropIndexes on test.$cmd".to_string()]);
+    }
+
+    #[test]
+    fn ddl_of_divergent_entries_is_noted_by_collection_uuid() {
+        let u1 = bson::Uuid::new();
+        let u2 = bson::Uuid::new();
+        let ui = |u: bson::Uuid| Bson::Binary(bson::Binary::from_uuid(u));
+        let mut a = Affected::default();
+        for e in [
+            doc! { "op": "c", "ns": "test.$cmd", "ui": ui(u1), "o": { "createIndexes": "c", "v": 2, "key": { "x": 1 }, "name": "x_1" } },
+            doc! { "op": "c", "ns": "test.$cmd", "ui": ui(u1), "o": { "collMod": "c", "validator": {} } },
+            doc! { "op": "c", "ns": "test.$cmd", "ui": ui(u2), "o": { "renameCollection": "test.a", "to": "other.b" } },
+            doc! { "op": "c", "ns": "test.$cmd", "o": { "dropDatabase": 1 } },
+        ] {
+            a.note(&e);
+        }
+        assert_eq!(a.ddl.len(), 2);
+        assert_eq!(a.ddl[&u1].iter().collect::<Vec<_>>(), vec!["test"]);
+        assert_eq!(a.ddl[&u2].iter().collect::<Vec<_>>(), vec!["other", "test"]);
+        assert_eq!(a.unsupported, vec!["dropDatabase on test.$cmd".to_string()]);
     }
 }

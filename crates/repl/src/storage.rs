@@ -33,6 +33,13 @@ const INITIAL_SYNC: &[u8] = b"raft\0initsync";
 /// The newest oplog `ts` a finished initial sync applied: committed entries at or before it
 /// are in the copied data and are not applied again.
 const SYNC_APPLIED: &[u8] = b"raft\0syncapplied";
+/// A file-copy initial sync whose files are installed (`{source, begin, term}`, BSON): its
+/// last phase, applying the source's oplog, runs next.
+const FILE_COPY: &[u8] = b"raft\0filecopy";
+/// Every key of a member's own replication state lies in `[MEMBER_STATE, MEMBER_STATE_END)`:
+/// what a file-copy initial sync keeps of its own when it installs another member's files.
+pub const MEMBER_STATE: &[u8] = b"raft\0";
+pub const MEMBER_STATE_END: &[u8] = b"raft\x01";
 const LOG_PREFIX: &[u8] = b"raft\0log\0";
 const LOG_END: &[u8] = b"raft\0log\x01";
 
@@ -125,6 +132,58 @@ impl SnapshotData {
         }
         bson::to_vec(&d).unwrap_or_default()
     }
+}
+
+/// Makes `into` (a store copied from another member) carry this member's replication state
+/// from `from` instead of the other member's (Raft identity, hard state, log, snapshot,
+/// configuration, pending initial sync), plus `file_copy` as the installed-files marker.
+/// Chunked: the log may be large. Idempotent, so a crash in the middle is redone.
+pub fn transplant_member_state(
+    from: &dyn KvEngine,
+    into: &dyn KvEngine,
+    file_copy: &[u8],
+) -> Result<(), StorageError> {
+    const CHUNK: usize = 1000;
+    loop {
+        let keys: Vec<Vec<u8>> = {
+            let snap = into.snapshot();
+            let mut c = snap.cursor(Space::Catalog, MEMBER_STATE, MEMBER_STATE_END);
+            c.seek_to_first();
+            let mut keys = Vec::new();
+            while c.valid() && keys.len() < CHUNK {
+                keys.push(c.key().to_vec());
+                c.next();
+            }
+            c.status()?;
+            keys
+        };
+        if keys.is_empty() {
+            break;
+        }
+        let mut txn = into.begin();
+        for k in &keys {
+            txn.delete(Space::Catalog, k)?;
+        }
+        txn.commit()?;
+    }
+    let snap = from.snapshot();
+    let mut c = snap.cursor(Space::Catalog, MEMBER_STATE, MEMBER_STATE_END);
+    c.seek_to_first();
+    let mut txn = into.begin();
+    let mut n = 0;
+    while c.valid() {
+        txn.put(Space::Catalog, c.key(), c.value())?;
+        n += 1;
+        if n % CHUNK == 0 {
+            txn.commit()?;
+            txn = into.begin();
+        }
+        c.next();
+    }
+    c.status()?;
+    txn.put(Space::Catalog, FILE_COPY, file_copy)?;
+    txn.commit()?;
+    into.sync_wal()
 }
 
 /// Raft's [`Storage`] over the member's key-value store. Cheap to clone (shared state).
@@ -407,8 +466,24 @@ impl LogStore {
     pub fn initial_sync_done(&self, applied: u64) -> raft::Result<()> {
         let mut txn = self.kv.begin();
         txn.delete(Space::Catalog, INITIAL_SYNC).map_err(kv_err)?;
+        txn.delete(Space::Catalog, FILE_COPY).map_err(kv_err)?;
         txn.put(Space::Catalog, SYNC_APPLIED, &applied.to_be_bytes())
             .map_err(kv_err)?;
+        self.commit(txn)
+    }
+
+    /// The installed files of a file-copy initial sync whose oplog phase is still to run.
+    pub fn file_copy_state(&self) -> raft::Result<Option<Vec<u8>>> {
+        self.kv
+            .snapshot()
+            .get(Space::Catalog, FILE_COPY)
+            .map_err(kv_err)
+    }
+
+    /// Forgets installed files whose oplog phase failed (the next attempt starts over).
+    pub fn clear_file_copy_state(&self) -> raft::Result<()> {
+        let mut txn = self.kv.begin();
+        txn.delete(Space::Catalog, FILE_COPY).map_err(kv_err)?;
         self.commit(txn)
     }
 
@@ -785,5 +860,46 @@ mod tests {
         s.initial_sync_done(77).unwrap();
         assert_eq!(s.initial_sync_pending().unwrap(), None);
         assert_eq!(s.sync_applied().unwrap(), 77);
+    }
+
+    #[test]
+    fn transplant_keeps_the_members_own_state_and_the_copied_data() {
+        let own_dir = tempfile::tempdir().unwrap();
+        let copy_dir = tempfile::tempdir().unwrap();
+        let own = Arc::new(nidus_storage_rocks::RocksEngine::open(own_dir.path()).unwrap());
+        let copy = Arc::new(nidus_storage_rocks::RocksEngine::open(copy_dir.path()).unwrap());
+        {
+            let s = LogStore::open(own.clone()).unwrap();
+            s.set_node_id(3).unwrap();
+            s.append(&(2..2500).map(|i| entry(i, 2)).collect::<Vec<_>>(), None)
+                .unwrap();
+        }
+        {
+            let s = LogStore::open(copy.clone()).unwrap();
+            s.set_node_id(1).unwrap();
+            s.append(&[entry(2, 5), entry(3, 5)], None).unwrap();
+            let mut t = copy.begin();
+            t.put(Space::Catalog, b"coll\0data", b"kept").unwrap();
+            t.put(Space::Records, b"r", b"doc").unwrap();
+            t.commit().unwrap();
+        }
+        transplant_member_state(own.as_ref(), copy.as_ref(), b"marker").unwrap();
+        let s = LogStore::open(copy.clone()).unwrap();
+        assert_eq!(s.node_id().unwrap(), Some(3));
+        assert_eq!(s.last_index_cached(), 2499);
+        assert_eq!(s.entry(3).unwrap().map(|e| e.term), Some(2));
+        assert_eq!(
+            s.file_copy_state().unwrap().as_deref(),
+            Some(&b"marker"[..])
+        );
+        let snap = copy.snapshot();
+        assert_eq!(
+            snap.get(Space::Catalog, b"coll\0data").unwrap().as_deref(),
+            Some(&b"kept"[..])
+        );
+        assert!(snap.get(Space::Records, b"r").unwrap().is_some());
+        // Finishing the initial sync forgets the marker with the pending sync.
+        s.initial_sync_done(9).unwrap();
+        assert_eq!(s.file_copy_state().unwrap(), None);
     }
 }

@@ -1,19 +1,31 @@
-//! Inter-member transport: members talk over their normal MongoDB port. One sender thread per
-//! peer keeps a plain client connection and sends `replSetRaftMessages` commands carrying
+//! Inter-member transport: members talk over their normal MongoDB port. One link per peer
+//! keeps a plain client connection and sends `replSetRaftMessages` commands carrying
 //! serialized Raft messages (an array of binData) and this member's status; a command with no
 //! messages is the heartbeat. The reply carries the peer's status.
+//!
+//! Requests are pipelined: the link's writer thread sends each batch as soon as Raft hands it
+//! over, without waiting for the replies of the requests before it (at most `MAX_INFLIGHT` on
+//! the wire), and a reader thread per connection reads the replies in order. So an append never
+//! waits behind a heartbeat's or an earlier append's round trip, and an acknowledgement leaves
+//! a follower the moment it is ready: a `w: "majority"` write costs one round trip.
+//!
+//! A peer whose connections are refused (nothing listens at its address: the process is gone)
+//! for `GONE_AFTER` is reported to the owner (`LinkOwner::on_peer_gone`); a silent peer (a
+//! stopped process, a partition) is not.
 //!
 //! With a key file every connection first authenticates as `__system@local` (SCRAM-SHA-256,
 //! the key as password), MongoDB's internal authentication; a member without the key is
 //! refused by the others.
 
 use bson::{doc, spec::BinarySubtype, Binary, Bson, Document};
+use parking_lot::{Condvar, Mutex};
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// Most batches waiting for one peer; more are dropped (Raft resends what is lost).
@@ -21,6 +33,15 @@ const QUEUE: usize = 256;
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
 const IO_TIMEOUT: Duration = Duration::from_millis(5000);
 const MAX_BACKOFF: Duration = Duration::from_millis(1000);
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+/// Most requests sent to one peer and not answered yet.
+const MAX_INFLIGHT: usize = 64;
+/// How long a peer's connections must be refused before it is reported gone (a few attempts
+/// on the backoff schedule: a restart in progress or a transient refusal is not a death).
+const GONE_AFTER: Duration = Duration::from_millis(100);
+/// The reader's poll while no reply is due (a stalled peer is found by the oldest request's
+/// age, `IO_TIMEOUT`).
+const READ_POLL: Duration = Duration::from_millis(1000);
 
 pub fn encode_messages(msgs: &[Message]) -> Vec<Bson> {
     msgs.iter()
@@ -43,7 +64,7 @@ pub fn decode_messages(arr: &[Bson]) -> Result<Vec<Message>, String> {
         .collect()
 }
 
-/// What a sender thread needs from the coordinator (held weakly so threads end with it).
+/// What a link needs from the coordinator (held weakly so threads end with it).
 pub trait LinkOwner: Send + Sync + 'static {
     fn peer_host(&self, id: u64) -> Option<String>;
     /// The command to send: messages plus this member's status.
@@ -53,19 +74,35 @@ pub trait LinkOwner: Send + Sync + 'static {
     fn on_reply(&self, id: u64, reply: &Document, ping: Duration, had_snapshot: bool);
     /// The peer could not be reached.
     fn on_unreachable(&self, id: u64, had_messages: bool, had_snapshot: bool);
+    /// The peer's connections were refused for `GONE_AFTER` or longer (reported at every
+    /// refused attempt from then on, until a connection succeeds).
+    fn on_peer_gone(&self, id: u64);
     fn stopping(&self) -> bool;
 }
 
 pub struct Link {
-    tx: SyncSender<Vec<Message>>,
+    /// The writer's queue; the readers hold it weakly (to wake the writer when a connection
+    /// dies), so dropping the link ends the writer.
+    tx: Arc<SyncSender<Vec<Message>>>,
 }
 
 impl Link {
     pub fn start<O: LinkOwner>(owner: Weak<O>, id: u64) -> Link {
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+        let tx = Arc::new(tx);
+        let writer = Writer {
+            owner,
+            id,
+            rx,
+            wake: Arc::downgrade(&tx),
+            conn: None,
+            backoff: FIRST_BACKOFF,
+            retry_at: None,
+            refused_since: None,
+        };
         let _ = std::thread::Builder::new()
             .name(format!("repl-peer-{id}"))
-            .spawn(move || run(owner, id, rx));
+            .spawn(move || writer.run());
         Link { tx }
     }
 
@@ -76,67 +113,319 @@ impl Link {
     }
 }
 
-fn run<O: LinkOwner>(owner: Weak<O>, id: u64, rx: Receiver<Vec<Message>>) {
-    let mut conn: Option<(String, TcpStream)> = None;
-    let mut backoff = Duration::from_millis(50);
-    let mut retry_at: Option<Instant> = None;
-    loop {
-        let interval = match owner.upgrade() {
-            Some(o) if !o.stopping() => o.heartbeat_interval(),
-            _ => return,
-        };
-        let mut msgs = match rx.recv_timeout(interval) {
-            Ok(m) => m,
-            Err(RecvTimeoutError::Timeout) => Vec::new(),
-            Err(RecvTimeoutError::Disconnected) => return,
-        };
-        while msgs.len() < 1024 {
-            match rx.try_recv() {
-                Ok(more) => msgs.extend(more),
-                Err(_) => break,
+/// A request on the wire, waiting for its reply.
+struct Pending {
+    started: Instant,
+    had_messages: bool,
+    had_snapshot: bool,
+}
+
+#[derive(Default)]
+struct InFlight {
+    /// The connection failed (or was closed): its reader reported every pending request
+    /// unreachable and takes no more.
+    dead: bool,
+    /// A reply arrived on this connection (the peer speaks to us: no backoff after it).
+    replied: bool,
+    pending: VecDeque<Pending>,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<InFlight>,
+    changed: Condvar,
+}
+
+struct Conn {
+    host: String,
+    stream: TcpStream,
+    shared: Arc<Shared>,
+}
+
+impl Conn {
+    /// Ends the connection; its reader reports what was pending.
+    fn close(&self) {
+        self.shared.state.lock().dead = true;
+        let _ = self.stream.shutdown(Shutdown::Both);
+        self.shared.changed.notify_all();
+    }
+}
+
+struct Writer<O: LinkOwner> {
+    owner: Weak<O>,
+    id: u64,
+    rx: Receiver<Vec<Message>>,
+    wake: Weak<SyncSender<Vec<Message>>>,
+    conn: Option<Conn>,
+    backoff: Duration,
+    retry_at: Option<Instant>,
+    /// Since when every connection attempt was refused.
+    refused_since: Option<Instant>,
+}
+
+impl<O: LinkOwner> Writer<O> {
+    fn run(mut self) {
+        loop {
+            let interval = match self.owner.upgrade() {
+                Some(o) if !o.stopping() => o.heartbeat_interval(),
+                _ => break,
+            };
+            self.drop_dead_conn();
+            // While backing off, the next attempt is made when the backoff ends, so a peer
+            // that is down is probed on the backoff schedule, not only at heartbeats.
+            let wait = self.retry_at.map_or(interval, |t| {
+                t.saturating_duration_since(Instant::now()).min(interval)
+            });
+            let mut msgs = match self.rx.recv_timeout(wait) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => Vec::new(),
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            while msgs.len() < 1024 {
+                match self.rx.try_recv() {
+                    Ok(more) => msgs.extend(more),
+                    Err(_) => break,
+                }
+            }
+            let Some(o) = self.owner.upgrade() else { break };
+            if o.stopping() {
+                break;
+            }
+            self.drop_dead_conn();
+            let had_snapshot = msgs
+                .iter()
+                .any(|m| m.get_msg_type() == MessageType::MsgSnapshot);
+            let had_messages = !msgs.is_empty();
+            if self.retry_at.is_some_and(|t| Instant::now() < t) {
+                // Still backing off after a failure: the batch is dropped; Raft resends.
+                o.on_unreachable(self.id, had_messages, had_snapshot);
+                continue;
+            }
+            let Some(host) = o.peer_host(self.id) else {
+                continue;
+            };
+            if self.conn.as_ref().is_some_and(|c| c.host != host) {
+                if let Some(c) = self.conn.take() {
+                    c.close();
+                }
+            }
+            if self.conn.is_none() {
+                match connect(&host) {
+                    Ok(stream) => match self.open(&host, stream) {
+                        Ok(()) => {
+                            self.refused_since = None;
+                        }
+                        Err(_) => {
+                            self.failed(&*o, false);
+                            o.on_unreachable(self.id, had_messages, had_snapshot);
+                            continue;
+                        }
+                    },
+                    Err(e) => {
+                        self.failed(&*o, e.kind() == ErrorKind::ConnectionRefused);
+                        o.on_unreachable(self.id, had_messages, had_snapshot);
+                        continue;
+                    }
+                }
+            }
+            let Some(conn) = self.conn.as_ref() else {
+                continue;
+            };
+            // At most MAX_INFLIGHT requests on the wire: wait for replies (the reader ends a
+            // connection whose oldest request is unanswered for IO_TIMEOUT).
+            {
+                let mut st = conn.shared.state.lock();
+                while !st.dead && st.pending.len() >= MAX_INFLIGHT {
+                    conn.shared.changed.wait_for(&mut st, READ_POLL);
+                }
+            }
+            let cmd = o.outgoing(self.id, encode_messages(&msgs));
+            let bytes = nidus_wire::encode_msg(next_request_id(), 0, 0, &cmd, None);
+            let started = Instant::now();
+            let mut stream = &conn.stream;
+            if stream.write_all(&bytes).is_err() {
+                if let Some(c) = self.conn.take() {
+                    c.close();
+                }
+                self.failed(&*o, false);
+                o.on_unreachable(self.id, had_messages, had_snapshot);
+                continue;
+            }
+            let accepted = {
+                let mut st = conn.shared.state.lock();
+                if st.dead {
+                    false
+                } else {
+                    st.pending.push_back(Pending {
+                        started,
+                        had_messages,
+                        had_snapshot,
+                    });
+                    true
+                }
+            };
+            conn.shared.changed.notify_all();
+            if !accepted {
+                // The reader already gave up on this connection (and reported what it held).
+                o.on_unreachable(self.id, had_messages, had_snapshot);
             }
         }
-        let Some(o) = owner.upgrade() else { return };
-        if o.stopping() {
-            return;
-        }
-        let had_snapshot = msgs
-            .iter()
-            .any(|m| m.get_msg_type() == MessageType::MsgSnapshot);
-        let had_messages = !msgs.is_empty();
-        if retry_at.is_some_and(|t| Instant::now() < t) {
-            // Still backing off after a failure: the batch is dropped; Raft resends.
-            o.on_unreachable(id, had_messages, had_snapshot);
-            continue;
-        }
-        let Some(host) = o.peer_host(id) else {
-            continue;
-        };
-        if conn.as_ref().is_some_and(|(h, _)| *h != host) {
-            conn = None;
-        }
-        let cmd = o.outgoing(id, crate::transport::encode_messages(&msgs));
-        let started = Instant::now();
-        let result = match conn.take() {
-            Some((h, s)) => round_trip(s, &cmd).map(|(s, r)| ((h, s), r)),
-            None => connect(&host)
-                .and_then(|s| round_trip(s, &cmd))
-                .map(|(s, r)| ((host.clone(), s), r)),
-        };
-        match result {
-            Ok((c, reply)) => {
-                conn = Some(c);
-                backoff = Duration::from_millis(50);
-                retry_at = None;
-                o.on_reply(id, &reply, started.elapsed(), had_snapshot);
-            }
-            Err(_) => {
-                o.on_unreachable(id, had_messages, had_snapshot);
-                retry_at = Some(Instant::now() + backoff);
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-            }
+        if let Some(c) = self.conn.take() {
+            c.close();
         }
     }
+
+    /// Starts the reader of a new connection.
+    fn open(&mut self, host: &str, stream: TcpStream) -> std::io::Result<()> {
+        stream.set_read_timeout(Some(READ_POLL))?;
+        let reading = stream.try_clone()?;
+        let shared = Arc::new(Shared::default());
+        let reader = Reader {
+            owner: self.owner.clone(),
+            id: self.id,
+            stream: reading,
+            shared: shared.clone(),
+            wake: self.wake.clone(),
+        };
+        std::thread::Builder::new()
+            .name(format!("repl-peer-{}-rx", self.id))
+            .spawn(move || reader.run())?;
+        self.conn = Some(Conn {
+            host: host.to_string(),
+            stream,
+            shared,
+        });
+        Ok(())
+    }
+
+    /// Forgets a connection its reader found broken: the next attempt is made at once when
+    /// the peer had answered on it, else after the backoff.
+    fn drop_dead_conn(&mut self) {
+        let Some(c) = self.conn.as_ref() else { return };
+        let (dead, replied) = {
+            let st = c.shared.state.lock();
+            (st.dead, st.replied)
+        };
+        if !dead {
+            if replied {
+                self.backoff = FIRST_BACKOFF;
+                self.retry_at = None;
+            }
+            return;
+        }
+        self.conn = None;
+        if replied {
+            self.backoff = FIRST_BACKOFF;
+            self.retry_at = None;
+        } else {
+            self.retry_at = Some(Instant::now() + self.backoff);
+            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// A connection attempt or a send failed: back off; a refused connection counts towards
+    /// reporting the peer gone.
+    fn failed(&mut self, o: &O, refused: bool) {
+        self.retry_at = Some(Instant::now() + self.backoff);
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        if !refused {
+            self.refused_since = None;
+            return;
+        }
+        let since = *self.refused_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= GONE_AFTER {
+            o.on_peer_gone(self.id);
+        }
+    }
+}
+
+/// Reads the replies of one connection, in the order of its requests.
+struct Reader<O: LinkOwner> {
+    owner: Weak<O>,
+    id: u64,
+    stream: TcpStream,
+    shared: Arc<Shared>,
+    wake: Weak<SyncSender<Vec<Message>>>,
+}
+
+impl<O: LinkOwner> Reader<O> {
+    fn run(mut self) {
+        // Reads until the connection fails or is closed; a peer that exits closes it, which
+        // is noticed here at once even while nothing is pending.
+        loop {
+            if self.shared.state.lock().dead {
+                break;
+            }
+            let mut first = [0u8; 1];
+            match self.stream.read(&mut first) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    let stalled = self
+                        .shared
+                        .state
+                        .lock()
+                        .pending
+                        .front()
+                        .is_some_and(|p| p.started.elapsed() >= IO_TIMEOUT);
+                    if stalled {
+                        break;
+                    }
+                    continue;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+            let reply = match read_reply(&mut self.stream, first[0]) {
+                Ok(r) => r,
+                Err(_) => break,
+            };
+            let Some(o) = self.owner.upgrade() else { break };
+            let done = {
+                let mut st = self.shared.state.lock();
+                st.replied = true;
+                st.pending.pop_front()
+            };
+            self.shared.changed.notify_all();
+            // A reply nobody asked for: the stream is out of step.
+            let Some(p) = done else { break };
+            o.on_reply(self.id, &reply, p.started.elapsed(), p.had_snapshot);
+        }
+        let drained: Vec<Pending> = {
+            let mut st = self.shared.state.lock();
+            st.dead = true;
+            st.pending.drain(..).collect()
+        };
+        self.shared.changed.notify_all();
+        let _ = self.stream.shutdown(Shutdown::Both);
+        if let Some(o) = self.owner.upgrade() {
+            for p in drained {
+                o.on_unreachable(self.id, p.had_messages, p.had_snapshot);
+            }
+        }
+        // The writer reconnects (or backs off) now rather than at its next heartbeat.
+        if let Some(tx) = self.wake.upgrade() {
+            let _ = tx.try_send(Vec::new());
+        }
+    }
+}
+
+/// Reads the rest of a reply whose first byte was read; a reply that is not `ok` is an error.
+fn read_reply(s: &mut TcpStream, first: u8) -> std::io::Result<Document> {
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    let mut len = [first, 0, 0, 0];
+    let read = s.read_exact(&mut len[1..]).and_then(|()| {
+        let n = i32::from_le_bytes(len);
+        if n < nidus_wire::HEADER_LEN as i32 || n as usize > nidus_wire::MAX_MESSAGE_SIZE_BYTES {
+            return Err(std::io::Error::other("bad reply length"));
+        }
+        let mut message = len.to_vec();
+        message.resize(n as usize, 0);
+        s.read_exact(&mut message[4..])?;
+        Ok(message)
+    });
+    s.set_read_timeout(Some(READ_POLL))?;
+    decode_reply(&read?)
 }
 
 /// The set's key (`--keyFile`), set once at startup before any member connection is made.
@@ -223,11 +512,14 @@ fn next_request_id() -> i32 {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Sends one OP_MSG command and reads its reply.
-pub(crate) fn round_trip(
-    mut s: TcpStream,
-    cmd: &Document,
-) -> std::io::Result<(TcpStream, Document)> {
+/// Sends one OP_MSG command and reads its reply; a reply with `ok: 0` is an error.
+pub(crate) fn round_trip(s: TcpStream, cmd: &Document) -> std::io::Result<(TcpStream, Document)> {
+    let (s, body) = exchange(s, cmd)?;
+    Ok((s, ok_or_error(body)?))
+}
+
+/// Sends one OP_MSG command and reads its reply, whatever its `ok`.
+pub(crate) fn exchange(mut s: TcpStream, cmd: &Document) -> std::io::Result<(TcpStream, Document)> {
     let bytes = nidus_wire::encode_msg(next_request_id(), 0, 0, cmd, None);
     s.write_all(&bytes)?;
     let mut len = [0u8; 4];
@@ -239,17 +531,29 @@ pub(crate) fn round_trip(
     let mut message = len.to_vec();
     message.resize(n as usize, 0);
     s.read_exact(&mut message[4..])?;
-    let decoded = nidus_wire::decode_message(&message)
-        .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+    Ok((s, decode_body(&message)?))
+}
+
+/// The body of an OP_MSG reply; a reply that is not `ok` is an error.
+fn decode_reply(message: &[u8]) -> std::io::Result<Document> {
+    ok_or_error(decode_body(message)?)
+}
+
+fn ok_or_error(body: Document) -> std::io::Result<Document> {
+    if body.get_f64("ok").unwrap_or(0.0) != 1.0 {
+        return Err(std::io::Error::other(
+            body.get_str("errmsg").unwrap_or("error").to_string(),
+        ));
+    }
+    Ok(body)
+}
+
+/// The body of an OP_MSG reply, whatever its `ok`.
+fn decode_body(message: &[u8]) -> std::io::Result<Document> {
+    let decoded =
+        nidus_wire::decode_message(message).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
     match decoded.request {
-        nidus_wire::Request::Msg(m) => {
-            if m.body.get_f64("ok").unwrap_or(0.0) != 1.0 {
-                return Err(std::io::Error::other(
-                    m.body.get_str("errmsg").unwrap_or("error").to_string(),
-                ));
-            }
-            Ok((s, m.body))
-        }
+        nidus_wire::Request::Msg(m) => Ok(m.body),
         _ => Err(std::io::Error::other("unexpected reply")),
     }
 }

@@ -26,7 +26,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> ClientStream for S {}
 pub struct ConnState {
     pub id: i64,
     pub peer: SocketAddr,
-    pub client_metadata: Option<Document>,
+    /// `peer` as `ip:port` (formatted once: every operation's `currentOp` entry names it).
+    pub peer_text: Arc<str>,
+    pub client_metadata: Option<Arc<Document>>,
     pub app_name: Option<String>,
     /// Compressors agreed in `hello`, in the client's order of preference.
     pub compressors: Vec<Compressor>,
@@ -91,6 +93,7 @@ pub async fn serve<S: ClientStream>(
     let mut conn = ConnState {
         id,
         peer,
+        peer_text: peer.to_string().into(),
         client_metadata: None,
         app_name: None,
         compressors: Vec::new(),
@@ -522,9 +525,11 @@ fn run_msg(
         msg.exhaust_allowed() && msg.body.keys().next().map(String::as_str) == Some("getMore");
     let await_hello = awaitable_hello(state, &msg.body);
     let hello_stream = msg.exhaust_allowed() && await_hello.is_some();
-    let body = msg.body;
+    // Only a command that may run again (an exhaust getMore, a streaming hello) keeps a
+    // copy of its body.
+    let again = (exhaust || hello_stream).then(|| msg.body.clone());
     let mut request = Request {
-        body: body.clone(),
+        body: msg.body,
         sequences: msg.sequences,
     };
     let mut response_to = request_id;
@@ -553,6 +558,9 @@ fn run_msg(
             return false;
         }
         response_to = id;
+        let Some(body) = &again else {
+            return false;
+        };
         request = Request {
             body: body.clone(),
             sequences: Vec::new(),

@@ -32,14 +32,14 @@ pub struct ActiveOp {
     pub ctx: Arc<OpCtx>,
     pub conn_id: i64,
     /// The peer as `ip:port`.
-    pub client: String,
+    pub client: Arc<str>,
     pub app_name: Option<String>,
-    pub client_metadata: Option<Document>,
+    pub client_metadata: Option<Arc<Document>>,
     /// `query`, `getmore`, `insert`, `update`, `remove` or `command`.
     pub op: &'static str,
     pub ns: String,
     pub db: String,
-    pub command: Document,
+    pub command: Arc<Document>,
     pub started: Instant,
     /// `user`, `db` of the authenticated user.
     pub users: Vec<(String, String)>,
@@ -71,7 +71,7 @@ impl ActiveOp {
     pub fn client_ip(&self) -> String {
         match self.client.rsplit_once(':') {
             Some((ip, _)) => ip.trim_start_matches('[').trim_end_matches(']').to_string(),
-            None => self.client.clone(),
+            None => self.client.to_string(),
         }
     }
 
@@ -83,13 +83,13 @@ impl ActiveOp {
             "host": host,
             "desc": format!("conn{}", self.conn_id),
             "connectionId": self.conn_id,
-            "client": self.client.clone(),
+            "client": self.client.to_string(),
         };
         if let Some(app) = &self.app_name {
             d.insert("appName", app.clone());
         }
         if let Some(m) = &self.client_metadata {
-            d.insert("clientMetadata", m.clone());
+            d.insert("clientMetadata", (**m).clone());
         }
         d.insert("active", true);
         d.insert("currentOpTime", crate::log::now_iso());
@@ -107,7 +107,7 @@ impl ActiveOp {
         d.insert("op", self.op);
         d.insert("ns", self.ns.clone());
         d.insert("redacted", false);
-        d.insert("command", self.command.clone());
+        d.insert("command", (*self.command).clone());
         let conflicts = self.ctx.write_conflicts() as i64;
         d.insert("numYields", conflicts);
         if conflicts > 0 {
@@ -222,7 +222,7 @@ pub fn namespace_of(name: &str, db: &str, body: &Document) -> String {
 }
 
 impl OpRegistry {
-    pub fn begin(&self, conn: &ConnState, name: &str, body: &Document) -> Registered<'_> {
+    pub fn begin(&self, conn: &ConnState, name: &str, body: &Arc<Document>) -> Registered<'_> {
         let db = match body.get("$db") {
             Some(Bson::String(d)) => d.clone(),
             _ => String::new(),
@@ -233,13 +233,13 @@ impl OpRegistry {
             opid,
             ctx: OpCtx::new(),
             conn_id: conn.id,
-            client: conn.peer.to_string(),
+            client: conn.peer_text.clone(),
             app_name: conn.app_name.clone(),
             client_metadata: conn.client_metadata.clone(),
             op: op_type(name),
             ns: namespace_of(name, &db, body),
             db,
-            command: body.clone(),
+            command: Arc::clone(body),
             started: Instant::now(),
             users: conn
                 .auth

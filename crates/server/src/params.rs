@@ -144,11 +144,8 @@ impl Parameters {
             };
             let v = parse_like(existing, raw)
                 .ok_or_else(|| format!("Bad value for parameter \"{k}\": {raw}"))?;
-            // File copy based initial sync (MongoDB Enterprise's) is not implemented.
-            if k == "initialSyncMethod" && raw != "logical" {
-                return Err(format!(
-                    "Bad value for parameter \"initialSyncMethod\": {raw} is not supported; use \"logical\""
-                ));
+            if k == "initialSyncMethod" {
+                nidus_repl::file_copy::set_initial_sync_method(raw)?;
             }
             values.insert(k.clone(), v);
         }

@@ -253,7 +253,7 @@ impl OpReport<'_> {
         if let Some(n) = self.response_length {
             d.insert("reslen", n);
         }
-        d.insert("remote", a.client.clone());
+        d.insert("remote", a.client.to_string());
         d.insert("protocol", "op_msg");
         d.insert("durationMillis", self.millis as i64);
         Bson::Document(d).into_relaxed_extjson()

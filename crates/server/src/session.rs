@@ -52,8 +52,9 @@ const RETRYABLE_COMMANDS: &[&str] = &[
 pub struct Reaped {
     /// Transactions aborted for exceeding their lifetime.
     pub aborted: usize,
-    /// Sessions whose retryable-write records below a transaction number can go.
-    pub forget: Vec<(Vec<u8>, i64)>,
+    /// Sessions whose retryable-write records of transaction numbers in `[from, below)`
+    /// can go: (lsid, from, below).
+    pub forget: Vec<(Vec<u8>, i64, i64)>,
 }
 
 #[derive(Default)]
@@ -96,6 +97,10 @@ struct SessionState {
     /// Records of transaction numbers below this one are no longer needed (the reaper
     /// deletes them off the command path).
     forget_below: Option<i64>,
+    /// Records of transaction numbers below this one were deleted already (by this
+    /// process): the next deletion starts its scan here instead of walking over their
+    /// tombstones again.
+    forgotten_below: i64,
 }
 
 impl SessionState {
@@ -404,6 +409,7 @@ impl Sessions {
                         stored: None,
                         recorded: None,
                         forget_below: None,
+                        forgotten_below: 0,
                     }),
                 })
             })
@@ -451,7 +457,8 @@ impl Sessions {
         for s in sessions {
             let mut st = s.state.lock();
             if let Some(below) = st.forget_below.take() {
-                forget.push((s.id.bytes.clone(), below));
+                forget.push((s.id.bytes.clone(), st.forgotten_below, below));
+                st.forgotten_below = st.forgotten_below.max(below);
             }
             let too_old = matches!(&st.txn,
                 TxnState::Active { started, .. } if now.duration_since(*started) >= lifetime);
@@ -461,7 +468,7 @@ impl Sessions {
             let idle_for = now.duration_since(st.last_use);
             if idle_for >= idle && !matches!(st.txn, TxnState::Active { .. }) {
                 if st.recorded.is_some() {
-                    forget.push((s.id.bytes.clone(), i64::MAX));
+                    forget.push((s.id.bytes.clone(), st.forgotten_below, i64::MAX));
                 }
                 expired.push(s.id.bytes.clone());
             }

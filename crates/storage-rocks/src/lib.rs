@@ -174,6 +174,87 @@ impl KvEngine for RocksEngine {
             .map(|&t| (t.name(), self.inner.opts.get_ticker_count(t)))
             .collect()
     }
+
+    /// RocksDB's checkpoint: memtables are flushed, the live SST files hard-linked (copied
+    /// across file systems) into `dir` with a MANIFEST of their own.
+    fn checkpoint(&self, dir: &Path) -> StorageResult<()> {
+        let cp =
+            rocksdb::checkpoint::TransactionDBCheckpoint::new(&self.inner.db).map_err(map_err)?;
+        cp.create_checkpoint(dir).map_err(map_err)
+    }
+}
+
+/// Whether `name` is one of a RocksDB store's own files (what a checkpoint holds and what
+/// [`install_checkpoint`] replaces); other files of a data directory (logs, `rollback/`, ...)
+/// are left alone.
+pub fn is_store_file(name: &str) -> bool {
+    let numbered = |ext: &str| {
+        name.strip_suffix(ext)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    matches!(name, "CURRENT" | "IDENTITY" | "LOCK" | "LOG")
+        || name.starts_with("MANIFEST-")
+        || name.starts_with("OPTIONS-")
+        || name.starts_with("LOG.old.")
+        || numbered(".sst")
+        || numbered(".log")
+        || numbered(".blob")
+}
+
+/// Marks, inside the staged directory, that the old store's files are gone.
+const OLD_FILES_REMOVED: &str = "nidus-old-files-removed";
+
+fn sync_dir(path: &Path) -> std::io::Result<()> {
+    std::fs::File::open(path)?.sync_all()
+}
+
+/// Replaces the store in `dbpath` (closed) by the complete store in `staged` (a checkpoint),
+/// then removes `staged`. Safe to call again after a crash in the middle: a marker in `staged`
+/// records that the old files were removed, so a second call only moves what is left.
+pub fn install_checkpoint(dbpath: &Path, staged: &Path) -> StorageResult<()> {
+    let io = |e: std::io::Error| StorageError::Io(format!("installing a checkpoint: {e}"));
+    let store_files = |dir: &Path| -> StorageResult<Vec<String>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).map_err(io)? {
+            let e = e.map_err(io)?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.file_type().map_err(io)?.is_file() && is_store_file(&name) {
+                out.push(name);
+            }
+        }
+        Ok(out)
+    };
+    if !staged.is_dir() {
+        return Err(StorageError::Io(format!(
+            "no checkpoint to install in {}",
+            staged.display()
+        )));
+    }
+    let marker = staged.join(OLD_FILES_REMOVED);
+    if !marker.exists() {
+        if !staged.join("CURRENT").is_file() {
+            return Err(StorageError::Io(format!(
+                "the checkpoint in {} is incomplete",
+                staged.display()
+            )));
+        }
+        for name in store_files(dbpath)? {
+            std::fs::remove_file(dbpath.join(name)).map_err(io)?;
+        }
+        sync_dir(dbpath).map_err(io)?;
+        std::fs::File::create(&marker)
+            .and_then(|f| f.sync_all())
+            .map_err(io)?;
+        sync_dir(staged).map_err(io)?;
+    }
+    // CURRENT last: a store is only a store once it names its MANIFEST.
+    let mut names = store_files(staged)?;
+    names.sort_by_key(|n| n == "CURRENT");
+    for name in names {
+        std::fs::rename(staged.join(&name), dbpath.join(&name)).map_err(io)?;
+    }
+    sync_dir(dbpath).map_err(io)?;
+    std::fs::remove_dir_all(staged).map_err(io)
 }
 
 fn dir_size(path: &Path) -> u64 {

@@ -111,3 +111,73 @@ fn statistics_count_keys_read_and_bytes_written() {
     }
     assert_eq!(count("rocksdb.number.keys.read"), read + 3);
 }
+
+#[test]
+fn checkpoint_holds_the_data_of_its_instant_and_installs_over_another_store() {
+    let src_dir = tempfile::tempdir().unwrap();
+    let dst_dir = tempfile::tempdir().unwrap();
+    let cp = src_dir.path().join("cp");
+    {
+        let src = RocksEngine::open(src_dir.path()).unwrap();
+        let mut t = src.begin();
+        t.put(Space::Records, b"r1", b"one").unwrap();
+        t.put(Space::Indexes, b"i1", b"").unwrap();
+        t.commit().unwrap();
+        src.checkpoint(&cp).unwrap();
+        // Later writes are not in the checkpoint.
+        let mut t = src.begin();
+        t.put(Space::Records, b"r2", b"two").unwrap();
+        t.commit().unwrap();
+        // An existing checkpoint directory is refused.
+        assert!(src.checkpoint(&cp).is_err());
+    }
+    {
+        let dst = RocksEngine::open(dst_dir.path()).unwrap();
+        let mut t = dst.begin();
+        t.put(Space::Records, b"old", b"x").unwrap();
+        t.commit().unwrap();
+        dst.sync_wal().unwrap();
+    }
+    std::fs::write(dst_dir.path().join("server.log"), b"kept").unwrap();
+    install_checkpoint(dst_dir.path(), &cp).unwrap();
+    assert!(!cp.exists());
+    // A second call after a finished install has nothing to do but fails cleanly.
+    assert!(install_checkpoint(dst_dir.path(), &cp).is_err());
+    let dst = RocksEngine::open(dst_dir.path()).unwrap();
+    let snap = dst.snapshot();
+    assert_eq!(
+        snap.get(Space::Records, b"r1").unwrap().as_deref(),
+        Some(&b"one"[..])
+    );
+    assert!(snap.get(Space::Indexes, b"i1").unwrap().is_some());
+    assert!(snap.get(Space::Records, b"r2").unwrap().is_none());
+    assert!(snap.get(Space::Records, b"old").unwrap().is_none());
+    assert_eq!(
+        std::fs::read(dst_dir.path().join("server.log")).unwrap(),
+        b"kept"
+    );
+}
+
+#[test]
+fn store_files_are_recognised_by_name() {
+    for name in [
+        "CURRENT",
+        "LOCK",
+        "000012.sst",
+        "000013.log",
+        "MANIFEST-000005",
+        "OPTIONS-000007",
+        "LOG.old.1700000000",
+    ] {
+        assert!(is_store_file(name), "{name}");
+    }
+    for name in [
+        "mongod.log",
+        "x.sst",
+        ".log",
+        "rollback",
+        "nidus-initial-sync.bson",
+    ] {
+        assert!(!is_store_file(name), "{name}");
+    }
+}

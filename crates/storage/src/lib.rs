@@ -109,6 +109,16 @@ pub trait KvEngine: Send + Sync {
     fn statistics(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// Writes a consistent copy of the whole store (every space, as of one instant) as the
+    /// files of a store of the same kind in `dir`, which must not exist yet (a file-copy
+    /// initial sync sends those files to another member). The copy is independent of later
+    /// writes to this store.
+    fn checkpoint(&self, dir: &std::path::Path) -> StorageResult<()> {
+        let _ = dir;
+        Err(StorageError::Io(
+            "this storage engine cannot make checkpoints".to_string(),
+        ))
+    }
 }
 
 /// Helpers for big-endian id prefixes shared by every key layout.

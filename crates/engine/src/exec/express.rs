@@ -87,6 +87,24 @@ impl StageImpl for ExpressIxscan {
         })
     }
 
+    fn counter(&self, field: &str) -> Option<i64> {
+        match field {
+            "keysExamined" => Some(self.keys_examined),
+            "docsExamined" => Some(self.docs_examined),
+            _ => None,
+        }
+    }
+
+    fn index_fields(&self) -> (Option<Bson>, Option<String>) {
+        if self.idhack {
+            return (None, None);
+        }
+        (
+            Some(Bson::Document(self.index.key_document())),
+            Some(self.index.name.clone()),
+        )
+    }
+
     fn specific_stats(&self) -> Document {
         let mut d = Document::new();
         if self.idhack {
@@ -165,6 +183,19 @@ impl StageImpl for ExpressWrite {
                 })
             }
         }
+    }
+
+    fn counter(&self, field: &str) -> Option<i64> {
+        match field {
+            "nWouldModify" => Some(self.n_modified),
+            "nWouldUpsert" => Some(0),
+            "nWouldDelete" => Some(self.n_deleted),
+            _ => self.lookup.counter(field),
+        }
+    }
+
+    fn index_fields(&self) -> (Option<Bson>, Option<String>) {
+        self.lookup.index_fields()
     }
 
     fn specific_stats(&self) -> Document {

@@ -8,9 +8,10 @@ use std::collections::VecDeque;
 /// `GEO_NEAR_2DSPHERE`: reads every document its child (FETCH over the 2dsphere index's cells
 /// within `$maxDistance`) returns, measures the distance from the query point to the nearest
 /// geometry at the geo path, keeps those within `$minDistance`/`$maxDistance` and returns
-/// them nearest first (ties in the child's order).
+/// them nearest first (ties in the child's order). Over a 2d index it is `GEO_NEAR_2D`.
 pub struct GeoNear2dSphere {
     child: Box<Stage>,
+    flat: bool,
     near: NearQuery,
     path: String,
     index: IndexMeta,
@@ -22,6 +23,7 @@ impl GeoNear2dSphere {
     pub fn new(child: Stage, near: NearQuery, path: String, index: IndexMeta) -> GeoNear2dSphere {
         GeoNear2dSphere {
             child: Box::new(child),
+            flat: index.twod.is_some(),
             near,
             path,
             index,
@@ -45,7 +47,11 @@ pub fn nearest_distance(
 
 impl StageImpl for GeoNear2dSphere {
     fn name(&self) -> &'static str {
-        "GEO_NEAR_2DSPHERE"
+        if self.flat {
+            "GEO_NEAR_2D"
+        } else {
+            "GEO_NEAR_2DSPHERE"
+        }
     }
 
     fn work(&mut self) -> Result<StageState> {

@@ -35,6 +35,14 @@ impl StageImpl for Limit {
         Ok(state)
     }
 
+    fn counter(&self, field: &str) -> Option<i64> {
+        (field == "limitAmount").then_some(self.limit_amount as i64)
+    }
+
+    fn index_fields(&self) -> (Option<bson::Bson>, Option<String>) {
+        (None, None)
+    }
+
     fn specific_stats(&self) -> Document {
         let mut d = Document::new();
         d.insert("limitAmount", self.limit_amount as i64);

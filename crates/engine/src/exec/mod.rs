@@ -187,6 +187,25 @@ pub trait StageImpl: Send {
     fn children(&self) -> Vec<&Stage> {
         Vec::new()
     }
+    /// One integer counter of [`StageImpl::specific_stats`] (`keysExamined`, ...), which a
+    /// stage on the hot path answers without building the whole document.
+    fn counter(&self, field: &str) -> Option<i64> {
+        match self.specific_stats().get(field) {
+            Some(bson::Bson::Int64(n)) => Some(*n),
+            Some(bson::Bson::Int32(n)) => Some(i64::from(*n)),
+            _ => None,
+        }
+    }
+    /// The `keyPattern` and `indexName` of [`StageImpl::specific_stats`] (plan summaries and
+    /// `$indexStats`), likewise.
+    fn index_fields(&self) -> (Option<bson::Bson>, Option<String>) {
+        let mut stats = self.specific_stats();
+        let name = match stats.remove("indexName") {
+            Some(bson::Bson::String(s)) => Some(s),
+            _ => None,
+        };
+        (stats.remove("keyPattern"), name)
+    }
     /// Hears the executor's deadline (stages that check it themselves, such as an
     /// aggregation pipeline's output, whose blocking stages run inside one `work`).
     fn set_deadline(&mut self, _deadline: Option<Instant>) {}
@@ -230,12 +249,13 @@ impl Stage {
 
     /// Sum of a specific counter over this subtree (for `totalDocsExamined` and friends).
     pub fn total(&self, field: &str) -> i64 {
-        let own = match self.specific_stats().get(field) {
-            Some(bson::Bson::Int64(n)) => *n,
-            Some(bson::Bson::Int32(n)) => *n as i64,
-            _ => 0,
-        };
+        let own = self.imp.counter(field).unwrap_or(0);
         own + self.children().iter().map(|c| c.total(field)).sum::<i64>()
+    }
+
+    /// The `indexName` of this stage's specific stats, if it reads an index.
+    pub fn index_name(&self) -> Option<String> {
+        self.imp.index_fields().1
     }
 
     /// One-line plan summary for logs and the profiler: the plan's leaf stages, scans with
@@ -249,8 +269,8 @@ impl Stage {
     fn summary_leaves(&self, out: &mut Vec<String>) {
         let children = self.children();
         if children.is_empty() {
-            out.push(match self.specific_stats().get("keyPattern") {
-                Some(k) => format!("{} {}", self.name(), nidus_common::shell::format(k)),
+            out.push(match self.imp.index_fields().0 {
+                Some(k) => format!("{} {}", self.name(), nidus_common::shell::format(&k)),
                 None => self.name().to_string(),
             });
         }

@@ -203,7 +203,18 @@ pub struct ExpCtx {
     /// The aggregate command's `hint`: the index (or `$natural`) of the pipeline's own
     /// cursor; sub-pipelines do not inherit it.
     pub hint: Option<bson::Bson>,
+    /// Set when the pipeline runs on a secondary: `$out` and `$merge` send their writes to
+    /// the primary through it (MongoDB's ReplicaSetNodeProcessInterface) and read only
+    /// locally. None: they write through `engine`.
+    pub primary: Option<Arc<dyn PrimaryWrites>>,
     interrupt: Arc<Interrupt>,
+}
+
+/// Commands run on the replica set's primary on behalf of a pipeline running on a secondary.
+pub trait PrimaryWrites: Send + Sync {
+    /// Runs `cmd` on database `db` of the primary. A reply with `ok: 0` is its error (code
+    /// and message); a write command's first write error is returned as the error too.
+    fn run(&self, db: &str, cmd: Document) -> Result<Document>;
 }
 
 /// A stage's execution statistics for explain (`usedDisk`, `spills`, ...), filled while it
@@ -230,6 +241,7 @@ impl ExpCtx {
             collation: None,
             stats: None,
             hint: None,
+            primary: None,
             interrupt: Arc::new(Interrupt::default()),
         }
     }

@@ -1,8 +1,9 @@
 //! `$geoNear`: the documents nearest a point first, each with its distance in
 //! `distanceField` (times `distanceMultiplier`) and, with `includeLocs`, the location that
 //! was measured. It runs as the collection's query `{key: {$nearSphere | $near: ...}}` and
-//! `query` (so through GEO_NEAR_2DSPHERE over the 2dsphere index on `key`, or the only
-//! 2dsphere index when `key` is not given), and must be the pipeline's first stage (40603).
+//! `query` (so through GEO_NEAR_2DSPHERE over the 2dsphere index on `key`, or GEO_NEAR_2D
+//! over a 2d index; without `key`, the only 2d index, else the only 2dsphere index), and must
+//! be the pipeline's first stage (40603).
 
 use super::{DocumentSource, ExpCtx, ParseCtx, Position, StageRef, Stream, VecStream};
 use crate::find::FindSpec;
@@ -155,11 +156,27 @@ impl GeoNear {
             Some(k) => k.clone(),
             None => {
                 let meta = coll.meta.read();
-                let geo: Vec<String> = meta
+                // A 2d index first (MongoDB's order), else the 2dsphere index.
+                let flat: Vec<String> = meta
                     .indexes
                     .iter()
-                    .filter_map(|ix| ix.geo.map(|g| ix.pattern[g].0.clone()))
+                    .filter(|ix| ix.twod.is_some())
+                    .map(|ix| ix.pattern[0].0.clone())
                     .collect();
+                if flat.len() > 1 {
+                    return Err(Error::new(
+                        ErrorCode::IndexNotFound,
+                        format!("There is more than one 2d index on {ns}; unsure which to use for $geoNear"),
+                    ));
+                }
+                let geo: Vec<String> = if flat.is_empty() {
+                    meta.indexes
+                        .iter()
+                        .filter_map(|ix| ix.geo.map(|g| ix.pattern[g].0.clone()))
+                        .collect()
+                } else {
+                    flat
+                };
                 match geo.as_slice() {
                     [one] => one.clone(),
                     [] => {

@@ -185,6 +185,8 @@ impl Lookup {
                 && ix.partial.is_none()
                 && !ix.sparse
                 && ix.hashed != Some(0)
+                && ix.geo != Some(0)
+                && ix.twod.is_none()
                 && ix.pattern.first().is_some_and(|(p, _)| p == foreign)
                 && match (&ix.collation, &collation) {
                     (None, None) => true,

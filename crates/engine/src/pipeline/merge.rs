@@ -6,10 +6,11 @@
 //! Each result is one update (upsert when inserting) through the engine's write path; a
 //! pipeline for `whenMatched` is not supported yet. The input is read whole before the
 //! first write, so merging into the collection being read never sees its own writes.
-//! `on` fields other than `_id` need a unique index on exactly those fields.
+//! `on` fields other than `_id` need a unique index on exactly those fields. On a secondary
+//! (`ExpCtx::primary`) the writes go to the primary as batched `insert`/`update` commands.
 
 use super::stream::{collect, Deferred, Empty};
-use super::{DocumentSource, ExpCtx, ParseCtx, Position, StageRef, Stream};
+use super::{DocumentSource, ExpCtx, ParseCtx, Position, PrimaryWrites, StageRef, Stream};
 use crate::namespace::Namespace;
 use crate::write::{prepare_insert, UpdateSpec, WriteOpts};
 use bson::{Bson, Document, RawDocumentBuf};
@@ -202,9 +203,17 @@ impl Merge {
         }
     }
 
+    fn inserts_only(&self) -> bool {
+        self.when_matched == WhenMatched::Fail && self.when_not_matched == WhenNotMatched::Insert
+    }
+
     fn run(&self, input: Stream, ctx: &ExpCtx) -> Result<Stream> {
         self.check_unique_index(ctx)?;
         let docs = collect(input)?;
+        if let Some(primary) = &ctx.primary {
+            self.run_on_primary(docs, ctx, primary.as_ref())?;
+            return Ok(Box::new(Empty));
+        }
         let coll = ctx.engine.ensure_collection(&self.into)?;
         let opts = WriteOpts {
             deadline: ctx.deadline(),
@@ -212,29 +221,90 @@ impl Merge {
         };
         for d in docs {
             ctx.check_interrupt()?;
-            if self.when_matched == WhenMatched::Fail
-                && self.when_not_matched == WhenNotMatched::Insert
-            {
+            if self.inserts_only() {
                 let raw = RawDocumentBuf::from_document(&d)
                     .map_err(|e| Error::internal(e.to_string()))?;
                 ctx.engine
                     .insert_one(&coll, &prepare_insert(&raw)?, &opts)?;
                 continue;
             }
-            let spec = self.update_spec(&d)?;
+            let (filter, update) = self.statement(&d)?;
+            let spec = UpdateSpec {
+                filter,
+                update: match update {
+                    Bson::Document(replacement) if self.when_matched == WhenMatched::Replace => {
+                        Update::Replacement(replacement)
+                    }
+                    modifiers => Update::parse(&modifiers, None)?,
+                },
+                multi: false,
+                upsert: self.when_not_matched == WhenNotMatched::Insert,
+                sort: None,
+                hint: None,
+            };
             let outcome = ctx.engine.update(&coll, &spec, &opts)?;
             if outcome.n_matched == 0 && self.when_not_matched == WhenNotMatched::Fail {
-                return Err(Error::new(
-                    ErrorCode::Location(13113),
-                    "$merge could not find a matching document in the target collection for at least one document in the source collection",
-                ));
+                return Err(no_match());
             }
         }
         Ok(Box::new(Empty))
     }
 
-    /// The update statement for one result document.
-    fn update_spec(&self, d: &Document) -> Result<UpdateSpec> {
+    /// The writes of [`Merge::run`] as batched commands on the primary (the target created
+    /// there first, as `ensure_collection` does here).
+    fn run_on_primary(
+        &self,
+        docs: Vec<Document>,
+        ctx: &ExpCtx,
+        primary: &dyn PrimaryWrites,
+    ) -> Result<()> {
+        let db = self.into.db.as_str();
+        match primary.run(db, bson::doc! {"create": &self.into.coll}) {
+            Err(e) if e.code != ErrorCode::NamespaceExists => return Err(e),
+            _ => {}
+        }
+        for chunk in remote_batches(&docs) {
+            ctx.check_interrupt()?;
+            if self.inserts_only() {
+                let documents: Vec<Bson> = chunk.iter().cloned().map(Bson::Document).collect();
+                primary.run(
+                    db,
+                    bson::doc! {"insert": &self.into.coll, "documents": documents, "ordered": true},
+                )?;
+                continue;
+            }
+            let updates = chunk
+                .iter()
+                .map(|d| {
+                    let (q, u) = self.statement(d)?;
+                    Ok(Bson::Document(bson::doc! {
+                        "q": q,
+                        "u": u,
+                        "upsert": self.when_not_matched == WhenNotMatched::Insert,
+                        "multi": false,
+                    }))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let n = updates.len() as i64;
+            let reply = primary.run(
+                db,
+                bson::doc! {"update": &self.into.coll, "updates": updates, "ordered": true},
+            )?;
+            let matched = match reply.get("n") {
+                Some(Bson::Int32(k)) => *k as i64,
+                Some(Bson::Int64(k)) => *k,
+                _ => 0,
+            };
+            if matched < n && self.when_not_matched == WhenNotMatched::Fail {
+                return Err(no_match());
+            }
+        }
+        Ok(())
+    }
+
+    /// The update statement for one result document: its filter on the `on` fields and its
+    /// update (a replacement document for `whenMatched: "replace"`, else modifiers).
+    fn statement(&self, d: &Document) -> Result<(Document, Bson)> {
         let mut filter = Document::new();
         for f in &self.on {
             let v = nidus_doc::path::get_path_raw(
@@ -260,7 +330,7 @@ impl Merge {
             _ => None,
         };
         let update = match self.when_matched {
-            WhenMatched::Replace => Update::Replacement(without_id),
+            WhenMatched::Replace => Bson::Document(without_id),
             WhenMatched::Merge | WhenMatched::Fail => {
                 let mut u = Document::new();
                 if !without_id.is_empty() {
@@ -272,7 +342,7 @@ impl Merge {
                 if u.is_empty() {
                     u.insert("$setOnInsert", bson::doc! {});
                 }
-                Update::parse(&Bson::Document(u), None)?
+                Bson::Document(u)
             }
             WhenMatched::KeepExisting => {
                 let mut on_insert = without_id;
@@ -282,18 +352,38 @@ impl Merge {
                 for f in &self.on {
                     on_insert.remove(f);
                 }
-                Update::parse(&bson::bson!({"$setOnInsert": on_insert}), None)?
+                bson::bson!({"$setOnInsert": on_insert})
             }
         };
-        Ok(UpdateSpec {
-            filter,
-            update,
-            multi: false,
-            upsert: self.when_not_matched == WhenNotMatched::Insert,
-            sort: None,
-            hint: None,
-        })
+        Ok((filter, update))
     }
+}
+
+/// The result documents cut into the batches of one command each (by count and size, as
+/// `$out` sends them).
+fn remote_batches(docs: &[Document]) -> Vec<&[Document]> {
+    use super::out::{REMOTE_BATCH_BYTES, REMOTE_BATCH_DOCS};
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, d) in docs.iter().enumerate() {
+        let size = bson::to_vec(d).map_or(0, |v| v.len());
+        if i > start && (i - start >= REMOTE_BATCH_DOCS || bytes + size > REMOTE_BATCH_BYTES) {
+            out.push(&docs[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += size;
+    }
+    if start < docs.len() {
+        out.push(&docs[start..]);
+    }
+    out
+}
+
+fn no_match() -> Error {
+    Error::new(
+        ErrorCode::Location(13113),
+        "$merge could not find a matching document in the target collection for at least one document in the source collection",
+    )
 }
 
 impl DocumentSource for Merge {

@@ -60,7 +60,7 @@ mod window;
 mod tests;
 
 pub use context::{
-    set_max_sub_pipeline_depth, Binding, ExpCtx, ParseCtx, MAX_BLOCKING_STAGE_BYTES,
+    set_max_sub_pipeline_depth, Binding, ExpCtx, ParseCtx, PrimaryWrites, MAX_BLOCKING_STAGE_BYTES,
     MAX_DOCUMENT_BYTES,
 };
 pub use stream::{DocStream, Stream, VecStream};

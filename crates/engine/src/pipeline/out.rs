@@ -3,10 +3,11 @@
 //! The results are written to a temporary collection (created with the target's indexes),
 //! which then replaces the target by a rename, so readers see the old or the new contents,
 //! never a mix. On any error the temporary collection is dropped and the target is left
-//! alone. Produces no documents.
+//! alone. Produces no documents. On a secondary (`ExpCtx::primary`) the same steps run as
+//! commands on the primary, with the documents read here.
 
 use super::stream::{Deferred, Empty};
-use super::{DocumentSource, ExpCtx, ParseCtx, Position, StageRef, Stream};
+use super::{DocumentSource, ExpCtx, ParseCtx, Position, PrimaryWrites, StageRef, Stream};
 use crate::namespace::Namespace;
 use crate::write::{prepare_insert, WriteOpts};
 use bson::{Bson, Document, RawDocumentBuf};
@@ -73,8 +74,16 @@ fn wrong_type(field: &str, v: &Bson) -> Error {
     )
 }
 
+/// Documents per `insert` command sent to the primary, and their size bound (under the
+/// 16 MiB document limit the command body has, like MongoDB's write batches).
+pub(super) const REMOTE_BATCH_DOCS: usize = 1000;
+pub(super) const REMOTE_BATCH_BYTES: usize = 8 * 1024 * 1024;
+
 impl Out {
     fn run(&self, mut input: Stream, ctx: &ExpCtx) -> Result<Stream> {
+        if let Some(primary) = &ctx.primary {
+            return self.run_on_primary(input, ctx, primary.as_ref());
+        }
         let engine = &ctx.engine;
         let temp = Namespace::new(
             &self.target.db,
@@ -110,6 +119,86 @@ impl Out {
         })();
         if let Err(e) = written {
             let _ = engine.drop_collection(&temp);
+            return Err(e);
+        }
+        Ok(Box::new(Empty))
+    }
+
+    /// The steps of [`Out::run`] as commands on the primary: create the temporary
+    /// collection, copy the target's indexes, insert in batches, rename over the target;
+    /// on any error drop the temporary collection.
+    fn run_on_primary(
+        &self,
+        mut input: Stream,
+        ctx: &ExpCtx,
+        primary: &dyn PrimaryWrites,
+    ) -> Result<Stream> {
+        let db = self.target.db.as_str();
+        let temp = format!("tmp.agg_out.{}", bson::oid::ObjectId::new().to_hex());
+        primary.run(db, bson::doc! {"create": &temp})?;
+        let written = (|| {
+            let specs = match primary.run(
+                db,
+                bson::doc! {"listIndexes": &self.target.coll, "cursor": {"batchSize": 1000}},
+            ) {
+                Ok(reply) => reply
+                    .get_document("cursor")
+                    .and_then(|c| c.get_array("firstBatch"))
+                    .map(|b| {
+                        b.iter()
+                            .filter_map(Bson::as_document)
+                            .filter(|spec| spec.get_str("name") != Ok("_id_"))
+                            .cloned()
+                            .map(Bson::Document)
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default(),
+                Err(e) if e.code == ErrorCode::NamespaceNotFound => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            if !specs.is_empty() {
+                primary.run(db, bson::doc! {"createIndexes": &temp, "indexes": specs})?;
+            }
+            let mut batch: Vec<Bson> = Vec::new();
+            let mut bytes = 0;
+            let send = |batch: &mut Vec<Bson>| -> Result<()> {
+                if !batch.is_empty() {
+                    let documents = std::mem::take(batch);
+                    primary.run(
+                        db,
+                        bson::doc! {"insert": &temp, "documents": documents, "ordered": true},
+                    )?;
+                }
+                Ok(())
+            };
+            while let Some(d) = input.next()? {
+                ctx.check_interrupt()?;
+                let raw = RawDocumentBuf::from_document(&d)
+                    .map_err(|e| Error::internal(e.to_string()))?;
+                if !batch.is_empty()
+                    && (batch.len() >= REMOTE_BATCH_DOCS
+                        || bytes + raw.as_bytes().len() > REMOTE_BATCH_BYTES)
+                {
+                    send(&mut batch)?;
+                    bytes = 0;
+                }
+                bytes += raw.as_bytes().len();
+                batch.push(Bson::Document(d));
+            }
+            send(&mut batch)?;
+            primary
+                .run(
+                    "admin",
+                    bson::doc! {
+                        "renameCollection": format!("{db}.{temp}"),
+                        "to": self.target.to_string(),
+                        "dropTarget": true,
+                    },
+                )
+                .map(|_| ())
+        })();
+        if let Err(e) = written {
+            let _ = primary.run(db, bson::doc! {"drop": &temp});
             return Err(e);
         }
         Ok(Box::new(Empty))

@@ -1,11 +1,15 @@
 //! Index bounds for geo predicates over a `2dsphere` field: the int64 cell-id intervals of a
 //! covering of the predicate's region (`nidus_doc::geo::cover::query_intervals`), never
-//! exact (FETCH re-checks the predicate on every document).
+//! exact (FETCH re-checks the predicate on every document). Over a `2d` field: the GeoHash
+//! ranges of MongoDB's R2 covering (`nidus_doc::geo::flat`) of a `$box`, `$polygon`,
+//! `$center`, or the flat box around a `$centerSphere` that does not wrap.
 
 use super::bounds::Interval;
 use super::builder::Translated;
 use bson::Bson;
 use nidus_doc::geo::cover::query_intervals;
+use nidus_doc::geo::flat::{self, FlatBox, FlatRegion, TwoDParams};
+use nidus_doc::geo::shape::{legacy_point, Region};
 use nidus_doc::geo::sphere::P3;
 use nidus_query::matcher::geo::GeoOp;
 use nidus_query::matcher::Leaf;
@@ -38,6 +42,58 @@ pub fn cap_intervals(cap: Option<&(P3, f64)>) -> Vec<Interval> {
         .collect()
 }
 
+/// The flat region a 2d index scan must cover for `leaf`, None when a 2d index cannot answer
+/// it (not `$geoWithin`, a `$geometry`, or a `$centerSphere` that wraps: MongoDB's
+/// `QueryPlannerIXSelect` rules for 2d).
+pub fn twod_region(leaf: &Leaf, params: &TwoDParams) -> Option<FlatRegion> {
+    let Leaf::Geo(g) = leaf else {
+        return None;
+    };
+    match g.op.as_ref() {
+        GeoOp::Within(Region::FlatBox(lo, hi)) => {
+            Some(FlatRegion::Box(FlatBox { lo: *lo, hi: *hi }))
+        }
+        GeoOp::Within(Region::FlatPolygon(ring)) => Some(FlatRegion::Polygon(ring.clone())),
+        GeoOp::Within(Region::FlatCircle(c, r)) => Some(FlatRegion::Circle(*c, *r)),
+        GeoOp::Within(Region::Cap(_, r)) => {
+            let center = match g.arg.get("$centerSphere") {
+                Some(bson::Bson::Array(a)) => legacy_point(a.first()?)?,
+                _ => return None,
+            };
+            flat::sphere_cap_box(params, center, *r).map(FlatRegion::Box)
+        }
+        _ => None,
+    }
+}
+
+/// GeoHash ranges covering `region` as BinData intervals.
+pub fn twod_intervals(params: &TwoDParams, region: &FlatRegion) -> Vec<Interval> {
+    params
+        .cover(region, flat::MAX_COVERING_CELLS)
+        .into_iter()
+        .map(|(lo, hi)| {
+            Interval::new(
+                crate::geo_keys::twod_key_value(lo),
+                true,
+                crate::geo_keys::twod_key_value(hi),
+                true,
+            )
+        })
+        .collect()
+}
+
+/// Bounds of a 2d field for `leaf` (never exact).
+pub fn twod_translate(leaf: &Leaf, params: &TwoDParams) -> Translated {
+    let intervals = match twod_region(leaf, params) {
+        Some(r) => twod_intervals(params, &r),
+        None => vec![Interval::all()],
+    };
+    Translated {
+        intervals,
+        exact: false,
+    }
+}
+
 pub fn translate(leaf: &Leaf) -> Translated {
     let intervals = match region_cap(leaf) {
         Some(cap) => cap_intervals(cap.as_ref()),
@@ -59,10 +115,10 @@ pub struct NearPlan {
     pub residual: Vec<usize>,
 }
 
-/// Plans the query's top-level `$near`, if it has one: the 2dsphere index on its path (the
-/// hinted one when a hint names it), scanned over the cells within `$maxDistance`. MongoDB's
-/// errors: no such index (or a flat legacy `$near`, which needs a `2d` index) →
-/// NoQueryExecutionPlans; two `$near` → BadValue.
+/// Plans the query's top-level `$near`, if it has one: the 2dsphere or 2d index on its path
+/// (the hinted one when a hint names it), scanned over the cells within `$maxDistance`.
+/// MongoDB's errors: no index that can answer it (a flat legacy `$near` needs a 2d index, a
+/// GeoJSON point a 2dsphere one) → NoQueryExecutionPlans; two `$near` → BadValue.
 pub fn find_near(
     matcher: &nidus_query::matcher::Matcher,
     indexes: &[crate::catalog::IndexMeta],
@@ -95,27 +151,48 @@ pub fn find_near(
         Some(Bson::String(name)) => Some(name.as_str()),
         _ => None,
     };
+    // A 2dsphere index answers spherical queries; a 2d index legacy points, flat or
+    // spherical (GeoJSON points make wrapping queries it cannot answer).
     let index = indexes.iter().find(|ix| {
-        ix.geo.is_some_and(|g| ix.pattern[g].0 == path)
+        let answers = match (ix.geo, &ix.twod) {
+            (Some(g), _) => ix.pattern[g].0 == path && near.spherical,
+            (None, Some(_)) => ix.pattern[0].0 == path && !near.geojson,
+            _ => false,
+        };
+        answers
             && match hinted {
                 Some(name) => ix.name == name,
                 None => !ix.is_hidden(),
             }
     });
-    let (Some(index), true) = (index, near.spherical) else {
+    let Some(index) = index else {
         return Err(super::planner_error(
             nidus_common::ErrorCode::NoQueryExecutionPlans,
             "unable to find index for $geoNear query",
         ));
     };
-    let cap = near.cap();
+    let geo_intervals = match &index.twod {
+        Some(params) => {
+            let region = match (near.max_distance, near.spherical) {
+                (Some(d), false) => Some(FlatRegion::Circle((near.point.x, near.point.y), d)),
+                (Some(d), true) => flat::sphere_cap_box(params, (near.point.x, near.point.y), d)
+                    .map(FlatRegion::Box),
+                (None, _) => None,
+            };
+            match region {
+                Some(r) => twod_intervals(params, &r),
+                None => vec![Interval::all()],
+            }
+        }
+        None => cap_intervals(near.cap().as_ref()),
+    };
     let fields = index
         .pattern
         .iter()
         .enumerate()
         .map(|(i, (f, desc))| {
             if index.is_geo_field(i) {
-                OrderedIntervalList::from_ascending(f, cap_intervals(cap.as_ref()), false)
+                OrderedIntervalList::from_ascending(f, geo_intervals.clone(), false)
             } else {
                 OrderedIntervalList::all(f, *desc)
             }

@@ -152,11 +152,20 @@ pub fn enumerate(indexes: &[IndexMeta], query: &Query, hinted: Option<&str>) -> 
         }
         // A 2dsphere index holds only documents with geometries: it serves a query only
         // through a geo predicate on its geo field (MongoDB's 2dsphere v2+ rule).
-        let geo_pred = ix.geo.map(|g| {
-            preds
-                .iter()
-                .any(|p| p.path == ix.pattern[g].0 && !p.negated && geo::answers(p.leaf))
-        });
+        let geo_pred = match (ix.geo, &ix.twod) {
+            (Some(g), _) => Some(
+                preds
+                    .iter()
+                    .any(|p| p.path == ix.pattern[g].0 && !p.negated && geo::answers(p.leaf)),
+            ),
+            // A 2d index likewise holds only documents with points.
+            (None, Some(params)) => Some(preds.iter().any(|p| {
+                p.path == ix.pattern[0].0
+                    && !p.negated
+                    && geo::twod_region(p.leaf, params).is_some()
+            })),
+            (None, None) => None,
+        };
         if geo_pred == Some(false) && hinted.is_none() {
             continue;
         }
@@ -297,9 +306,19 @@ fn plan_index(
         let mut source: Option<Option<usize>> = None;
         let hashed_field = ix.is_hashed_field(fi);
         let geo_field = ix.is_geo_field(fi);
+        let twod = ix.twod.as_deref();
+        // A 2d index's other fields hold arrays of a document's values (never exploded):
+        // no bounds on them, their predicates stay in FETCH's filter.
+        if twod.is_some() && fi > 0 {
+            sources.push(None);
+            fields.push(OrderedIntervalList::all(field, *desc));
+            continue;
+        }
         for p in preds.iter().filter(|p| {
             &p.path == field
-                && if geo_field {
+                && if let Some(params) = twod {
+                    !p.negated && geo::twod_region(p.leaf, params).is_some()
+                } else if geo_field {
                     !p.negated && geo::answers(p.leaf)
                 } else if hashed_field {
                     !p.negated && hashable(p.leaf)
@@ -316,7 +335,9 @@ fn plan_index(
             if blocked {
                 continue;
             }
-            let t = if geo_field {
+            let t = if let Some(params) = twod {
+                geo::twod_translate(p.leaf, params)
+            } else if geo_field {
                 geo::translate(p.leaf)
             } else if hashed_field {
                 hashed_points(p.leaf, ix.collation.as_ref())
@@ -361,6 +382,8 @@ fn plan_index(
     let bounds = IndexBounds { fields };
     let same_collation = ix.collation.as_ref() == query.collation;
     let (provides_sort, forward) = match query.sort {
+        // A 2d index orders by GeoHash, then by arrays of values: no sort at all.
+        Some(s) if ix.twod.is_some() && !s.fields.is_empty() => (false, true),
         Some(_) if !same_collation => (false, true),
         Some(s) if !s.fields.is_empty() => provided_sort(ix, &bounds, s),
         _ => (true, true),
@@ -374,6 +397,7 @@ fn plan_index(
     });
     let covered = residual.is_empty()
         && !sorts_on_hash
+        && ix.twod.is_none()
         && (query.count || (ix.collation.is_none() && is_covered(ix, query.projection)));
     let mut sol = IndexSolution {
         index: ix.clone(),
@@ -385,7 +409,9 @@ fn plan_index(
         merge_scans: None,
         max_scans_to_explode_reached: false,
     };
-    if let (false, Some(sort), true) = (sol.provides_sort, query.sort, same_collation) {
+    if let (false, Some(sort), true, None) =
+        (sol.provides_sort, query.sort, same_collation, &ix.twod)
+    {
         match explode::explode_for_sort(ix, &sol.bounds, sort) {
             explode::Explosion::Scans { bounds, forward } => {
                 sol.merge_scans = Some(bounds);

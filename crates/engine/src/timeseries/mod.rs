@@ -216,7 +216,21 @@ impl Engine {
                         b.fits(time, opt.bucket_max_span_seconds, size) && b.meta == meta
                     });
                     if !fits {
-                        let b = Bucket::new(time, opt.bucket_rounding_seconds, meta);
+                        // A stored bucket of this meta value with room for the time (after a
+                        // restart, or after deletes and updates cleared the open buckets)
+                        // takes it, as MongoDB's bucket reopening does; else a new one opens.
+                        let skip = |id: &bson::oid::ObjectId| dirty.contains_key(id);
+                        let b = match self.reopen_bucket(ts, time, &meta, size, skip) {
+                            Ok(Some(b)) => b,
+                            Ok(None) => Bucket::new(time, opt.bucket_rounding_seconds, meta),
+                            Err(e) => {
+                                errors.push((i, e));
+                                if ordered {
+                                    break;
+                                }
+                                continue;
+                            }
+                        };
                         if let Some(old) = open.by_meta.insert(key.clone(), b) {
                             if dirty.contains_key(&old.id) {
                                 closed.insert(old.id, old);
@@ -270,6 +284,79 @@ impl Engine {
             return (0, errors);
         }
         (accepted.len(), errors)
+    }
+
+    /// A stored bucket that can take a measurement at `time_ms` of `size` bytes with meta
+    /// value `meta`: its start within the span before the time, fewer than the maximum
+    /// measurements and bytes; the latest such bucket, rebuilt from its measurements.
+    /// Buckets `skip` names (written by this batch already) are not considered.
+    fn reopen_bucket(
+        &self,
+        ts: &Timeseries,
+        time_ms: i64,
+        meta: &Option<Bson>,
+        size: usize,
+        skip: impl Fn(&bson::oid::ObjectId) -> bool,
+    ) -> Result<Option<Bucket>> {
+        let opt = &ts.options;
+        let span_ms = opt.bucket_max_span_seconds.saturating_mul(1000);
+        let secs = |ms: i64| ms.div_euclid(1000).clamp(0, u32::MAX as i64) as u32;
+        let min_path = format!("control.min.{}", opt.time_field);
+        let lo = bson::DateTime::from_millis(time_ms.saturating_sub(span_ms));
+        let hi = bson::DateTime::from_millis(time_ms);
+        // The `_id` range bounds the clustered scan; control.min holds the exact start.
+        let mut filter = doc! {
+            "_id": {
+                "$gte": object_id_at(secs(time_ms.saturating_sub(span_ms)), false),
+                "$lte": object_id_at(secs(time_ms), true),
+            },
+            min_path.as_str(): { "$gt": lo, "$lte": hi },
+        };
+        match meta {
+            Some(m) => filter.insert("meta", doc! { "$eq": m.clone() }),
+            None => filter.insert("meta", doc! { "$exists": false }),
+        };
+        let find = FindSpec {
+            filter,
+            ..FindSpec::default()
+        };
+        let mut exec = self.plan_find(Some(&ts.buckets), &find)?;
+        let mut best: Option<Bucket> = None;
+        while let Some(raw) = exec.next_doc()? {
+            let d = raw
+                .to_document()
+                .map_err(|e| Error::internal(e.to_string()))?;
+            let Some(Bson::ObjectId(id)) = d.get("_id").cloned() else {
+                continue;
+            };
+            // Another meta value equal in BSON order (1 and 1.0) keeps its own buckets.
+            if skip(&id) || meta_key(&d.get("meta").cloned()) != meta_key(meta) {
+                continue;
+            }
+            let Ok(start) = d
+                .get_document("control")
+                .and_then(|c| c.get_document("min"))
+                .and_then(|m| m.get_datetime(&opt.time_field))
+            else {
+                continue;
+            };
+            let start_ms = start.timestamp_millis();
+            if best.as_ref().is_some_and(|b| b.start_ms >= start_ms) {
+                continue;
+            }
+            let mut b = Bucket::reopen(id, start_ms, meta.clone());
+            for mut m in bucket::unpack(&d, &opt.time_field, opt.meta_field.as_deref()) {
+                if let Some(f) = &opt.meta_field {
+                    m.remove(f);
+                }
+                let n = bson::to_vec(&m).map(|v| v.len()).unwrap_or(0);
+                b.add(&m, &opt.time_field, n);
+            }
+            if b.count > 0 && b.fits(time_ms, opt.bucket_max_span_seconds, size) {
+                best = Some(b);
+            }
+        }
+        Ok(best)
     }
 
     /// The measurement's time (ms), meta value, the document stored in the bucket (the

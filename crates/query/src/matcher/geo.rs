@@ -82,11 +82,16 @@ impl GeoLeaf {
         let Ok(g) = shape::stored(&v, false) else {
             return false;
         };
+        // A legacy point takes part in spherical predicates only as a valid longitude and
+        // latitude (MongoDB's `flatUpgradedToSphere`).
+        let on_sphere = geojson
+            || g.as_point()
+                .is_some_and(|p| (-180.0..=180.0).contains(&p.x) && (-90.0..=90.0).contains(&p.y));
         match self.op.as_ref() {
             // Flat regions hold legacy points only.
             GeoOp::Within(r) if r.is_flat() => !geojson && r.contains(&g),
-            GeoOp::Within(r) => r.contains(&g),
-            GeoOp::Intersects(q) => q.intersects(&g),
+            GeoOp::Within(r) => on_sphere && r.contains(&g),
+            GeoOp::Intersects(q) => on_sphere && q.intersects(&g),
             GeoOp::Near(n) => n.in_range(n.distance(&g)),
         }
     }

@@ -45,7 +45,7 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
     let req = parse(ctx, false)?;
     if req.explain {
         let mut reply = explain_request(&req, Verbosity::QueryPlanner)?;
-        reply.insert("command", ctx.body.clone());
+        reply.insert("command", (*ctx.body).clone());
         return Ok(reply);
     }
     let opened = run::open(&req.ctx, req.coll.as_ref(), &req.stages, None)?;
@@ -170,6 +170,11 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
     exp.collation = ctx.opt_document("collation")?;
     exp.set_deadline(ctx.deadline);
     exp.hint = super::find::hint(ctx)?;
+    if let Some(repl) = ctx.state.repl.as_ref().filter(|r| !r.writable()) {
+        if !in_explain && !explain && super::repl_set::pipeline_writes(&ctx.body) {
+            exp.primary = Some(repl.primary_writes(ctx.opt_document("writeConcern")?)?);
+        }
+    }
     let pcx = ParseCtx::new(&ctx.db).with_views(ctx.state.engine.clone());
     if let Some(lets) = ctx.opt_document("let")? {
         pcx.define_command_let(&lets, &exp)?;

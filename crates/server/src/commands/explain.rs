@@ -51,7 +51,7 @@ pub fn explain(ctx: &mut Ctx) -> Result<Document> {
     };
     let name = inner.keys().next().cloned().unwrap_or_default();
     // The inner command is parsed as if it had been sent alone.
-    let outer = std::mem::replace(&mut ctx.body, inner.clone());
+    let outer = std::mem::replace(&mut ctx.body, std::sync::Arc::new(inner.clone()));
     let write = matches!(
         name.as_str(),
         "update" | "delete" | "findAndModify" | "findandmodify"

@@ -123,7 +123,7 @@ fn record_client_metadata(ctx: &mut Ctx) -> Result<()> {
             _ => {}
         }
     }
-    ctx.conn.client_metadata = Some(client.clone());
+    ctx.conn.client_metadata = Some(std::sync::Arc::new(client.clone()));
     Ok(())
 }
 

@@ -49,6 +49,7 @@ const STARTUP_ONLY: &[&str] = &[
     "authenticationMechanisms",
     "maxBSONDepth",
     "featureCompatibilityVersion",
+    "initialSyncMethod",
 ];
 
 /// `getParameter`: `"*"` or `{allParameters: true}` for every parameter, otherwise the named

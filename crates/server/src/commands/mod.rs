@@ -50,7 +50,8 @@ pub struct Ctx<'a> {
     pub state: &'a ServerState,
     pub conn: &'a mut ConnState,
     pub db: String,
-    pub body: Document,
+    /// The command document, shared with the operation's `currentOp` entry.
+    pub body: std::sync::Arc<Document>,
     pub sequences: Vec<(String, Vec<RawDocumentBuf>)>,
     pub deadline: Option<Instant>,
     /// The session the command runs on (checked out until the command ends).
@@ -163,6 +164,10 @@ static COMMANDS: &[Command] = &[
         repl_set::raft_messages,
         cluster(&["internal"]),
     ),
+    // A file-copy initial sync reading its source's checkpoint (internal, as the above).
+    cmd("nidusBackupOpen", repl_set::backup, cluster(&["internal"])),
+    cmd("nidusBackupRead", repl_set::backup, cluster(&["internal"])),
+    cmd("nidusBackupClose", repl_set::backup, cluster(&["internal"])),
     cmd("buildInfo", info::build_info, NONE),
     cmd("buildinfo", info::build_info, NONE),
     cmd("saslStart", auth::sasl_start, NONE),
@@ -439,8 +444,19 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
     }
     let kind = transaction::StatementKind::of(&req.body);
     let started = Instant::now();
+    let req = SharedRequest {
+        body: std::sync::Arc::new(req.body),
+        sequences: req.sequences,
+    };
     let registered = state.ops.begin(conn, &name, &req.body);
     let active = registered.op.clone();
+    // `execStats` appears only in `system.profile` documents (a filter may also read it):
+    // the engine builds it only for a profiled database.
+    let settings = state.profiler.settings(&active.db);
+    active
+        .ctx
+        .set_wants_exec_stats(settings.level > 0 || settings.filter.is_some());
+    drop(settings);
     let mut close = false;
     let result = match injection.as_ref().and_then(|i| i.error.clone()) {
         Some(e) if injection.as_ref().is_some_and(|i| i.labels_given) => {
@@ -501,7 +517,7 @@ fn finish_op(
         active,
         op: active.op,
         ns: active.ns.clone(),
-        command: active.command.clone(),
+        command: (*active.command).clone(),
         stats,
         writes: std::mem::take(&mut extra.writes),
         nreturned: extra.nreturned,
@@ -586,9 +602,8 @@ pub fn note_read(
     *examined = (keys, docs);
     // `execStats` appears only in `system.profile` documents: built when the database is
     // profiled (a filter may also read it), not for every read.
-    let settings = ctx.state.profiler.settings(&ctx.db);
     let mut exec_stats = doc! { "isCached": exec.is_cached };
-    if settings.level > 0 || settings.filter.is_some() {
+    if ctx.op.ctx.wants_exec_stats() {
         exec_stats.extend(nidus_engine::plan::explain::stats_document(root));
     }
     ctx.op.ctx.set_plan(nidus_engine::opctx::PlanInfo {
@@ -603,9 +618,9 @@ pub fn note_read(
 
 /// The indexes a plan reads (`indexName` of its scans), each once.
 fn index_names(stage: &nidus_engine::exec::Stage, out: &mut Vec<String>) {
-    if let Ok(name) = stage.specific_stats().get_str("indexName") {
-        if !out.iter().any(|n| n == name) {
-            out.push(name.to_string());
+    if let Some(name) = stage.index_name() {
+        if !out.contains(&name) {
+            out.push(name);
         }
     }
     for c in stage.children() {
@@ -632,12 +647,18 @@ fn count(state: &ServerState, counter: Counter) {
     target.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A [`Request`] whose body the running operation shares with its `currentOp` entry.
+struct SharedRequest {
+    body: std::sync::Arc<Document>,
+    sequences: Vec<(String, Vec<RawDocumentBuf>)>,
+}
+
 fn run_handler(
     state: &ServerState,
     conn: &mut ConnState,
     command: &Command,
     name: &str,
-    req: Request,
+    req: SharedRequest,
     close_connection: &mut bool,
     active: &std::sync::Arc<crate::curop::ActiveOp>,
 ) -> Result<Document> {
@@ -760,7 +781,7 @@ fn run_handler(
 }
 
 /// How many statements a write command carries (documents, updates, deletes or operations).
-fn statement_count(name: &str, req: &Request) -> usize {
+fn statement_count(name: &str, req: &SharedRequest) -> usize {
     let field = match name {
         "insert" => "documents",
         "update" => "updates",

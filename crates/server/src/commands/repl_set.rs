@@ -141,6 +141,14 @@ pub fn raft_messages(ctx: &mut Ctx) -> Result<Document> {
     repl.receive(&ctx.body)
 }
 
+/// `nidusBackupOpen` / `nidusBackupRead` / `nidusBackupClose`: the sync source's side of a
+/// file-copy initial sync (see `nidus_repl::file_copy`).
+pub fn backup(ctx: &mut Ctx) -> Result<Document> {
+    let repl = coordinator(ctx)?;
+    let name = ctx.command_name().to_string();
+    repl.backup_command(&name, &ctx.body)
+}
+
 /// Commands a secondary refuses with `NotWritablePrimary`.
 fn is_write(name: &str, body: &Document) -> bool {
     match name {
@@ -169,15 +177,22 @@ fn is_write(name: &str, body: &Document) -> bool {
         | "createRole"
         | "dropRole"
         | "commitTransaction" => true,
-        "aggregate" => body.get_array("pipeline").is_ok_and(|p| {
-            p.iter().any(|s| {
-                s.as_document()
-                    .and_then(|d| d.keys().next())
-                    .is_some_and(|k| k == "$out" || k == "$merge")
-            })
-        }),
+        // A secondary runs `$out`/`$merge` when the read preference allows it (its writes go
+        // to the primary), as MongoDB 5.0+.
+        "aggregate" => pipeline_writes(body) && !secondary_ok(body),
         _ => false,
     }
+}
+
+/// Whether an aggregate's pipeline ends in `$out` or `$merge`.
+pub fn pipeline_writes(body: &Document) -> bool {
+    body.get_array("pipeline").is_ok_and(|p| {
+        p.iter().any(|s| {
+            s.as_document()
+                .and_then(|d| d.keys().next())
+                .is_some_and(|k| k == "$out" || k == "$merge")
+        })
+    })
 }
 
 /// Reads a secondary serves only with `secondaryOk` (a non-primary `$readPreference`).
