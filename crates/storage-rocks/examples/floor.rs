@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! floor --dir DIR [--n 100000] [--value-size 160] [--batch 1000] [--gets 20000]
-//!       [--puts 20000] [--sync-ops 300] [--threads 16] [--only put_sync,get,...]
+//!       [--puts 20000] [--sync-ops 300] [--threads 16] [--cache-mb MB] [--only put_sync,get,...]
 //! ```
 //!
 //! Prints one JSON object of rates (operations or keys per second):
@@ -15,6 +15,9 @@
 //! `put_sync_mt_per_s` (`--threads` writers sharing WAL syncs as the server's group commit
 //! does: a writer that finds its commit unsynced syncs everything committed so far) and
 //! `put_sync_mt_syncer_per_s` (the same writers, every sync done by one dedicated thread).
+//! `get_block_reads` is the blocks read from files (block-cache misses of data, index and
+//! filter blocks, from RocksDB's statistics) per point get; `--cache-mb` sets the block cache
+//! (default the server's) so that a small one makes the gets IO-bound.
 //! `--only` limits the run to the named measurements (the bulk load that `rmw`, `get` and
 //! `scan` read is done, untimed, when `put_batch` is not among them).
 
@@ -34,6 +37,7 @@ struct Args {
     puts: u64,
     sync_ops: u64,
     threads: u64,
+    cache_mb: Option<u64>,
     only: Vec<String>,
 }
 
@@ -64,6 +68,7 @@ fn parse_args() -> Result<Args, String> {
         puts: 20_000,
         sync_ops: 300,
         threads: 16,
+        cache_mb: None,
         only: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -79,6 +84,7 @@ fn parse_args() -> Result<Args, String> {
             "--puts" => a.puts = num()?.max(1),
             "--sync-ops" => a.sync_ops = num()?.max(1),
             "--threads" => a.threads = num()?.max(1),
+            "--cache-mb" => a.cache_mb = Some(num()?.max(1)),
             "--only" => {
                 for p in val.split(',').filter(|p| !p.is_empty()) {
                     if !PHASES.contains(&p) {
@@ -94,6 +100,15 @@ fn parse_args() -> Result<Args, String> {
         return Err("--dir is required".into());
     }
     Ok(a)
+}
+
+/// Blocks read from files so far: block-cache misses of data, index and filter blocks.
+fn block_reads(kv: &RocksEngine) -> u64 {
+    kv.statistics()
+        .iter()
+        .filter(|(name, _)| name.starts_with("rocksdb.block.cache.") && name.ends_with(".miss"))
+        .map(|(_, n)| n)
+        .sum()
 }
 
 /// `collection id ++ record id`, the records' key layout.
@@ -200,7 +215,12 @@ impl Syncer {
 }
 
 fn run(a: &Args) -> Result<String, String> {
-    let kv = RocksEngine::open(&a.dir).map_err(|e| e.to_string())?;
+    let cache = a
+        .cache_mb
+        .map_or(nidus_storage_rocks::DEFAULT_CACHE_BYTES, |mb| {
+            (mb as usize) << 20
+        });
+    let kv = RocksEngine::open_with_cache(&a.dir, cache).map_err(|e| e.to_string())?;
     let err = |e: nidus_storage::StorageError| e.to_string();
     let mut out: Vec<(String, f64)> = Vec::new();
 
@@ -256,6 +276,7 @@ fn run(a: &Args) -> Result<String, String> {
 
     if a.wants("get") {
         // Random point gets, each on its own snapshot.
+        let reads0 = block_reads(&kv);
         let t0 = Instant::now();
         let mut bytes = 0usize;
         for _ in 0..a.gets {
@@ -270,6 +291,8 @@ fn run(a: &Args) -> Result<String, String> {
             return Err("point gets found nothing".into());
         }
         out.push(("get_per_s".into(), rate(a.gets, t0)));
+        let reads = block_reads(&kv) - reads0;
+        out.push(("get_block_reads".into(), reads as f64 / a.gets as f64));
     }
 
     if a.wants("scan") {

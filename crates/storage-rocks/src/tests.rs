@@ -91,6 +91,28 @@ fn data_survives_reopen() {
 }
 
 #[test]
+fn statistics_count_keys_read_and_bytes_written() {
+    let (_d, e) = open();
+    let count = |name: &str| {
+        e.statistics()
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, c)| c)
+            .expect("ticker reported")
+    };
+    let written = count("rocksdb.bytes.written");
+    let mut t = e.begin();
+    t.put(Space::Records, b"k", &[7u8; 1000]).unwrap();
+    t.commit().unwrap();
+    assert!(count("rocksdb.bytes.written") >= written + 1000);
+    let read = count("rocksdb.number.keys.read");
+    for _ in 0..3 {
+        assert!(e.snapshot().get(Space::Records, b"k").unwrap().is_some());
+    }
+    assert_eq!(count("rocksdb.number.keys.read"), read + 3);
+}
+
+#[test]
 fn checkpoint_holds_the_data_of_its_instant_and_installs_over_another_store() {
     let src_dir = tempfile::tempdir().unwrap();
     let dst_dir = tempfile::tempdir().unwrap();

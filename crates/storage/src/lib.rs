@@ -104,6 +104,11 @@ pub trait KvEngine: Send + Sync {
     fn sync_wal(&self) -> StorageResult<()>;
     /// Bytes on disk (SST + WAL), for `dbStats`/`collStats` estimates.
     fn disk_usage_bytes(&self) -> u64;
+    /// Named counters of the storage engine (RocksDB's statistics tickers) for
+    /// `serverStatus().rocksdb`; empty for an engine that keeps none.
+    fn statistics(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
     /// Writes a consistent copy of the whole store (every space, as of one instant) as the
     /// files of a store of the same kind in `dir`, which must not exist yet (a file-copy
     /// initial sync sends those files to another member). The copy is independent of later

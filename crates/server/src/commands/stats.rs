@@ -73,6 +73,13 @@ pub fn server_status(ctx: &mut Ctx) -> Result<Document> {
         },
         "catalogStats": catalog_stats(ctx),
     };
+    // RocksDB's statistics tickers, by their RocksDB names less the `rocksdb.` prefix.
+    let mut rocks = Document::new();
+    for (name, count) in st.engine.kv().statistics() {
+        let name = name.strip_prefix("rocksdb.").unwrap_or(name);
+        rocks.insert(name, i64::try_from(count).unwrap_or(i64::MAX));
+    }
+    reply.insert("rocksdb", rocks);
     if let Some(set) = &st.config.repl_set {
         let me = format!("{}:{}", nidus_common::hostname(), st.config.port);
         reply.insert(
