@@ -597,7 +597,7 @@ def test_create_indexes_commit_quorum(rs, client):
             with m.client() as mc:
                 wait_until(lambda mc=mc: {"a", "b", "c", "d"} <= {ix["name"] for ix in mc.test.q.list_indexes()},
                            10, "indexes on every member")
-        for quorum, code in [(4, 278), ("someTag", 79), ({"w": 1}, 14), (-1, 9)]:
+        for quorum, code in [(4, 278), ("someTag", 79), ({"w": 1}, 9), (-1, 9), (51, 9), ("", 9)]:
             with pytest.raises(OperationFailure) as e:
                 create("bad", quorum)
             assert e.value.code == code, (quorum, e.value.details)

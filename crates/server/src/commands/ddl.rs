@@ -899,6 +899,11 @@ fn commit_quorum(ctx: &Ctx) -> Result<Option<(Bson, bool, i64)>> {
     };
     let voters = repl.voting_index_builders() as i64;
     let (majority, nodes) = match value {
+        Bson::String(s) if s.is_empty() => {
+            return Err(Error::failed_to_parse(
+                "commitQuorum can't be an empty string",
+            ))
+        }
         Bson::String(s) if s == "votingMembers" => (false, voters),
         Bson::String(s) if s == "majority" => (true, 1),
         Bson::String(tag) => {
@@ -909,11 +914,11 @@ fn commit_quorum(ctx: &Ctx) -> Result<Option<(Bson, bool, i64)>> {
         }
         Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) => {
             let n = super::opt_i64("createIndexes", &ctx.body, "commitQuorum")?.unwrap_or(0);
-            if n < 0 {
-                return Err(Error::failed_to_parse(format!(
-                    "commitQuorum has to be a non-negative number and not greater than {}",
-                    i32::MAX
-                )));
+            // MongoDB's bound is its largest replica set (kMaxMembers).
+            if !(0..=50).contains(&n) {
+                return Err(Error::failed_to_parse(
+                    "commitQuorum has to be a non-negative number and not greater than 50",
+                ));
             }
             if n > voters {
                 return Err(Error::new(
@@ -923,12 +928,9 @@ fn commit_quorum(ctx: &Ctx) -> Result<Option<(Bson, bool, i64)>> {
             }
             (false, n)
         }
-        other => {
-            return Err(wrong_type(
-                "createIndexes",
-                "commitQuorum",
-                other,
-                "string or number",
+        _ => {
+            return Err(Error::failed_to_parse(
+                "commitQuorum has to be a number or a string",
             ))
         }
     };
