@@ -232,14 +232,18 @@ def test_session_cursors_live_with_their_session(start_nidus):
 def test_pinned_cursor_metric(client, db):
     db.create_collection("capped", capped=True, size=4096)
     db.capped.insert_one({"x": 1})
-    reply = db.command("find", "capped", tailable=True, awaitData=True, batchSize=1)
+    # The cursor's commands share one explicit session: an implicit one comes from the pool
+    # the main thread's serverStatus draws from too, and a getMore in another session is 50738.
+    session = client.start_session()
+    reply = db.command("find", "capped", tailable=True, awaitData=True, batchSize=1, session=session)
     cid = reply["cursor"]["id"]
     assert cid != 0
     done = threading.Event()
 
     def wait_for_data():
         try:
-            db.command("getMore", bson.Int64(cid), collection="capped", maxTimeMS=2500)
+            db.command("getMore", bson.Int64(cid), collection="capped", maxTimeMS=2500,
+                       session=session)
         finally:
             done.set()
 
@@ -256,7 +260,8 @@ def test_pinned_cursor_metric(client, db):
         t.join()
     assert done.is_set()
     assert _cursor_metrics(client)["open"]["pinned"] == 0
-    db.command("killCursors", "capped", cursors=[bson.Int64(cid)])
+    db.command("killCursors", "capped", cursors=[bson.Int64(cid)], session=session)
+    session.end_session()
 
 
 # ------------------------------------------------------------------------ slow clients
