@@ -388,8 +388,10 @@ impl Collection {
     }
 
     /// `capped: true` in the collection's options.
+    /// Callers may already hold `meta` for reading (planning does): a recursive read, so a
+    /// writer queued on `meta` (an index build) cannot deadlock against the outer guard.
     pub fn is_capped(&self) -> bool {
-        crate::capped::CappedLimits::of(&self.meta.read().options).is_some()
+        crate::capped::CappedLimits::of(&self.meta.read_recursive().options).is_some()
     }
 
     pub fn adjust_stats(&self, docs: i64, bytes: i64) {
