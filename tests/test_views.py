@@ -321,16 +321,19 @@ def test_tailable_errors_and_position_lost(db):
     with pytest.raises(OperationFailure) as e:
         db.command("find", "small", tailable=True, sort={"_id": 1})
     assert e.value.code == 2
-    reply = db.command("find", "small", tailable=True)
-    cid = reply["cursor"]["id"]
-    with pytest.raises(OperationFailure) as e:
-        db.command("getMore", cid, collection="small", maxTimeMS=10)
-    assert e.value.code == 2
-    # The last document the cursor returned is evicted: its position is lost.
-    db.small.insert_many([{"_id": 2}, {"_id": 3}])
-    with pytest.raises(OperationFailure) as e:
-        db.command("getMore", cid, collection="small")
-    assert e.value.code == 136
+    # The cursor's commands share one explicit session (an implicit one may differ between
+    # commands, and a getMore in another session than the cursor's is 50738).
+    with db.client.start_session() as session:
+        reply = db.command("find", "small", tailable=True, session=session)
+        cid = reply["cursor"]["id"]
+        with pytest.raises(OperationFailure) as e:
+            db.command("getMore", cid, collection="small", maxTimeMS=10, session=session)
+        assert e.value.code == 2
+        # The last document the cursor returned is evicted: its position is lost.
+        db.small.insert_many([{"_id": 2}, {"_id": 3}])
+        with pytest.raises(OperationFailure) as e:
+            db.command("getMore", cid, collection="small", session=session)
+        assert e.value.code == 136
 
 
 # --- validationAction: warn -------------------------------------------------------------------
