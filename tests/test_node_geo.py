@@ -54,15 +54,19 @@ main().catch(e => { console.error(e); process.exit(1); });
 """
 
 
-def test_mongoose_2dsphere_schema(node_drivers, nidus_server, tmp_path):  # noqa: F811
-    script = tmp_path / "geo.js"
-    script.write_text(SCRIPT)
+def run_script(node, server, path, text) -> dict:
+    """Runs a Node script against the server; its last stdout line is its JSON result."""
+    path.write_text(text)
     env = {**os.environ, "NODE_PATH": str(DRIVERS / "node_modules")}
-    uri = f"mongodb://127.0.0.1:{nidus_server.port}/?directConnection=true&serverSelectionTimeoutMS=10000"
-    r = subprocess.run([node_drivers, str(script), uri], capture_output=True, text=True, timeout=120,
+    uri = f"mongodb://127.0.0.1:{server.port}/?directConnection=true&serverSelectionTimeoutMS=10000"
+    r = subprocess.run([node, str(path), uri], capture_output=True, text=True, timeout=120,
                        env=env, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, f"node exited {r.returncode}\n{r.stdout}\n{r.stderr}"
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_mongoose_2dsphere_schema(node_drivers, nidus_server, tmp_path):  # noqa: F811
+    out = run_script(node_drivers, nidus_server, tmp_path / "geo.js", SCRIPT)
     assert out["index"] == [3], json.dumps(out)
     assert out["near"] == ["Central Park", "Polo Grounds"]
     assert out["within"] == ["Central Park"]
@@ -111,14 +115,7 @@ def test_mongoose_text_index_schema(node_drivers, nidus_server, tmp_path):  # no
     """A Mongoose schema with a weighted compound text index: the stored spec, `$text` with
     stemming, scores and their sort, phrases and negations, and one text index per
     collection (85)."""
-    script = tmp_path / "text.js"
-    script.write_text(TEXT_SCRIPT)
-    env = {**os.environ, "NODE_PATH": str(DRIVERS / "node_modules")}
-    uri = f"mongodb://127.0.0.1:{nidus_server.port}/?directConnection=true&serverSelectionTimeoutMS=10000"
-    r = subprocess.run([node_drivers, str(script), uri], capture_output=True, text=True, timeout=120,
-                       env=env, stdin=subprocess.DEVNULL)
-    assert r.returncode == 0, f"node exited {r.returncode}\n{r.stdout}\n{r.stderr}"
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out = run_script(node_drivers, nidus_server, tmp_path / "text.js", TEXT_SCRIPT)
     assert out["index"] == {"key": {"_fts": "text", "_ftsx": 1}, "weights": {"body": 1, "title": 10},
                             "language": "english", "version": 3}, json.dumps(out)
     assert out["hits"] == ["Coffee shop", "Tea house"]
