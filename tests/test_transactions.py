@@ -471,6 +471,37 @@ def test_concurrent_creation_makes_the_commit_conflict(tdb, rs_client):
     assert [d["_id"] for d in tdb.race.find()] == ["outside"]
 
 
+def test_transactions_racing_to_create_a_collection_by_their_writes(tdb, rs_client):
+    """Transactions that insert at once into a collection nobody has created yet: each either
+    commits or fails with a transient error (a retry would succeed); no statement fails with
+    NamespaceExists, and every committed insert is there."""
+    threads_n, rounds = 6, 15
+    for r in range(rounds):
+        coll = tdb[f"burst{r}"]
+        barrier = threading.Barrier(threads_n)
+        committed, errors = [], []
+
+        def work(i):
+            with rs_client.start_session() as s:
+                barrier.wait(10)
+                try:
+                    with s.start_transaction():
+                        coll.insert_one({"_id": i}, session=s)
+                    committed.append(i)
+                except OperationFailure as e:
+                    if not e.has_error_label("TransientTransactionError"):
+                        errors.append((e.code, str(e)))
+
+        ts = [threading.Thread(target=work, args=(i,)) for i in range(threads_n)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(30)
+        assert not errors, errors
+        assert committed, "no transaction committed"
+        assert sorted(d["_id"] for d in coll.find()) == sorted(committed)
+
+
 def test_collection_created_in_transaction_survives_restart(rs_client, rs_server):
     db = rs_client["txn_ddl_restart"]
     rs_client.drop_database(db.name)

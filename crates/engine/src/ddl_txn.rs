@@ -41,7 +41,7 @@ impl Engine {
             None => self.ensure_collection(ns),
             Some(t) => match self.collection_in(ns, Some(t)) {
                 Some(c) => Ok(c),
-                None => self.create_collection_in_txn(ns, Document::new(), t),
+                None => self.create_in_txn(ns, Document::new(), t, true),
             },
         }
     }
@@ -54,8 +54,27 @@ impl Engine {
         options: Document,
         txn: &Transaction,
     ) -> Result<CollectionRef> {
+        self.create_in_txn(ns, options, txn, false)
+    }
+
+    /// Creates `ns` for `txn`. An `implicit` creation (a write's) whose collection another
+    /// client published after the caller looked (the check above ran without the DDL lock)
+    /// writes into that collection, as it would had it looked a moment later; the
+    /// transaction's writes then conflict key by key at commit like any others.
+    fn create_in_txn(
+        &self,
+        ns: &Namespace,
+        options: Document,
+        txn: &Transaction,
+        implicit: bool,
+    ) -> Result<CollectionRef> {
         namespace::validate_coll_name(&ns.db, &ns.coll)?;
         let _ddl = self.ddl.lock();
+        if implicit {
+            if let Some(published) = self.collection(ns) {
+                return Ok(published);
+            }
+        }
         if self.collection_in(ns, Some(txn)).is_some() || self.view(ns).is_some() {
             return Err(Error::new(
                 ErrorCode::NamespaceExists,
