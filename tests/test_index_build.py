@@ -290,3 +290,80 @@ def test_collated_unique_index_build_and_writes(db):
     _assert_valid(db, "c")
     found = list(coll.find({"name": "USER8"}).collation(ci))
     assert [d["_id"] for d in found] == ["new"]
+
+
+def test_reads_of_every_plan_kind_race_catalog_changes(nidus_server, db):
+    """Queries of every planning path (multi-planned find, sort, count, distinct, $group,
+    min/max, $near, $text, a tailable find on a capped collection) run while another client
+    creates and drops indexes and changes options on the same collections. A reader that
+    takes the catalog lock twice while a DDL writer waits between the two would hang: each
+    reader has a socket timeout, so a hang fails the test; every answer is checked."""
+    n = 2000
+    db.c.insert_many([{"_id": i, "a": i % 10, "b": i % 7, "t": f"word{i % 5} common",
+                       "loc": {"type": "Point", "coordinates": [i % 90, (i % 80) - 40]}}
+                      for i in range(n)])
+    db.c.create_index("a")
+    db.c.create_index("b")
+    db.c.create_index([("t", "text")])
+    db.c.create_index([("loc", "2dsphere")])
+    db.create_collection("capped", capped=True, size=1 << 20)
+    db.capped.insert_many([{"_id": i} for i in range(50)])
+    c = db.c
+    by_a3 = sorted(i for i in range(n) if i % 10 == 3 and i % 7 == 2)
+    reads = {
+        "multi-planned find": lambda: sorted(d["_id"] for d in c.find({"a": 3, "b": 2})) == by_a3,
+        "sorted find": lambda: [d["b"] for d in c.find({"a": 3}).sort("b", -1).limit(2)] == [6, 6],
+        "count": lambda: c.count_documents({"a": {"$gte": 5}}) == n // 2,
+        "distinct": lambda: sorted(c.distinct("b", {"a": 1})) == list(range(7)),
+        "$group": lambda: len(list(c.aggregate([{"$group": {"_id": "$a", "n": {"$sum": 1}}}]))) == 10,
+        "min/max": lambda: len(list(c.find().min([("a", 2)]).max([("a", 4)]).hint("a_1"))) == n // 5,
+        "$near": lambda: len(list(c.find({"loc": {"$near": {"$geometry": {"type": "Point", "coordinates": [0, 0]}}}}).limit(5))) == 5,
+        "$text": lambda: len(list(c.find({"$text": {"$search": "word1"}}))) == n // 5,
+        "tailable capped": lambda: len(list(db.capped.find(cursor_type=pymongo.CursorType.TAILABLE).limit(50))) == 50,
+    }
+    stop = threading.Event()
+    errors: list = []
+    done = {name: 0 for name in reads}
+
+    def reader(name, fn):
+        cl = nidus_server.client(socketTimeoutMS=20000)
+        try:
+            while not stop.is_set():
+                if not fn():
+                    errors.append(f"{name}: wrong answer")
+                    return
+                done[name] += 1
+        except Exception as e:  # a timeout (the hang) or any error fails the test
+            errors.append(f"{name}: {e!r}")
+        finally:
+            cl.close()
+
+    def ddl():
+        cl = nidus_server.client(socketTimeoutMS=20000)
+        d = cl[db.name]
+        try:
+            i = 0
+            while not stop.is_set():
+                d.c.create_index([("b", 1), ("a", 1)], name="ba")
+                d.command("collMod", "c", index={"name": "ba", "hidden": True})
+                d.c.drop_index("ba")
+                d.capped.create_index("x")
+                d.capped.drop_index("x_1")
+                i += 1
+            done["ddl"] = i
+        except Exception as e:
+            errors.append(f"ddl: {e!r}")
+        finally:
+            cl.close()
+
+    threads = [threading.Thread(target=reader, args=(k, f)) for k, f in reads.items()]
+    threads.append(threading.Thread(target=ddl))
+    for t in threads:
+        t.start()
+    time.sleep(6)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a reader or the DDL client hung"
+    assert not errors, errors
+    assert all(v > 0 for v in done.values()), done

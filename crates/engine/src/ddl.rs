@@ -651,24 +651,15 @@ impl Engine {
     /// `validationAction` given replaces the stored one; the validator is re-parsed before
     /// anything is written.
     pub fn set_validation_options(&self, ns: &Namespace, changes: &Document) -> Result<()> {
-        let _ddl = self.ddl.lock();
-        let coll = self
-            .collection(ns)
-            .ok_or_else(|| catalog::namespace_not_found(ns))?;
-        let mut meta = coll.meta.write();
-        let mut new_meta = meta.clone();
-        for (k, v) in changes {
-            new_meta.options.insert(k.clone(), v.clone());
-        }
-        new_meta.validator = Validator::from_options(&new_meta.options)?;
-        let mut txn = self.kv.begin();
-        self.write_entry(txn.as_mut(), &coll, &new_meta)?;
-        let ops = self.ddl_ops(ns, || {
-            oplog::collection_command(&coll, meta.uuid, "collMod", changes.clone())
-        });
-        self.commit_logged(txn, ops)?;
-        *meta = new_meta;
-        Ok(())
+        self.rewrite_options(
+            ns,
+            |options| {
+                for (k, v) in changes {
+                    options.insert(k.clone(), v.clone());
+                }
+            },
+            Some(changes),
+        )
     }
 
     /// Makes the options `collMod` changes (`validator`, `validationLevel`,
@@ -676,32 +667,54 @@ impl Engine {
     /// `options`, removing the ones it lacks: a rollback restoring the sync source's state.
     /// Not logged.
     pub fn restore_modifiable_options(&self, ns: &Namespace, options: &Document) -> Result<()> {
+        self.rewrite_options(
+            ns,
+            |mine| {
+                for k in [
+                    "validator",
+                    "validationLevel",
+                    "validationAction",
+                    "changeStreamPreAndPostImages",
+                    "expireAfterSeconds",
+                ] {
+                    match options.get(k) {
+                        Some(v) => mine.insert(k, v.clone()),
+                        None => mine.remove(k),
+                    };
+                }
+            },
+            None,
+        )
+    }
+
+    /// Applies `edit` to the options of `ns` and stores them, with the validator re-parsed
+    /// before anything is written; `logged` is the `collMod` the oplog records (none for a
+    /// rollback's restore). Publishes the new metadata only once the write committed.
+    fn rewrite_options(
+        &self,
+        ns: &Namespace,
+        edit: impl FnOnce(&mut Document),
+        logged: Option<&Document>,
+    ) -> Result<()> {
         let _ddl = self.ddl.lock();
         let coll = self
             .collection(ns)
             .ok_or_else(|| catalog::namespace_not_found(ns))?;
         let mut meta = coll.meta.write();
         let mut new_meta = meta.clone();
-        for k in [
-            "validator",
-            "validationLevel",
-            "validationAction",
-            "changeStreamPreAndPostImages",
-            "expireAfterSeconds",
-        ] {
-            match options.get(k) {
-                Some(v) => {
-                    new_meta.options.insert(k, v.clone());
-                }
-                None => {
-                    new_meta.options.remove(k);
-                }
-            }
-        }
+        edit(&mut new_meta.options);
         new_meta.validator = Validator::from_options(&new_meta.options)?;
         let mut txn = self.kv.begin();
         self.write_entry(txn.as_mut(), &coll, &new_meta)?;
-        txn.commit()?;
+        match logged {
+            Some(changes) => {
+                let ops = self.ddl_ops(ns, || {
+                    oplog::collection_command(&coll, meta.uuid, "collMod", changes.clone())
+                });
+                self.commit_logged(txn, ops)?;
+            }
+            None => txn.commit()?,
+        }
         *meta = new_meta;
         Ok(())
     }

@@ -12,16 +12,13 @@
 use bson::{doc, Bson, Document};
 use nidus_engine::find::FindSpec;
 use nidus_engine::namespace::Namespace;
-use nidus_engine::write::{prepare_insert, WriteOpts};
 use nidus_engine::Engine;
 use nidus_query::matcher::Matcher;
 use nidus_query::sort::SortPattern;
-use nidus_storage_rocks::RocksEngine;
 use proptest::prelude::*;
-use std::sync::Arc;
 
 mod common;
-use common::{cases, ids, raw};
+use common::{cases, ids, loaded, near_of, raw};
 
 const CENTRES: [(f64, f64); 4] = [(-73.97, 40.77), (45.0, 0.0), (10.0, 88.5), (179.9, -20.0)];
 
@@ -210,18 +207,7 @@ fn check(e: &Engine, ns: &Namespace, docs: &[Document], q: &Query) -> Result<(),
 
 fn run_case(docs: Vec<Document>, queries: Vec<Query>) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let e = Engine::open(Arc::new(RocksEngine::open(dir.path()).expect("rocks"))).expect("engine");
-    let ns = Namespace::new("db", "c");
-    e.create_indexes(&ns, &index_specs()).expect("indexes");
-    let coll = e.ensure_collection(&ns).expect("collection");
-    for d in &docs {
-        e.insert_one(
-            &coll,
-            &prepare_insert(&raw(d)).expect("prepare"),
-            &WriteOpts::default(),
-        )
-        .expect("insert");
-    }
+    let (e, ns) = loaded(dir.path(), &index_specs(), &docs);
     for q in &queries {
         check(&e, &ns, &docs, q)?;
     }
@@ -236,20 +222,9 @@ fn check_near(
     docs: &[Document],
     filter: &Document,
 ) -> Result<(), TestCaseError> {
-    // `$minDistance` above `$maxDistance` is refused by both paths.
-    let Ok(m) = Matcher::parse(filter) else {
+    let Some(near) = near_of(filter) else {
         return Ok(());
     };
-    let near = nidus_query::matcher::serialize::canonical_conjuncts(m.expr())
-        .iter()
-        .find_map(|e| match e {
-            nidus_query::matcher::Expr::Path {
-                leaf: nidus_query::matcher::Leaf::Geo(g),
-                ..
-            } => g.near().cloned(),
-            _ => None,
-        })
-        .expect("near");
     let mut want: Vec<(f64, i32)> = docs
         .iter()
         .filter_map(|d| {
@@ -351,14 +326,7 @@ proptest! {
     #[test]
     fn near_queries_return_what_distances_on_every_document_say((docs, filters) in near_case()) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let e = Engine::open(Arc::new(RocksEngine::open(dir.path()).expect("rocks"))).expect("engine");
-        let ns = Namespace::new("db", "c");
-        e.create_indexes(&ns, &index_specs()[..1]).expect("indexes");
-        let coll = e.ensure_collection(&ns).expect("collection");
-        for d in &docs {
-            e.insert_one(&coll, &prepare_insert(&raw(d)).expect("prepare"), &WriteOpts::default())
-                .expect("insert");
-        }
+        let (e, ns) = loaded(dir.path(), &index_specs()[..1], &docs);
         for f in &filters {
             check_near(&e, &ns, &docs, f)?;
         }

@@ -14,14 +14,13 @@
 use bson::{doc, Bson, Document};
 use nidus_engine::find::FindSpec;
 use nidus_engine::namespace::Namespace;
-use nidus_engine::write::{prepare_insert, WriteOpts};
 use nidus_engine::Engine;
 use nidus_query::matcher::Matcher;
 use nidus_query::sort::SortPattern;
 use proptest::prelude::*;
 
 mod common;
-use common::{cases, ids, open, raw};
+use common::{cases, ids, loaded, near_of, raw};
 
 /// A coordinate in [-40, 40]: mostly anywhere, sometimes on a coarse grid line or an edge.
 fn coord() -> impl Strategy<Value = f64> {
@@ -197,18 +196,7 @@ fn check(e: &Engine, ns: &Namespace, docs: &[Document], q: &Query) -> Result<(),
 
 fn load(docs: &[Document]) -> (tempfile::TempDir, std::sync::Arc<Engine>, Namespace) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let e = open(dir.path());
-    let ns = Namespace::new("db", "c");
-    e.create_indexes(&ns, &index_specs()).expect("indexes");
-    let coll = e.ensure_collection(&ns).expect("collection");
-    for d in docs {
-        e.insert_one(
-            &coll,
-            &prepare_insert(&raw(d)).expect("prepare"),
-            &WriteOpts::default(),
-        )
-        .expect("insert");
-    }
+    let (e, ns) = loaded(dir.path(), &index_specs(), docs);
     (dir, e, ns)
 }
 
@@ -249,20 +237,9 @@ fn check_near(
     docs: &[Document],
     filter: &Document,
 ) -> Result<(), TestCaseError> {
-    // `$minDistance` above `$maxDistance` is refused by both paths.
-    let Ok(m) = Matcher::parse(filter) else {
+    let Some(near) = near_of(filter) else {
         return Ok(());
     };
-    let near = nidus_query::matcher::serialize::canonical_conjuncts(m.expr())
-        .iter()
-        .find_map(|e| match e {
-            nidus_query::matcher::Expr::Path {
-                leaf: nidus_query::matcher::Leaf::Geo(g),
-                ..
-            } => g.near().cloned(),
-            _ => None,
-        })
-        .expect("near");
     let rest = {
         let mut f = filter.clone();
         f.remove("loc");

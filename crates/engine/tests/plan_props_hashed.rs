@@ -12,16 +12,13 @@
 use bson::{doc, Bson, Document};
 use nidus_engine::find::FindSpec;
 use nidus_engine::namespace::Namespace;
-use nidus_engine::write::{prepare_insert, WriteOpts};
 use nidus_engine::Engine;
 use nidus_query::matcher::{Matcher, ParseOptions};
 use nidus_query::sort::SortPattern;
-use nidus_storage_rocks::RocksEngine;
 use proptest::prelude::*;
-use std::sync::Arc;
 
 mod common;
-use common::{cases, ids, raw};
+use common::{cases, ids, loaded, raw};
 
 fn value() -> impl Strategy<Value = Bson> {
     prop_oneof![
@@ -223,18 +220,7 @@ fn check(e: &Engine, ns: &Namespace, docs: &[Document], q: &Query) -> Result<(),
 
 fn run_case(docs: Vec<Document>, queries: Vec<Query>) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let e = Engine::open(Arc::new(RocksEngine::open(dir.path()).expect("rocks"))).expect("engine");
-    let ns = Namespace::new("db", "c");
-    e.create_indexes(&ns, &index_specs()).expect("indexes");
-    let coll = e.ensure_collection(&ns).expect("collection");
-    for d in &docs {
-        e.insert_one(
-            &coll,
-            &prepare_insert(&raw(d)).expect("prepare"),
-            &WriteOpts::default(),
-        )
-        .expect("insert");
-    }
+    let (e, ns) = loaded(dir.path(), &index_specs(), &docs);
     for q in &queries {
         check(&e, &ns, &docs, q)?;
     }

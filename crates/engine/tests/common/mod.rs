@@ -31,3 +31,40 @@ pub fn ids(docs: &[Document]) -> Vec<i32> {
     v.sort_unstable();
     v
 }
+
+/// A fresh engine in `dir` with collection `db.c`: `specs` built first, then `docs` inserted
+/// one at a time (so every index is maintained by the write path, not by a build).
+pub fn loaded(
+    dir: &std::path::Path,
+    specs: &[Document],
+    docs: &[Document],
+) -> (Arc<Engine>, nidus_engine::namespace::Namespace) {
+    use nidus_engine::write::{prepare_insert, WriteOpts};
+    let e = open(dir);
+    let ns = nidus_engine::namespace::Namespace::new("db", "c");
+    e.create_indexes(&ns, specs).expect("indexes");
+    let coll = e.ensure_collection(&ns).expect("collection");
+    for d in docs {
+        e.insert_one(
+            &coll,
+            &prepare_insert(&raw(d)).expect("prepare"),
+            &WriteOpts::default(),
+        )
+        .expect("insert");
+    }
+    (e, ns)
+}
+
+/// The `$near`/`$nearSphere` of a filter, or None when the filter does not parse (e.g.
+/// `$minDistance` above `$maxDistance`, which both paths refuse).
+pub fn near_of(filter: &Document) -> Option<nidus_query::matcher::geo::NearQuery> {
+    use nidus_query::matcher::{serialize::canonical_conjuncts, Expr, Leaf, Matcher};
+    let m = Matcher::parse(filter).ok()?;
+    let near = canonical_conjuncts(m.expr()).iter().find_map(|e| match e {
+        Expr::Path {
+            leaf: Leaf::Geo(g), ..
+        } => g.near().cloned(),
+        _ => None,
+    });
+    Some(near.expect("a near filter"))
+}
