@@ -308,18 +308,17 @@ def test_reads_of_every_plan_kind_race_catalog_changes(nidus_server, db):
     db.c.create_index([("loc", "2dsphere")])
     db.create_collection("capped", capped=True, size=1 << 20)
     db.capped.insert_many([{"_id": i} for i in range(50)])
-    c = db.c
     by_a3 = sorted(i for i in range(n) if i % 10 == 3 and i % 7 == 2)
     reads = {
-        "multi-planned find": lambda: sorted(d["_id"] for d in c.find({"a": 3, "b": 2})) == by_a3,
-        "sorted find": lambda: [d["b"] for d in c.find({"a": 3}).sort("b", -1).limit(2)] == [6, 6],
-        "count": lambda: c.count_documents({"a": {"$gte": 5}}) == n // 2,
-        "distinct": lambda: sorted(c.distinct("b", {"a": 1})) == list(range(7)),
-        "$group": lambda: len(list(c.aggregate([{"$group": {"_id": "$a", "n": {"$sum": 1}}}]))) == 10,
-        "min/max": lambda: len(list(c.find().min([("a", 2)]).max([("a", 4)]).hint("a_1"))) == n // 5,
-        "$near": lambda: len(list(c.find({"loc": {"$near": {"$geometry": {"type": "Point", "coordinates": [0, 0]}}}}).limit(5))) == 5,
-        "$text": lambda: len(list(c.find({"$text": {"$search": "word1"}}))) == n // 5,
-        "tailable capped": lambda: len(list(db.capped.find(cursor_type=pymongo.CursorType.TAILABLE).limit(50))) == 50,
+        "multi-planned find": lambda c: sorted(d["_id"] for d in c.find({"a": 3, "b": 2})) == by_a3,
+        "sorted find": lambda c: [d["b"] for d in c.find({"a": 3}).sort("b", -1).limit(2)] == [6, 6],
+        "count": lambda c: c.count_documents({"a": {"$gte": 5}}) == n // 2,
+        "distinct": lambda c: sorted(c.distinct("b", {"a": 1})) == list(range(7)),
+        "$group": lambda c: len(list(c.aggregate([{"$group": {"_id": "$a", "n": {"$sum": 1}}}]))) == 10,
+        "min/max": lambda c: len(list(c.find().min([("a", 2)]).max([("a", 4)]).hint("a_1"))) == n // 5,
+        "$near": lambda c: len(list(c.find({"loc": {"$near": {"$geometry": {"type": "Point", "coordinates": [0, 0]}}}}).limit(5))) == 5,
+        "$text": lambda c: len(list(c.find({"$text": {"$search": "word1"}}))) == n // 5,
+        "tailable capped": lambda c: len(list(c.database.capped.find(cursor_type=pymongo.CursorType.TAILABLE).limit(50))) == 50,
     }
     stop = threading.Event()
     errors: list = []
@@ -329,7 +328,7 @@ def test_reads_of_every_plan_kind_race_catalog_changes(nidus_server, db):
         cl = nidus_server.client(socketTimeoutMS=20000)
         try:
             while not stop.is_set():
-                if not fn():
+                if not fn(cl[db.name].c):
                     errors.append(f"{name}: wrong answer")
                     return
                 done[name] += 1
