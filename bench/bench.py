@@ -52,17 +52,17 @@ SIZES = {
     "tiny": dict(docs=5_000, points=400, ranges=60, range_len=100, updates=400, groups=2,
                  j1=60, j16=320, orders=3_000, order_queries=100, tpcb=400, pings=1_000,
                  floor_ops=5_000, sales=20_000, customers=1_000, lookup_queries=20,
-                 sort_mem=256 * 1024, pg_work_mem="256kB"),
+                 sort_mem=256 * 1024, pg_work_mem="256kB", large_docs=16),
     "small": dict(docs=100_000, points=5_000, ranges=500, range_len=100, updates=5_000,
                   groups=3, j1=500, j16=3_200, orders=100_000, order_queries=1_000,
                   tpcb=5_000, pings=5_000, floor_ops=20_000, sales=1_000_000,
                   customers=10_000, lookup_queries=300, sort_mem=32 * 2**20,
-                  pg_work_mem="4MB"),
+                  pg_work_mem="4MB", large_docs=300),
     "large": dict(docs=1_000_000, points=20_000, ranges=2_000, range_len=100, updates=20_000,
                   groups=3, j1=1_000, j16=8_000, orders=1_000_000, order_queries=3_000,
                   tpcb=20_000, pings=20_000, floor_ops=100_000, sales=1_000_000,
                   customers=100_000, lookup_queries=1_000, sort_mem=32 * 2**20,
-                  pg_work_mem="4MB"),
+                  pg_work_mem="4MB", large_docs=1_000),
 }
 
 SYSTEMS = ("nidus", "postgres", "sqlite")
@@ -88,6 +88,9 @@ WORKLOADS = [
      "ping", None),
     ("tpcb_doc", "TPC-B-like, single-document design (seed 003)", "tx/s", "ping", "put_per_s"),
     ("tpcb_multi", "TPC-B-like, multi-statement transaction", "tx/s", "ping", None),
+    ("large_insert", "insert_one of 1 MiB documents (seed 002; PostgreSQL TOAST)", "docs/s",
+     "ping", None),
+    ("large_read", "find_one of 1 MiB documents by _id", "docs/s", "ping", None),
 ]
 NA = {("orders_collscan", "postgres"): "n/a (Nidus only)",
       ("orders_collscan", "sqlite"): "n/a (Nidus only)"}
@@ -279,6 +282,21 @@ def check_sorted(system, count, first, expected):
 LOOKUP_WINDOW = 100  # orders per $lookup query (an _id range of sales)
 
 
+LARGE_BYTES = 2**20
+
+
+def large_payloads(k=8):
+    """`k` different 1 MiB strings (base64 of random bytes: barely compressible, as a
+    blob of media or ciphertext); document i carries payload i % k."""
+    import base64
+    rng = random.Random(2)
+    return [base64.b64encode(rng.randbytes(LARGE_BYTES * 3 // 4)).decode() for _ in range(k)]
+
+
+def large_doc(i, payloads):
+    return {"_id": i, "name": f"blob-{i}", "b": payloads[i % len(payloads)]}
+
+
 def jsonable(doc):
     d = dict(doc)
     if isinstance(d.get("created_at"), dt.datetime):
@@ -457,6 +475,28 @@ class Nidus:
 
         run_threads(threads, work)
         return per * threads
+
+    def large_insert(self, n, payloads):
+        self.db.drop_collection("blobs")
+        c = self.db["blobs"]
+        for i in range(n):
+            c.insert_one(large_doc(i, payloads))
+        return n
+
+    def large_read(self, ids):
+        c = self.db["blobs"]
+        for i in ids:
+            d = c.find_one({"_id": i})
+            if d is None or len(d["b"]) != LARGE_BYTES:
+                raise RuntimeError(f"nidus: blob {i} missing or cut")
+        return len(ids)
+
+    def rocksdb_bytes(self):
+        """Bytes RocksDB wrote to its WAL, flushes and compactions (and blob files), from
+        `serverStatus().rocksdb`."""
+        r = self.client.admin.command("serverStatus").get("rocksdb", {})
+        return {k: r.get(k, 0) for k in ("wal.bytes", "flush.write.bytes", "compact.write.bytes",
+                                         "blobdb.blob.file.bytes.written")}
 
     def load_orders(self, orders):
         self.db.drop_collection("orders")
@@ -756,6 +796,25 @@ class Postgres:
                 c.close()
         return per * threads
 
+    def large_insert(self, n, payloads):
+        from psycopg.types.json import Jsonb
+        self.conn.execute("DROP TABLE IF EXISTS blobs")
+        self.conn.execute("CREATE TABLE blobs (id bigint PRIMARY KEY, doc jsonb NOT NULL)")
+        cur = self.conn.cursor()
+        for i in range(n):
+            cur.execute("INSERT INTO blobs (id, doc) VALUES (%s, %s)",
+                        (i, Jsonb(large_doc(i, payloads))))
+        return n
+
+    def large_read(self, ids):
+        cur = self.conn.cursor()
+        for i in ids:
+            cur.execute("SELECT doc FROM blobs WHERE id = %s", (i,))
+            row = cur.fetchone()
+            if row is None or len(row[0]["b"]) != LARGE_BYTES:
+                raise RuntimeError(f"postgres: blob {i} missing or cut")
+        return len(ids)
+
     def load_orders(self, orders):
         from psycopg.types.json import Jsonb
         c = self.conn
@@ -1010,6 +1069,23 @@ class Sqlite:
                 c.close()
         return per * threads
 
+    def large_insert(self, n, payloads):
+        c = self.conn
+        c.execute("DROP TABLE IF EXISTS blobs")
+        c.execute("CREATE TABLE blobs (id INTEGER PRIMARY KEY, doc TEXT NOT NULL)")
+        for i in range(n):
+            c.execute("INSERT INTO blobs (id, doc) VALUES (?, json(?))",
+                      (i, json.dumps(large_doc(i, payloads))))
+        return n
+
+    def large_read(self, ids):
+        c = self.conn
+        for i in ids:
+            row = c.execute("SELECT doc FROM blobs WHERE id = ?", (i,)).fetchone()
+            if row is None or len(json.loads(row[0])["b"]) != LARGE_BYTES:
+                raise RuntimeError(f"sqlite: blob {i} missing or cut")
+        return len(ids)
+
     def load_orders(self, orders):
         c = self.conn
         c.execute("DROP TABLE IF EXISTS orders")
@@ -1237,6 +1313,8 @@ class Bench:
             self.aggregation()
         if self.wants("tpcb_doc", "tpcb_multi"):
             self.tpcb()
+        if self.wants("large_insert", "large_read"):
+            self.large()
 
     def wants(self, *workloads):
         return not self.args.only or any(w in self.args.only for w in workloads)
@@ -1361,6 +1439,22 @@ class Bench:
             nidus.set_sort_memory(was if was is not None else 104_857_600)
         log(f"aggregation explains: {self.agg_explain}")
 
+    def large(self):
+        """Seed 002's large documents: 1 MiB each, inserted one by one, then read back by
+        `_id`; Nidus's write amplification (bytes RocksDB wrote per logical byte) noted."""
+        z = self.size
+        n = z["large_docs"]
+        payloads = large_payloads()
+        nidus = self.systems["nidus"]
+        before = nidus.rocksdb_bytes()
+        self.each("large_insert", lambda s, r: (lambda: s.large_insert(n, payloads),))
+        after = nidus.rocksdb_bytes()
+        logical = n * LARGE_BYTES * self.runs
+        self.large_write_amp = {k: round((after[k] - before[k]) / logical, 2) for k in before}
+        log(f"large documents: RocksDB bytes written per logical byte {self.large_write_amp}")
+        self.each("large_read", lambda s, r: (
+            lambda p=[self.rng.randrange(n) for _ in range(n)]: s.large_read(p),))
+
     def stop(self):
         for name, s in reversed(list(self.systems.items())):
             try:
@@ -1429,6 +1523,7 @@ def build_report(b, started, elapsed):
         "orders_explain": b.explain,
         "orders_explain_collscan": getattr(b, "explain_collscan", None),
         "agg_explain": b.agg_explain,
+        "large_write_amp": getattr(b, "large_write_amp", None),
     }
 
 
@@ -1560,7 +1655,8 @@ def explain_lines(rep):
                    f"plan `{e.get('plan')}`")
     ax = rep.get("agg_explain", {})
     z = rep.get("size_params", {})
-    if "sales" in z:
+    if "sales" in z and any(k in rep["workloads"] for k in ("agg_group", "lookup_ix",
+                                                              "lookup_noix", "sort_spill")):
         out.append(f"- aggregation rows: {z['sales']} sales documents, {z['customers']} customers "
                    f"(in two collections, one with an index on `cid`); a $lookup query joins "
                    f"{LOOKUP_WINDOW} sales (an `_id` range); the sort iterates every document "
@@ -1581,6 +1677,14 @@ def explain_lines(rep):
         if e:
             out.append(f"- the join in {LABEL[s]}: with an index `{e['index']}`, without "
                        f"`{e['no index']}`")
+    wa = rep.get("large_write_amp")
+    if wa:
+        out.append(f"- 1 MiB documents ({z.get('large_docs')} per run, base64 of random bytes, "
+                   "PostgreSQL jsonb with TOAST): Nidus's RocksDB wrote per logical byte WAL "
+                   "(the document and its oplog entry, which holds it too, as MongoDB's) "
+                   f"{wa['wal.bytes']}, flushes {wa['flush.write.bytes']}, compactions "
+                   f"{wa['compact.write.bytes']}, blob files {wa['blobdb.blob.file.bytes.written']} "
+                   "(what is still in the memtable at the end is not counted)")
     return out
 
 
