@@ -70,7 +70,10 @@ pub struct RocksEngine {
     inner: Arc<Inner>,
 }
 
-fn cf_options(cache: &Cache, point_lookups: bool) -> Options {
+/// Values at least this large are stored in blob files (see `cf_options`).
+const LARGE_VALUE_BYTES: u64 = 64 << 10;
+
+fn cf_options(cache: &Cache, space: Space, point_lookups: bool) -> Options {
     let mut block = BlockBasedOptions::default();
     block.set_block_cache(cache);
     block.set_bloom_filter(10.0, false);
@@ -82,6 +85,16 @@ fn cf_options(cache: &Cache, point_lookups: bool) -> Options {
     let mut opts = Options::default();
     opts.set_block_based_table_factory(&block);
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    if space == Space::Records {
+        // Values of 64 KiB and more (large documents, and oplog entries holding them) go to
+        // blob files: written once, with only a small reference in the LSM tree, so flushes
+        // and compactions stop copying them. Their reads are cached in the same block cache.
+        opts.set_enable_blob_files(true);
+        opts.set_min_blob_size(LARGE_VALUE_BYTES);
+        opts.set_blob_compression_type(rocksdb::DBCompressionType::Lz4);
+        opts.set_enable_blob_gc(true);
+        opts.set_blob_cache(cache);
+    }
     if point_lookups {
         opts.optimize_for_point_lookup(64);
         opts.set_block_based_table_factory(&block);
@@ -117,7 +130,7 @@ impl RocksEngine {
         db_opts.set_statistics_level(StatsLevel::ExceptHistogramOrTimers);
         let cfs = Space::ALL
             .iter()
-            .map(|s| ColumnFamilyDescriptor::new(s.name(), cf_options(&cache, false)));
+            .map(|&s| ColumnFamilyDescriptor::new(s.name(), cf_options(&cache, s, false)));
         let mut txn_opts = TransactionDBOptions::default();
         txn_opts.set_default_lock_timeout(LOCK_TIMEOUT_MS);
         txn_opts.set_txn_lock_timeout(LOCK_TIMEOUT_MS);
