@@ -71,9 +71,7 @@ impl Drop for ConnectionSlot {
     }
 }
 
-/// Bytes reserved for a message body before any of it has arrived; the buffer grows with
-/// the bytes actually received, so a header announcing a 48 MB message costs nothing until
-/// the client sends that much.
+/// Most bytes reserved for a message before more of it has arrived (see [`fill`]).
 const INITIAL_BODY_CAPACITY: usize = 64 * 1024;
 
 /// Serves a connection until the client leaves or breaks the protocol. `slot` is the
@@ -108,7 +106,9 @@ pub async fn serve<S: ClientStream>(
         "Connection accepted",
         serde_json::json!({ "remote": peer.to_string(), "connectionId": id }),
     );
-    // Bytes of the next message(s) read while watching for a disconnect during a command.
+    // Bytes read from the client and not handled yet: the rest of the message being read, or
+    // the next message(s) when the client sent them early (pipelined, or read while watching
+    // for a disconnect during a command).
     let mut carry = Vec::new();
     loop {
         match handle_one(&state, &mut stream, &mut carry, conn).await {
@@ -144,29 +144,29 @@ async fn handle_one<S: ClientStream>(
     carry: &mut Vec<u8>,
     conn: ConnState,
 ) -> std::io::Result<Option<ConnState>> {
-    let mut header_bytes = [0u8; HEADER_LEN];
-    let from_carry = carry.len().min(HEADER_LEN);
-    header_bytes[..from_carry].copy_from_slice(&carry[..from_carry]);
-    carry.drain(..from_carry);
-    match stream.read_exact(&mut header_bytes[from_carry..]).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+    // The whole message, with as few reads as the client's writes allow: a read takes
+    // whatever the socket holds (usually the header and body together), and bytes past this
+    // message stay in `carry` for the next one.
+    if !fill(stream, carry, HEADER_LEN).await? {
+        // The client closed the connection (cleanly, or in the middle of a header as before).
+        return Ok(None);
     }
-    let header = MsgHeader::parse(&header_bytes);
+    let header_bytes: &[u8; HEADER_LEN] = carry[..HEADER_LEN]
+        .try_into()
+        .expect("the buffer holds a whole header");
+    let header = MsgHeader::parse(header_bytes);
     let body_len = match nidus_wire::check_length(&header) {
         Ok(n) => n,
         Err(e) => return Err(fatal(e)),
     };
-    let mut body = Vec::with_capacity(body_len.min(INITIAL_BODY_CAPACITY));
-    body.extend(carry.drain(..carry.len().min(body_len)));
-    let limit = u64::try_from(body_len - body.len()).unwrap_or(u64::MAX);
-    (&mut *stream).take(limit).read_to_end(&mut body).await?;
-    if body.len() < body_len {
+    let message_len = HEADER_LEN + body_len;
+    if !fill(stream, carry, message_len).await? {
         // The client closed the connection in the middle of a message.
         return Err(std::io::ErrorKind::UnexpectedEof.into());
     }
-    let decoded = match nidus_wire::decode(&header, &body) {
+    let decoded = nidus_wire::decode(&header, &carry[HEADER_LEN..message_len]);
+    consume(carry, message_len);
+    let decoded = match decoded {
         Ok(d) => d,
         Err(e) if e.is_fatal() => return Err(fatal(e)),
         Err(e) => {
@@ -264,6 +264,37 @@ async fn handle_one<S: ClientStream>(
 /// Most bytes read ahead of the next message while a command runs; past it the client is
 /// not watched until the command ends.
 const MAX_CARRY: usize = 64 * 1024;
+
+/// Bytes a read asks the socket for when the buffer has less room: a small message and the
+/// header of the next one fit; a larger message grows the buffer as its bytes arrive.
+const READ_CHUNK: usize = 4 * 1024;
+
+/// Reads until `carry` holds at least `want` bytes. False when the client closed the
+/// connection first. The buffer grows with the bytes actually received, so a header
+/// announcing a 48 MB message costs nothing until the client sends that much.
+async fn fill<S: ClientStream>(
+    stream: &mut S,
+    carry: &mut Vec<u8>,
+    want: usize,
+) -> std::io::Result<bool> {
+    while carry.len() < want {
+        let missing = want - carry.len();
+        carry.reserve(missing.clamp(READ_CHUNK, INITIAL_BODY_CAPACITY));
+        if stream.read_buf(carry).await? == 0 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Drops the first `n` bytes of `carry` (a message just decoded), keeping what follows it,
+/// and gives back the memory a large message took once nothing of it is left.
+fn consume(carry: &mut Vec<u8>, n: usize) {
+    carry.drain(..n);
+    if carry.capacity() > INITIAL_BODY_CAPACITY && carry.len() <= READ_CHUNK {
+        carry.shrink_to(READ_CHUNK);
+    }
+}
 
 enum Event {
     Frame(Option<Vec<u8>>),
