@@ -83,29 +83,8 @@ pub async fn serve<S: ClientStream>(
     slot: ConnectionSlot,
     tls: Option<TlsPeer>,
 ) {
-    let id = state.next_connection_id();
-    state
-        .connections
-        .total_created
-        .fetch_add(1, Ordering::Relaxed);
-    let mut conn = ConnState {
-        id,
-        peer,
-        peer_text: peer.to_string().into(),
-        client_metadata: None,
-        app_name: None,
-        compressors: Vec::new(),
-        auth: Default::default(),
-        tls,
-        awaited_data: false,
-    };
-    log::info(
-        "NETWORK",
-        22943,
-        "listener",
-        "Connection accepted",
-        serde_json::json!({ "remote": peer.to_string(), "connectionId": id }),
-    );
+    let mut conn = accepted(&state, peer, tls);
+    let id = conn.id;
     // Bytes read from the client and not handled yet: the rest of the message being read, or
     // the next message(s) when the client sent them early (pipelined, or read while watching
     // for a disconnect during a command).
@@ -115,18 +94,86 @@ pub async fn serve<S: ClientStream>(
             Ok(Some(c)) => conn = c,
             Ok(None) => break,
             Err(e) => {
-                log::info(
-                    "NETWORK",
-                    22989,
-                    &format!("conn{id}"),
-                    "Closing connection",
-                    serde_json::json!({ "remote": peer.to_string(), "error": e.to_string() }),
-                );
+                closing(id, peer, &e);
                 break;
             }
         }
     }
     drop(slot);
+    ended(id, peer);
+}
+
+/// Serves a plain TCP connection on the calling thread, a thread of its own, as mongod
+/// serves each connection on its thread: blocking reads and writes, and the cheap commands
+/// of [`runs_inline`] run right here, so a request costs one read and one write and no
+/// hand-off between threads or trip through the event loop. A command that can wait (see
+/// [`dispatch`]) goes through the asynchronous path on `runtime`, as on a TLS connection:
+/// the socket is registered with the event loop for that command (to watch for a hang-up
+/// and run the idle change-stream wait) and returned to blocking mode after it.
+pub fn serve_blocking(
+    state: Arc<ServerState>,
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    slot: ConnectionSlot,
+    runtime: tokio::runtime::Handle,
+) {
+    let mut conn = accepted(&state, peer, None);
+    let id = conn.id;
+    let mut stream = Some(stream);
+    let mut carry = Vec::new();
+    loop {
+        match handle_one_blocking(&state, &mut stream, &mut carry, conn, &runtime) {
+            Ok(Some(c)) => conn = c,
+            Ok(None) => break,
+            Err(e) => {
+                closing(id, peer, &e);
+                break;
+            }
+        }
+    }
+    drop(stream);
+    drop(slot);
+    ended(id, peer);
+}
+
+/// A new connection's state, counted and logged.
+fn accepted(state: &ServerState, peer: SocketAddr, tls: Option<TlsPeer>) -> ConnState {
+    let id = state.next_connection_id();
+    state
+        .connections
+        .total_created
+        .fetch_add(1, Ordering::Relaxed);
+    log::info(
+        "NETWORK",
+        22943,
+        "listener",
+        "Connection accepted",
+        serde_json::json!({ "remote": peer.to_string(), "connectionId": id }),
+    );
+    ConnState {
+        id,
+        peer,
+        peer_text: peer.to_string().into(),
+        client_metadata: None,
+        app_name: None,
+        compressors: Vec::new(),
+        auth: Default::default(),
+        tls,
+        awaited_data: false,
+    }
+}
+
+fn closing(id: i64, peer: SocketAddr, e: &std::io::Error) {
+    log::info(
+        "NETWORK",
+        22989,
+        &format!("conn{id}"),
+        "Closing connection",
+        serde_json::json!({ "remote": peer.to_string(), "error": e.to_string() }),
+    );
+}
+
+fn ended(id: i64, peer: SocketAddr) {
     log::info(
         "NETWORK",
         22944,
@@ -134,6 +181,83 @@ pub async fn serve<S: ClientStream>(
         "Connection ended",
         serde_json::json!({ "remote": peer.to_string(), "connectionId": id }),
     );
+}
+
+/// What the next message of a connection is.
+enum Next {
+    /// The client closed the connection (cleanly, or in the middle of a header).
+    Closed,
+    /// A message that does not decode but leaves the stream in step: answer with this frame.
+    Refused(Vec<u8>),
+    /// A request, and the id of its message.
+    Request(Decoded, i32),
+}
+
+/// The header at the front of `carry` (which holds at least `HEADER_LEN` bytes) and the
+/// length of its whole message.
+fn parse_header(carry: &[u8]) -> std::io::Result<(MsgHeader, usize)> {
+    let mut bytes = [0u8; HEADER_LEN];
+    bytes.copy_from_slice(&carry[..HEADER_LEN]);
+    let header = MsgHeader::parse(&bytes);
+    match nidus_wire::check_length(&header) {
+        Ok(body_len) => Ok((header, HEADER_LEN + body_len)),
+        Err(e) => Err(fatal(e)),
+    }
+}
+
+/// Decodes the message at the front of `carry` (which holds its `message_len` bytes) and
+/// removes it.
+fn take_message(
+    carry: &mut Vec<u8>,
+    header: &MsgHeader,
+    message_len: usize,
+) -> std::io::Result<Next> {
+    let decoded = nidus_wire::decode(header, &carry[HEADER_LEN..message_len]);
+    consume(carry, message_len);
+    match decoded {
+        Ok(d) => Ok(Next::Request(d, header.request_id)),
+        Err(e) if e.is_fatal() => Err(fatal(e)),
+        Err(e) => {
+            let reply = Error::from(e).to_reply();
+            Ok(Next::Refused(nidus_wire::encode_msg(
+                next_request_id(),
+                header.request_id,
+                0,
+                &reply,
+                None,
+            )))
+        }
+    }
+}
+
+/// Reads the next message. The whole message comes with as few reads as the client's
+/// writes allow: a read takes whatever the socket holds (usually the header and body
+/// together), and bytes past this message stay in `carry` for the next one.
+async fn read_next<S: ClientStream>(stream: &mut S, carry: &mut Vec<u8>) -> std::io::Result<Next> {
+    if !fill(stream, carry, HEADER_LEN).await? {
+        return Ok(Next::Closed);
+    }
+    let (header, message_len) = parse_header(carry)?;
+    if !fill(stream, carry, message_len).await? {
+        // The client closed the connection in the middle of a message.
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    take_message(carry, &header, message_len)
+}
+
+/// [`read_next`] with blocking reads.
+fn read_next_blocking(
+    stream: &mut std::net::TcpStream,
+    carry: &mut Vec<u8>,
+) -> std::io::Result<Next> {
+    if !fill_blocking(stream, carry, HEADER_LEN)? {
+        return Ok(Next::Closed);
+    }
+    let (header, message_len) = parse_header(carry)?;
+    if !fill_blocking(stream, carry, message_len)? {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    take_message(carry, &header, message_len)
 }
 
 /// Handles one message. `Ok(None)` = the client closed the connection cleanly or must be
@@ -144,39 +268,100 @@ async fn handle_one<S: ClientStream>(
     carry: &mut Vec<u8>,
     conn: ConnState,
 ) -> std::io::Result<Option<ConnState>> {
-    // The whole message, with as few reads as the client's writes allow: a read takes
-    // whatever the socket holds (usually the header and body together), and bytes past this
-    // message stay in `carry` for the next one.
-    if !fill(stream, carry, HEADER_LEN).await? {
-        // The client closed the connection (cleanly, or in the middle of a header as before).
+    match read_next(stream, carry).await? {
+        Next::Closed => Ok(None),
+        Next::Refused(frame) => {
+            stream.write_all(&frame).await?;
+            Ok(Some(conn))
+        }
+        Next::Request(decoded, request_id) => {
+            dispatch(state, stream, carry, conn, decoded, request_id, false).await
+        }
+    }
+}
+
+/// [`handle_one`] on a connection's own thread (see [`serve_blocking`]). `stream` is taken
+/// while a command runs on the asynchronous path and put back after it.
+fn handle_one_blocking(
+    state: &Arc<ServerState>,
+    stream: &mut Option<std::net::TcpStream>,
+    carry: &mut Vec<u8>,
+    mut conn: ConnState,
+    runtime: &tokio::runtime::Handle,
+) -> std::io::Result<Option<ConnState>> {
+    use std::io::Write;
+    let Some(socket) = stream.as_mut() else {
         return Ok(None);
-    }
-    let header_bytes: &[u8; HEADER_LEN] = carry[..HEADER_LEN]
-        .try_into()
-        .expect("the buffer holds a whole header");
-    let header = MsgHeader::parse(header_bytes);
-    let body_len = match nidus_wire::check_length(&header) {
-        Ok(n) => n,
-        Err(e) => return Err(fatal(e)),
     };
-    let message_len = HEADER_LEN + body_len;
-    if !fill(stream, carry, message_len).await? {
-        // The client closed the connection in the middle of a message.
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
-    }
-    let decoded = nidus_wire::decode(&header, &carry[HEADER_LEN..message_len]);
-    consume(carry, message_len);
-    let decoded = match decoded {
-        Ok(d) => d,
-        Err(e) if e.is_fatal() => return Err(fatal(e)),
-        Err(e) => {
-            let reply = Error::from(e).to_reply();
-            let bytes =
-                nidus_wire::encode_msg(next_request_id(), header.request_id, 0, &reply, None);
-            stream.write_all(&bytes).await?;
+    let (decoded, request_id) = match read_next_blocking(socket, carry)? {
+        Next::Closed => return Ok(None),
+        Next::Refused(frame) => {
+            socket.write_all(&frame)?;
             return Ok(Some(conn));
         }
+        Next::Request(decoded, request_id) => (decoded, request_id),
     };
+    if let WireRequest::Msg(msg) = &decoded.request {
+        if runs_inline(state, msg) {
+            // No wait hook: a wait blocks this connection's thread and nothing else.
+            let mut out = Out::Buffer(Vec::new());
+            let close = execute(
+                state,
+                &mut conn,
+                decoded.request,
+                request_id,
+                decoded.compressor,
+                &mut out,
+            );
+            if let Out::Buffer(frames) = out {
+                for frame in frames {
+                    socket.write_all(&frame)?;
+                }
+            }
+            return Ok((!close).then_some(conn));
+        }
+    }
+    let Some(socket) = stream.take() else {
+        return Ok(None);
+    };
+    socket.set_nonblocking(true)?;
+    let (result, socket) = runtime.block_on(async {
+        match tokio::net::TcpStream::from_std(socket) {
+            Ok(mut socket) => {
+                let result =
+                    dispatch(state, &mut socket, carry, conn, decoded, request_id, true).await;
+                (result, socket.into_std().ok())
+            }
+            Err(e) => (Err(e), None),
+        }
+    });
+    let result = result?;
+    match socket {
+        Some(socket) => {
+            socket.set_nonblocking(false)?;
+            *stream = Some(socket);
+            Ok(result)
+        }
+        None if result.is_none() => Ok(None),
+        None => Err(std::io::Error::other(
+            "the connection could not return to blocking mode",
+        )),
+    }
+}
+
+/// Runs one decoded request and writes its replies: a cheap command (see [`runs_inline`])
+/// on the calling task, anything that can wait on tokio's blocking pool while the task
+/// watches the client for a hang-up. `own_thread`: the caller is the connection's own
+/// thread (see [`serve_blocking`]), which a wait may block.
+async fn dispatch<S: ClientStream>(
+    state: &Arc<ServerState>,
+    stream: &mut S,
+    carry: &mut Vec<u8>,
+    conn: ConnState,
+    decoded: Decoded,
+    request_id: i32,
+    own_thread: bool,
+) -> std::io::Result<Option<ConnState>> {
     let Decoded {
         request,
         compressor,
@@ -199,16 +384,10 @@ async fn handle_one<S: ClientStream>(
         }
         // After a full wait the answer is an empty batch: cheap enough to run inline.
         if conn.awaited_data || runs_inline(state, msg) {
-            let _hook = nidus_engine::blocking::install(|f| tokio::task::block_in_place(f));
+            let _hook = (!own_thread)
+                .then(|| nidus_engine::blocking::install(|f| tokio::task::block_in_place(f)));
             let mut out = Out::Buffer(Vec::new());
-            let close = execute(
-                state,
-                &mut conn,
-                request,
-                header.request_id,
-                compressor,
-                &mut out,
-            );
+            let close = execute(state, &mut conn, request, request_id, compressor, &mut out);
             conn.awaited_data = false;
             if let Out::Buffer(frames) = out {
                 for frame in frames {
@@ -227,7 +406,7 @@ async fn handle_one<S: ClientStream>(
             &state2,
             &mut conn,
             request,
-            header.request_id,
+            request_id,
             compressor,
             &mut Out::Channel(tx),
         );
@@ -282,6 +461,30 @@ async fn fill<S: ClientStream>(
         carry.reserve(missing.clamp(READ_CHUNK, INITIAL_BODY_CAPACITY));
         if stream.read_buf(carry).await? == 0 {
             return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// [`fill`] with blocking reads.
+fn fill_blocking(
+    stream: &mut std::net::TcpStream,
+    carry: &mut Vec<u8>,
+    want: usize,
+) -> std::io::Result<bool> {
+    use std::io::Read;
+    while carry.len() < want {
+        let missing = want - carry.len();
+        carry.reserve(missing.clamp(READ_CHUNK, INITIAL_BODY_CAPACITY));
+        let filled = carry.len();
+        carry.resize(carry.capacity(), 0);
+        let read = stream.read(&mut carry[filled..]);
+        carry.truncate(filled + *read.as_ref().unwrap_or(&0));
+        match read {
+            Ok(0) => return Ok(false),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(true)
