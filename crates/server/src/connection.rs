@@ -1,10 +1,15 @@
 //! One client connection: read a message, run it, write the reply.
 //!
-//! Cheap commands (see [`runs_inline`]) run on the connection's own task, as mongod runs a
-//! command on its connection's thread: no hand-off to another thread and back. Everything
-//! that can wait (awaitable `hello`, cursors, write-concern waits, journal syncs, scans,
-//! transactions, fail points) runs on tokio's blocking pool while the task watches the
-//! client for a hang-up.
+//! A plain TCP connection has a thread of its own ([`serve_blocking`]), as mongod's: it reads
+//! with blocking calls, runs each command itself and writes the reply, with no hand-off to
+//! another thread and back. Only the commands that wait for the client as well as for the
+//! server (an awaitable `hello`, the `getMore` of an idle change stream) take the
+//! asynchronous path there.
+//!
+//! A TLS connection is a tokio task ([`serve`]). Cheap commands (see [`runs_inline`]) run on
+//! the task itself; everything that can wait (awaitable `hello`, cursors, write-concern
+//! waits, journal syncs, scans, transactions, fail points) runs on tokio's blocking pool
+//! while the task watches the client for a hang-up.
 
 use crate::commands::{self, Reply, Request};
 use crate::log;
@@ -104,12 +109,13 @@ pub async fn serve<S: ClientStream>(
 }
 
 /// Serves a plain TCP connection on the calling thread, a thread of its own, as mongod
-/// serves each connection on its thread: blocking reads and writes, and the cheap commands
-/// of [`runs_inline`] run right here, so a request costs one read and one write and no
-/// hand-off between threads or trip through the event loop. A command that can wait (see
-/// [`dispatch`]) goes through the asynchronous path on `runtime`, as on a TLS connection:
-/// the socket is registered with the event loop for that command (to watch for a hang-up
-/// and run the idle change-stream wait) and returned to blocking mode after it.
+/// serves each connection on its thread: blocking reads and writes, and commands run right
+/// here, so a cheap request costs one read and one write and no hand-off between threads or
+/// trip through the event loop. The commands that wait for the client too (an awaitable
+/// `hello`, which a hang-up ends, and the `getMore` of an idle change stream, which a
+/// hang-up or a next message ends) go through the asynchronous path ([`dispatch`]) on
+/// `runtime`, as on a TLS connection: the socket is registered with the event loop for that
+/// command and returned to blocking mode after it.
 pub fn serve_blocking(
     state: Arc<ServerState>,
     stream: std::net::TcpStream,
@@ -301,25 +307,34 @@ fn handle_one_blocking(
         }
         Next::Request(decoded, request_id) => (decoded, request_id),
     };
-    if let WireRequest::Msg(msg) = &decoded.request {
-        if runs_inline(state, msg) {
-            // No wait hook: a wait blocks this connection's thread and nothing else.
-            let mut out = Out::Buffer(Vec::new());
-            let close = execute(
-                state,
-                &mut conn,
-                decoded.request,
-                request_id,
-                decoded.compressor,
-                &mut out,
-            );
-            if let Out::Buffer(frames) = out {
-                for frame in frames {
-                    socket.write_all(&frame)?;
-                }
-            }
-            return Ok((!close).then_some(conn));
+    // Every command runs right here, on the connection's own thread, writing its replies as
+    // it makes them (an exhaust cursor's batches too), except the two that wait for the
+    // client as well as for the server: an awaitable `hello` (a client that hangs up ends
+    // it) and the `getMore` of an idle change stream (so is its wait, and a next message).
+    let waits_for_client = match &decoded.request {
+        WireRequest::Msg(msg) => {
+            awaitable_hello(state, &msg.body).is_some() || idle_change_stream(state, msg).is_some()
         }
+        WireRequest::Query(_) => false,
+    };
+    if !waits_for_client {
+        // No wait hook: a wait blocks this connection's thread and nothing else.
+        let mut out = Out::Socket {
+            socket,
+            error: None,
+        };
+        let close = execute(
+            state,
+            &mut conn,
+            decoded.request,
+            request_id,
+            decoded.compressor,
+            &mut out,
+        );
+        if let Out::Socket { error: Some(e), .. } = out {
+            return Err(e);
+        }
+        return Ok((!close).then_some(conn));
     }
     let Some(socket) = stream.take() else {
         return Ok(None);
@@ -518,14 +533,20 @@ fn next_request_id() -> i32 {
 }
 
 /// Where a command's reply frames go.
-enum Out {
+enum Out<'a> {
     /// To the connection task, which writes them while the command runs on another thread.
     Channel(tokio::sync::mpsc::Sender<Vec<u8>>),
     /// Kept until an inline command returns (it sends one reply at most).
     Buffer(Vec<Vec<u8>>),
+    /// Written at once to the socket of the connection's own thread (see
+    /// [`serve_blocking`]), which runs the command; `error` keeps a failed write's error.
+    Socket {
+        socket: &'a mut std::net::TcpStream,
+        error: Option<std::io::Error>,
+    },
 }
 
-impl Out {
+impl Out<'_> {
     /// False when the client is gone.
     fn send(&mut self, frame: Vec<u8>) -> bool {
         match self {
@@ -534,13 +555,25 @@ impl Out {
                 frames.push(frame);
                 true
             }
+            Out::Socket { socket, error } => {
+                use std::io::Write;
+                match socket.write_all(&frame) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        *error = Some(e);
+                        false
+                    }
+                }
+            }
         }
     }
 
+    /// True once the client is known to be gone. A command that waits long checks it (an
+    /// awaitable `hello`, which never runs with [`Out::Socket`]).
     fn is_closed(&self) -> bool {
         match self {
             Out::Channel(tx) => tx.is_closed(),
-            Out::Buffer(_) => false,
+            Out::Buffer(_) | Out::Socket { .. } => false,
         }
     }
 }
@@ -723,7 +756,7 @@ fn execute(
     request: WireRequest,
     request_id: i32,
     compressor: Option<Compressor>,
-    out: &mut Out,
+    out: &mut Out<'_>,
 ) -> bool {
     state.connections.active.fetch_add(1, Ordering::Relaxed);
     let close = match request {
@@ -752,7 +785,7 @@ fn run_msg(
     msg: nidus_wire::OpMsg,
     request_id: i32,
     compressor: Option<Compressor>,
-    out: &mut Out,
+    out: &mut Out<'_>,
 ) -> bool {
     let silent = msg.more_to_come();
     let exhaust =
@@ -827,7 +860,7 @@ fn awaitable_hello(state: &ServerState, body: &Document) -> Option<std::time::Du
 
 /// Waits out an awaitable `hello`: until `wait` passes or the replica set's topology changes.
 /// False when the client went away or the server is shutting down.
-fn await_topology_change(state: &ServerState, out: &Out, wait: std::time::Duration) -> bool {
+fn await_topology_change(state: &ServerState, out: &Out<'_>, wait: std::time::Duration) -> bool {
     let until = std::time::Instant::now() + wait;
     let seen = state.repl.as_ref().map(|r| r.topology_version());
     while std::time::Instant::now() < until {
