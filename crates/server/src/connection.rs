@@ -127,8 +127,16 @@ pub fn serve_blocking(
     let id = conn.id;
     let mut stream = Some(stream);
     let mut carry = Vec::new();
+    let mut scratch = vec![0u8; READ_CHUNK];
     loop {
-        match handle_one_blocking(&state, &mut stream, &mut carry, conn, &runtime) {
+        match handle_one_blocking(
+            &state,
+            &mut stream,
+            &mut carry,
+            &mut scratch,
+            conn,
+            &runtime,
+        ) {
             Ok(Some(c)) => conn = c,
             Ok(None) => break,
             Err(e) => {
@@ -257,12 +265,13 @@ async fn read_next<S: ClientStream>(stream: &mut S, carry: &mut Vec<u8>) -> std:
 fn read_next_blocking(
     stream: &mut std::net::TcpStream,
     carry: &mut Vec<u8>,
+    scratch: &mut [u8],
 ) -> std::io::Result<Next> {
-    if !fill_blocking(stream, carry, HEADER_LEN)? {
+    if !fill_blocking(stream, carry, scratch, HEADER_LEN)? {
         return Ok(Next::Closed);
     }
     let (header, message_len) = parse_header(carry)?;
-    if !fill_blocking(stream, carry, message_len)? {
+    if !fill_blocking(stream, carry, scratch, message_len)? {
         return Err(std::io::ErrorKind::UnexpectedEof.into());
     }
     take_message(carry, &header, message_len)
@@ -294,6 +303,7 @@ fn handle_one_blocking(
     state: &Arc<ServerState>,
     stream: &mut Option<std::net::TcpStream>,
     carry: &mut Vec<u8>,
+    scratch: &mut [u8],
     mut conn: ConnState,
     runtime: &tokio::runtime::Handle,
 ) -> std::io::Result<Option<ConnState>> {
@@ -301,7 +311,7 @@ fn handle_one_blocking(
     let Some(socket) = stream.as_mut() else {
         return Ok(None);
     };
-    let (decoded, request_id) = match read_next_blocking(socket, carry)? {
+    let (decoded, request_id) = match read_next_blocking(socket, carry, scratch)? {
         Next::Closed => return Ok(None),
         Next::Refused(frame) => {
             socket.write_all(&frame)?;
@@ -483,20 +493,32 @@ async fn fill<S: ClientStream>(
     Ok(true)
 }
 
-/// [`fill`] with blocking reads.
+/// [`fill`] with blocking reads. A read of what a small message needs goes into `scratch`
+/// (a buffer of `READ_CHUNK` bytes kept by the connection, initialized once) and is copied
+/// into `carry`; a larger message is read straight into `carry`, grown as it arrives.
 fn fill_blocking(
     stream: &mut std::net::TcpStream,
     carry: &mut Vec<u8>,
+    scratch: &mut [u8],
     want: usize,
 ) -> std::io::Result<bool> {
     use std::io::Read;
     while carry.len() < want {
         let missing = want - carry.len();
-        carry.reserve(missing.clamp(READ_CHUNK, INITIAL_BODY_CAPACITY));
-        let filled = carry.len();
-        carry.resize(carry.capacity(), 0);
-        let read = stream.read(&mut carry[filled..]);
-        carry.truncate(filled + *read.as_ref().unwrap_or(&0));
+        let read = if missing <= scratch.len() {
+            let read = stream.read(scratch);
+            if let Ok(n) = read {
+                carry.extend_from_slice(&scratch[..n]);
+            }
+            read
+        } else {
+            carry.reserve(missing.min(INITIAL_BODY_CAPACITY));
+            let filled = carry.len();
+            carry.resize(carry.capacity(), 0);
+            let read = stream.read(&mut carry[filled..]);
+            carry.truncate(filled + *read.as_ref().unwrap_or(&0));
+            read
+        };
         match read {
             Ok(0) => return Ok(false),
             Ok(_) => {}
