@@ -2,9 +2,8 @@
 //!
 //! A plain TCP connection has a thread of its own ([`serve_blocking`]), as mongod's: it reads
 //! with blocking calls, runs each command itself and writes the reply, with no hand-off to
-//! another thread and back. Only the commands that wait for the client as well as for the
-//! server (an awaitable `hello`, the `getMore` of an idle change stream) take the
-//! asynchronous path there.
+//! another thread and back. Only the `getMore` of an idle change stream, whose wait a client's
+//! hang-up or next message also ends, takes the asynchronous path there.
 //!
 //! A TLS connection is a tokio task ([`serve`]). Cheap commands (see [`runs_inline`]) run on
 //! the task itself; everything that can wait (awaitable `hello`, cursors, write-concern
@@ -111,11 +110,11 @@ pub async fn serve<S: ClientStream>(
 /// Serves a plain TCP connection on the calling thread, a thread of its own, as mongod
 /// serves each connection on its thread: blocking reads and writes, and commands run right
 /// here, so a cheap request costs one read and one write and no hand-off between threads or
-/// trip through the event loop. The commands that wait for the client too (an awaitable
-/// `hello`, which a hang-up ends, and the `getMore` of an idle change stream, which a
-/// hang-up or a next message ends) go through the asynchronous path ([`dispatch`]) on
-/// `runtime`, as on a TLS connection: the socket is registered with the event loop for that
-/// command and returned to blocking mode after it.
+/// trip through the event loop. An awaitable `hello` waits here too and looks for a hang-up
+/// every 50 ms ([`hung_up`]). The `getMore` of an idle change stream, whose wait a hang-up or
+/// a next message also ends, goes through the asynchronous path ([`dispatch`]) on `runtime`,
+/// as on a TLS connection: the socket is registered with the event loop for that command and
+/// returned to blocking mode after it.
 pub fn serve_blocking(
     state: Arc<ServerState>,
     stream: std::net::TcpStream,
@@ -148,6 +147,52 @@ pub fn serve_blocking(
     drop(stream);
     drop(slot);
     ended(id, peer);
+}
+
+/// Commands in progress on connections' own threads (see [`serve_blocking`]).
+static THREAD_COMMANDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One command counted in [`THREAD_COMMANDS`] while it runs.
+struct ThreadCommand;
+
+impl ThreadCommand {
+    /// Counts a command about to run, or `None` once the server is shutting down (the
+    /// connection then closes instead). Counted before the flag is read, and the shutdown
+    /// sets the flag before it reads the count (both sequentially consistent): a command
+    /// either sees the flag or is waited for.
+    fn start(state: &ServerState) -> Option<ThreadCommand> {
+        THREAD_COMMANDS.fetch_add(1, Ordering::SeqCst);
+        if state.shutting_down.load(Ordering::SeqCst) {
+            THREAD_COMMANDS.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(ThreadCommand)
+    }
+}
+
+impl Drop for ThreadCommand {
+    fn drop(&mut self) {
+        THREAD_COMMANDS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// At shutdown, once `shutting_down` is set: waits up to `limit` for the commands running on
+/// connections' own threads to finish (those on the asynchronous path too, which must leave
+/// the runtime before it drops), so that none is inside the storage engine when it syncs and
+/// the process exits (the runtime's blocking pool is waited for when it drops).
+pub fn wait_for_thread_commands(limit: std::time::Duration) {
+    // An idle change stream's wait (on a connection's own thread, inside the runtime) ends.
+    shutdown_notify().notify_waiters();
+    let until = std::time::Instant::now() + limit;
+    while THREAD_COMMANDS.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Woken when the server starts shutting down (see [`wait_for_thread_commands`]).
+fn shutdown_notify() -> &'static tokio::sync::Notify {
+    static NOTIFY: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new();
+    NOTIFY.get_or_init(tokio::sync::Notify::new)
 }
 
 /// A new connection's state, counted and logged.
@@ -319,14 +364,16 @@ fn handle_one_blocking(
         }
         Next::Request(decoded, request_id) => (decoded, request_id),
     };
+    let Some(_running) = ThreadCommand::start(state) else {
+        return Ok(None);
+    };
     // Every command runs right here, on the connection's own thread, writing its replies as
-    // it makes them (an exhaust cursor's batches too), except the two that wait for the
-    // client as well as for the server: an awaitable `hello` (a client that hangs up ends
-    // it) and the `getMore` of an idle change stream (so is its wait, and a next message).
+    // it makes them (an exhaust cursor's batches and a streaming `hello` too; an awaitable
+    // `hello` checks for a hang-up every 50 ms, see `hung_up`), except the `getMore` of an
+    // idle change stream: its wait also ends when the client hangs up or sends more, which
+    // the event loop watches for.
     let waits_for_client = match &decoded.request {
-        WireRequest::Msg(msg) => {
-            awaitable_hello(state, &msg.body).is_some() || idle_change_stream(state, msg).is_some()
-        }
+        WireRequest::Msg(msg) => idle_change_stream(state, msg).is_some(),
         WireRequest::Query(_) => false,
     };
     if !waits_for_client {
@@ -407,6 +454,8 @@ async fn dispatch<S: ClientStream>(
                     Ok(n) if n > 0 => carry.extend_from_slice(&probe[..n]),
                     _ => return Ok(None),
                 },
+                // The server is shutting down: the connection closes.
+                _ = shutdown_notify().notified() => return Ok(None),
             }
         }
         // After a full wait the answer is an empty batch: cheap enough to run inline.
@@ -593,13 +642,33 @@ impl Out<'_> {
     }
 
     /// True once the client is known to be gone. A command that waits long checks it (an
-    /// awaitable `hello`, which never runs with [`Out::Socket`]).
+    /// awaitable `hello`, every 50 ms).
     fn is_closed(&self) -> bool {
         match self {
             Out::Channel(tx) => tx.is_closed(),
-            Out::Buffer(_) | Out::Socket { .. } => false,
+            Out::Buffer(_) => false,
+            Out::Socket { socket, .. } => hung_up(socket),
         }
     }
+}
+
+/// Whether the client of a connection's own thread hung up: a peek that does not wait finds
+/// the end of the stream or an error (bytes of a next message, or nothing yet, mean it is
+/// still there; they stay in the socket for the next read).
+fn hung_up(socket: &std::net::TcpStream) -> bool {
+    if socket.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let mut byte = [0u8; 1];
+    let gone = match socket.peek(&mut byte) {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+        ),
+    };
+    // A socket left non-blocking would fail the thread's next read: treat it as gone.
+    socket.set_nonblocking(false).is_err() || gone
 }
 
 /// Most documents an inline `insert` may carry (MongoDB's internalInsertMaxBatchSize: one

@@ -197,6 +197,9 @@ fn run(config: Config) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(serve(state.clone()))?;
+    // As the runtime waits for its blocking pool when it drops: commands still running on
+    // connections' own threads finish before the engine syncs and the process exits.
+    connection::wait_for_thread_commands(Duration::from_secs(15));
     engine.shutdown().map_err(|e| e.to_string())?;
     log::info(
         "CONTROL",
@@ -248,9 +251,10 @@ async fn serve(state: Arc<ServerState>) -> Result<(), String> {
     tokio::spawn(ttl_monitor(state.clone()));
     tokio::spawn(transaction_reaper(state.clone()));
     shutdown_signal().await;
+    // Sequentially consistent: see connection::ThreadCommand.
     state
         .shutting_down
-        .store(true, std::sync::atomic::Ordering::Relaxed);
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     if let Some(repl) = &state.repl {
         repl.shutdown();
     }
