@@ -76,6 +76,17 @@ def work(server, name, n, threads=1):
                 coll.insert_one({"k": i})
             elif name == "insert_many":
                 coll.insert_many([{"k": j} for j in range(1000)])
+            elif name == "insert_j":
+                coll.with_options(write_concern=pymongo.WriteConcern(j=True)).insert_one(
+                    {"k": i})
+            elif name == "txn":
+                # Commands of a multi-statement transaction (none runs inline).
+                with server.client.start_session() as s, s.start_transaction():
+                    coll.update_one({"_id": (i + t) % 10000}, {"$inc": {"n": 1}}, session=s)
+                    coll.find_one({"_id": (i + t + 1) % 10000}, session=s)
+            elif name == "find_batch":
+                # A find returning 101 documents and its getMore to the end (not inline).
+                list(coll.find({"_id": {"$gte": 0, "$lt": 200}}))
     if threads == 1:
         one(0)
     else:
@@ -92,7 +103,9 @@ def main():
     p.add_argument("--b", required=True)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--ops", type=int, default=2000)
-    p.add_argument("--only", default="ping,find_one,update_one,insert_one,insert_many")
+    p.add_argument("--only", default="ping,find_one,update_one,insert_one,insert_many",
+                   help="also: insert_j (j:true), txn (a transaction of an update and a "
+                        "find), find_batch (a find and its getMore)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="nidus-ab-")

@@ -80,6 +80,7 @@ WORKLOADS = [
     ("lookup_noix", "$lookup 100 sales -> customers, no index", "queries/s", "ping", None),
     ("sort_spill", "$sort of sales beyond the memory limit, allowDiskUse", "docs/s", None,
      "scan_per_s"),
+    ("insert_one", "insert_one w:1, 1 client", "ops/s", "ping", "put_per_s"),
     ("insert_j1", "insert_one j:true, 1 client", "ops/s", "ping", "put_sync_per_s"),
     ("insert_j16", "insert_one j:true, 16 clients", "ops/s", "ping16",
      "put_sync_mt_syncer_per_s"),
@@ -465,8 +466,8 @@ class Nidus:
         self.db.drop_collection("jlog")
         self.db.create_collection("jlog")
 
-    def insert_j(self, n, threads):
-        c = self.db.get_collection("jlog", write_concern=WriteConcern(w=1, j=True))
+    def insert_j(self, n, threads, journal=True):
+        c = self.db.get_collection("jlog", write_concern=WriteConcern(w=1, j=journal))
         per = n // threads
 
         def work(t):
@@ -778,10 +779,10 @@ class Postgres:
         self.conn.execute("DROP TABLE IF EXISTS jlog")
         self.conn.execute("CREATE TABLE jlog (id bigserial PRIMARY KEY, doc jsonb NOT NULL)")
 
-    def insert_j(self, n, threads):
+    def insert_j(self, n, threads, journal=True):
         from psycopg.types.json import Jsonb
         per = n // threads
-        conns = [self.connect(sync=True) for _ in range(threads)]
+        conns = [self.connect(sync=journal) for _ in range(threads)]
 
         def work(t):
             cur = conns[t].cursor()
@@ -1053,9 +1054,9 @@ class Sqlite:
         self.conn.execute("DROP TABLE IF EXISTS jlog")
         self.conn.execute("CREATE TABLE jlog (id INTEGER PRIMARY KEY, doc TEXT NOT NULL)")
 
-    def insert_j(self, n, threads):
+    def insert_j(self, n, threads, journal=True):
         per = n // threads
-        conns = [self.connect(sync=True) for _ in range(threads)]
+        conns = [self.connect(sync=journal) for _ in range(threads)]
 
         def work(t):
             for i in range(per):
@@ -1304,8 +1305,8 @@ class Bench:
         log("protocol floors: " + ", ".join(
             f"{k}={statistics.median(v[s]):.0f}({s})" for k, v in self.floors.items() for s in v))
 
-        if self.wants("bulk_insert", "find_one", "range", "update_inc", "group", "insert_j1",
-                      "insert_j16"):
+        if self.wants("bulk_insert", "find_one", "range", "update_inc", "group", "insert_one",
+                      "insert_j1", "insert_j16"):
             self.documents()
         if self.wants("orders", "orders_collscan"):
             self.orders()
@@ -1338,6 +1339,7 @@ class Bench:
                                           z["groups"] * z["docs"]))
         for s in self.systems.values():
             s.reset_jlog()
+        self.each("insert_one", lambda s, r: (lambda: s.insert_j(z["updates"], 1, False),))
         self.each("insert_j1", lambda s, r: (lambda: s.insert_j(z["j1"], 1),))
         self.each("insert_j16", lambda s, r: (lambda: s.insert_j(z["j16"], 16),))
         del docs

@@ -505,6 +505,64 @@ def test_abrupt_disconnects_mid_command(nidus_server, db):
         assert wire.command(s2, {"ping": 1, "$db": "admin"})["ok"] == 1
 
 
+@pytest.mark.parametrize("model", ["thread", "task"])
+def test_pipelined_and_fragmented_messages(start_nidus, monkeypatch, model):
+    """However the client's bytes arrive (several messages in one write, a message a few
+    bytes at a time, a message and part of the next), every request gets its reply, in
+    order; a moreToCome request gets none. On a connection's own thread (the default for
+    plain TCP) and on a tokio task (NIDUS_CONNECTION_THREADS=0, as TLS connections)."""
+    if model == "task":
+        monkeypatch.setenv("NIDUS_CONNECTION_THREADS", "0")
+    server = start_nidus()
+
+    def reply_to(s):
+        opcode, response_to, body = wire.read_message(s)
+        return response_to, wire.parse_reply(opcode, body)
+
+    def request(doc, **kw):
+        msg = wire.op_msg({**doc, "$db": "pipe"}, **kw)
+        return msg, struct.unpack("<i", msg[4:8])[0]
+
+    with wire.connect(server.port) as s:
+        # Three messages in one write, then their replies in order.
+        msgs = [request({"insert": "c", "documents": [{"_id": i}]}) for i in range(3)]
+        s.sendall(b"".join(m for m, _ in msgs))
+        for i, (_, rid) in enumerate(msgs):
+            response_to, doc = reply_to(s)
+            assert (response_to, doc["ok"], doc["n"]) == (rid, 1.0, 1), (i, doc)
+        # One message a few bytes at a time.
+        msg, rid = request({"find": "c", "filter": {"_id": 1}})
+        for at in range(0, len(msg), 7):
+            s.sendall(msg[at:at + 7])
+            time.sleep(0.002)
+        response_to, doc = reply_to(s)
+        assert response_to == rid
+        assert doc["cursor"]["firstBatch"] == [{"_id": 1}]
+        # A fire-and-forget insert, a find and half of a ping in one write, then the rest.
+        silent, _ = request({"insert": "c", "documents": [{"_id": 9}]}, flags=wire.MORE_TO_COME)
+        find, find_id = request({"find": "c", "filter": {"_id": 9}})
+        ping, ping_id = request({"ping": 1})
+        s.sendall(silent + find + ping[:10])
+        response_to, doc = reply_to(s)
+        assert response_to == find_id
+        assert doc["cursor"]["firstBatch"] == [{"_id": 9}]
+        time.sleep(0.05)
+        s.sendall(ping[10:])
+        response_to, doc = reply_to(s)
+        assert (response_to, doc["ok"]) == (ping_id, 1.0)
+        # A reply larger than any read buffer: a find of a document of 1 MiB, sent as a
+        # document sequence too big for one read.
+        big = {"_id": "big", "pad": "x" * (1 << 20)}
+        msg, rid = request({"insert": "c"}, sequences={"documents": [big]})
+        s.sendall(msg)
+        assert reply_to(s) == (rid, {"n": 1, "ok": 1.0})
+        msg, rid = request({"find": "c", "filter": {"_id": "big"}})
+        s.sendall(msg)
+        response_to, doc = reply_to(s)
+        assert response_to == rid
+        assert doc["cursor"]["firstBatch"] == [big]
+
+
 def test_command_errors_have_code_name(client):
     with pytest.raises(OperationFailure) as ei:
         client.admin.command("definitelyNotACommand")

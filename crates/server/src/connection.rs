@@ -1,10 +1,14 @@
 //! One client connection: read a message, run it, write the reply.
 //!
-//! Cheap commands (see [`runs_inline`]) run on the connection's own task, as mongod runs a
-//! command on its connection's thread: no hand-off to another thread and back. Everything
-//! that can wait (awaitable `hello`, cursors, write-concern waits, journal syncs, scans,
-//! transactions, fail points) runs on tokio's blocking pool while the task watches the
-//! client for a hang-up.
+//! A plain TCP connection has a thread of its own ([`serve_blocking`]), as mongod's: it reads
+//! with blocking calls, runs each command itself and writes the reply, with no hand-off to
+//! another thread and back. Only the `getMore` of an idle change stream, whose wait a client's
+//! hang-up or next message also ends, takes the asynchronous path there.
+//!
+//! A TLS connection is a tokio task ([`serve`]). Cheap commands (see [`runs_inline`]) run on
+//! the task itself; everything that can wait (awaitable `hello`, cursors, write-concern
+//! waits, journal syncs, scans, transactions, fail points) runs on tokio's blocking pool
+//! while the task watches the client for a hang-up.
 
 use crate::commands::{self, Reply, Request};
 use crate::log;
@@ -71,9 +75,7 @@ impl Drop for ConnectionSlot {
     }
 }
 
-/// Bytes reserved for a message body before any of it has arrived; the buffer grows with
-/// the bytes actually received, so a header announcing a 48 MB message costs nothing until
-/// the client sends that much.
+/// Most bytes reserved for a message before more of it has arrived (see [`fill`]).
 const INITIAL_BODY_CAPACITY: usize = 64 * 1024;
 
 /// Serves a connection until the client leaves or breaks the protocol. `slot` is the
@@ -85,12 +87,129 @@ pub async fn serve<S: ClientStream>(
     slot: ConnectionSlot,
     tls: Option<TlsPeer>,
 ) {
+    let mut conn = accepted(&state, peer, tls);
+    let id = conn.id;
+    // Bytes read from the client and not handled yet: the rest of the message being read, or
+    // the next message(s) when the client sent them early (pipelined, or read while watching
+    // for a disconnect during a command).
+    let mut carry = Vec::new();
+    loop {
+        match handle_one(&state, &mut stream, &mut carry, conn).await {
+            Ok(Some(c)) => conn = c,
+            Ok(None) => break,
+            Err(e) => {
+                closing(id, peer, &e);
+                break;
+            }
+        }
+    }
+    drop(slot);
+    ended(id, peer);
+}
+
+/// Serves a plain TCP connection on the calling thread, a thread of its own, as mongod
+/// serves each connection on its thread: blocking reads and writes, and commands run right
+/// here, so a cheap request costs one read and one write and no hand-off between threads or
+/// trip through the event loop. An awaitable `hello` waits here too and looks for a hang-up
+/// every 50 ms ([`hung_up`]). The `getMore` of an idle change stream, whose wait a hang-up or
+/// a next message also ends, goes through the asynchronous path ([`dispatch`]) on `runtime`,
+/// as on a TLS connection: the socket is registered with the event loop for that command and
+/// returned to blocking mode after it.
+pub fn serve_blocking(
+    state: Arc<ServerState>,
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    slot: ConnectionSlot,
+    runtime: tokio::runtime::Handle,
+) {
+    let mut conn = accepted(&state, peer, None);
+    let id = conn.id;
+    let mut stream = Some(stream);
+    let mut carry = Vec::new();
+    let mut scratch = vec![0u8; READ_CHUNK];
+    loop {
+        match handle_one_blocking(
+            &state,
+            &mut stream,
+            &mut carry,
+            &mut scratch,
+            conn,
+            &runtime,
+        ) {
+            Ok(Some(c)) => conn = c,
+            Ok(None) => break,
+            Err(e) => {
+                closing(id, peer, &e);
+                break;
+            }
+        }
+    }
+    drop(stream);
+    drop(slot);
+    ended(id, peer);
+}
+
+/// Commands in progress on connections' own threads (see [`serve_blocking`]).
+static THREAD_COMMANDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One command counted in [`THREAD_COMMANDS`] while it runs.
+struct ThreadCommand;
+
+impl ThreadCommand {
+    /// Counts a command about to run, or `None` once the server is shutting down (the
+    /// connection then closes instead). Counted before the flag is read, and the shutdown
+    /// sets the flag before it reads the count (both sequentially consistent): a command
+    /// either sees the flag or is waited for.
+    fn start(state: &ServerState) -> Option<ThreadCommand> {
+        THREAD_COMMANDS.fetch_add(1, Ordering::SeqCst);
+        if state.shutting_down.load(Ordering::SeqCst) {
+            THREAD_COMMANDS.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(ThreadCommand)
+    }
+}
+
+impl Drop for ThreadCommand {
+    fn drop(&mut self) {
+        THREAD_COMMANDS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// At shutdown, once `shutting_down` is set: waits up to `limit` for the commands running on
+/// connections' own threads to finish (those on the asynchronous path too, which must leave
+/// the runtime before it drops), so that none is inside the storage engine when it syncs and
+/// the process exits (the runtime's blocking pool is waited for when it drops).
+pub fn wait_for_thread_commands(limit: std::time::Duration) {
+    // An idle change stream's wait (on a connection's own thread, inside the runtime) ends.
+    shutdown_notify().notify_waiters();
+    let until = std::time::Instant::now() + limit;
+    while THREAD_COMMANDS.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Woken when the server starts shutting down (see [`wait_for_thread_commands`]).
+fn shutdown_notify() -> &'static tokio::sync::Notify {
+    static NOTIFY: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new();
+    NOTIFY.get_or_init(tokio::sync::Notify::new)
+}
+
+/// A new connection's state, counted and logged.
+fn accepted(state: &ServerState, peer: SocketAddr, tls: Option<TlsPeer>) -> ConnState {
     let id = state.next_connection_id();
     state
         .connections
         .total_created
         .fetch_add(1, Ordering::Relaxed);
-    let mut conn = ConnState {
+    log::info(
+        "NETWORK",
+        22943,
+        "listener",
+        "Connection accepted",
+        serde_json::json!({ "remote": peer.to_string(), "connectionId": id }),
+    );
+    ConnState {
         id,
         peer,
         peer_text: peer.to_string().into(),
@@ -100,33 +219,20 @@ pub async fn serve<S: ClientStream>(
         auth: Default::default(),
         tls,
         awaited_data: false,
-    };
+    }
+}
+
+fn closing(id: i64, peer: SocketAddr, e: &std::io::Error) {
     log::info(
         "NETWORK",
-        22943,
-        "listener",
-        "Connection accepted",
-        serde_json::json!({ "remote": peer.to_string(), "connectionId": id }),
+        22989,
+        &format!("conn{id}"),
+        "Closing connection",
+        serde_json::json!({ "remote": peer.to_string(), "error": e.to_string() }),
     );
-    // Bytes of the next message(s) read while watching for a disconnect during a command.
-    let mut carry = Vec::new();
-    loop {
-        match handle_one(&state, &mut stream, &mut carry, conn).await {
-            Ok(Some(c)) => conn = c,
-            Ok(None) => break,
-            Err(e) => {
-                log::info(
-                    "NETWORK",
-                    22989,
-                    &format!("conn{id}"),
-                    "Closing connection",
-                    serde_json::json!({ "remote": peer.to_string(), "error": e.to_string() }),
-                );
-                break;
-            }
-        }
-    }
-    drop(slot);
+}
+
+fn ended(id: i64, peer: SocketAddr) {
     log::info(
         "NETWORK",
         22944,
@@ -134,6 +240,86 @@ pub async fn serve<S: ClientStream>(
         "Connection ended",
         serde_json::json!({ "remote": peer.to_string(), "connectionId": id }),
     );
+}
+
+/// What the next message of a connection is. Returned once per message and taken apart at
+/// once: boxing the request would cost an allocation per request for nothing.
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    /// The client closed the connection (cleanly, or in the middle of a header).
+    Closed,
+    /// A message that does not decode but leaves the stream in step: answer with this frame.
+    Refused(Vec<u8>),
+    /// A request, and the id of its message.
+    Request(Decoded, i32),
+}
+
+/// The header at the front of `carry` (which holds at least `HEADER_LEN` bytes) and the
+/// length of its whole message.
+fn parse_header(carry: &[u8]) -> std::io::Result<(MsgHeader, usize)> {
+    let mut bytes = [0u8; HEADER_LEN];
+    bytes.copy_from_slice(&carry[..HEADER_LEN]);
+    let header = MsgHeader::parse(&bytes);
+    match nidus_wire::check_length(&header) {
+        Ok(body_len) => Ok((header, HEADER_LEN + body_len)),
+        Err(e) => Err(fatal(e)),
+    }
+}
+
+/// Decodes the message at the front of `carry` (which holds its `message_len` bytes) and
+/// removes it.
+fn take_message(
+    carry: &mut Vec<u8>,
+    header: &MsgHeader,
+    message_len: usize,
+) -> std::io::Result<Next> {
+    let decoded = nidus_wire::decode(header, &carry[HEADER_LEN..message_len]);
+    consume(carry, message_len);
+    match decoded {
+        Ok(d) => Ok(Next::Request(d, header.request_id)),
+        Err(e) if e.is_fatal() => Err(fatal(e)),
+        Err(e) => {
+            let reply = Error::from(e).to_reply();
+            Ok(Next::Refused(nidus_wire::encode_msg(
+                next_request_id(),
+                header.request_id,
+                0,
+                &reply,
+                None,
+            )))
+        }
+    }
+}
+
+/// Reads the next message. The whole message comes with as few reads as the client's
+/// writes allow: a read takes whatever the socket holds (usually the header and body
+/// together), and bytes past this message stay in `carry` for the next one.
+async fn read_next<S: ClientStream>(stream: &mut S, carry: &mut Vec<u8>) -> std::io::Result<Next> {
+    if !fill(stream, carry, HEADER_LEN).await? {
+        return Ok(Next::Closed);
+    }
+    let (header, message_len) = parse_header(carry)?;
+    if !fill(stream, carry, message_len).await? {
+        // The client closed the connection in the middle of a message.
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    take_message(carry, &header, message_len)
+}
+
+/// [`read_next`] with blocking reads.
+fn read_next_blocking(
+    stream: &mut std::net::TcpStream,
+    carry: &mut Vec<u8>,
+    scratch: &mut [u8],
+) -> std::io::Result<Next> {
+    if !fill_blocking(stream, carry, scratch, HEADER_LEN)? {
+        return Ok(Next::Closed);
+    }
+    let (header, message_len) = parse_header(carry)?;
+    if !fill_blocking(stream, carry, scratch, message_len)? {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    take_message(carry, &header, message_len)
 }
 
 /// Handles one message. `Ok(None)` = the client closed the connection cleanly or must be
@@ -144,39 +330,112 @@ async fn handle_one<S: ClientStream>(
     carry: &mut Vec<u8>,
     conn: ConnState,
 ) -> std::io::Result<Option<ConnState>> {
-    let mut header_bytes = [0u8; HEADER_LEN];
-    let from_carry = carry.len().min(HEADER_LEN);
-    header_bytes[..from_carry].copy_from_slice(&carry[..from_carry]);
-    carry.drain(..from_carry);
-    match stream.read_exact(&mut header_bytes[from_carry..]).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+    match read_next(stream, carry).await? {
+        Next::Closed => Ok(None),
+        Next::Refused(frame) => {
+            stream.write_all(&frame).await?;
+            Ok(Some(conn))
+        }
+        Next::Request(decoded, request_id) => {
+            dispatch(state, stream, carry, conn, decoded, request_id, false).await
+        }
     }
-    let header = MsgHeader::parse(&header_bytes);
-    let body_len = match nidus_wire::check_length(&header) {
-        Ok(n) => n,
-        Err(e) => return Err(fatal(e)),
+}
+
+/// [`handle_one`] on a connection's own thread (see [`serve_blocking`]). `stream` is taken
+/// while a command runs on the asynchronous path and put back after it.
+fn handle_one_blocking(
+    state: &Arc<ServerState>,
+    stream: &mut Option<std::net::TcpStream>,
+    carry: &mut Vec<u8>,
+    scratch: &mut [u8],
+    mut conn: ConnState,
+    runtime: &tokio::runtime::Handle,
+) -> std::io::Result<Option<ConnState>> {
+    use std::io::Write;
+    let Some(socket) = stream.as_mut() else {
+        return Ok(None);
     };
-    let mut body = Vec::with_capacity(body_len.min(INITIAL_BODY_CAPACITY));
-    body.extend(carry.drain(..carry.len().min(body_len)));
-    let limit = u64::try_from(body_len - body.len()).unwrap_or(u64::MAX);
-    (&mut *stream).take(limit).read_to_end(&mut body).await?;
-    if body.len() < body_len {
-        // The client closed the connection in the middle of a message.
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
-    }
-    let decoded = match nidus_wire::decode(&header, &body) {
-        Ok(d) => d,
-        Err(e) if e.is_fatal() => return Err(fatal(e)),
-        Err(e) => {
-            let reply = Error::from(e).to_reply();
-            let bytes =
-                nidus_wire::encode_msg(next_request_id(), header.request_id, 0, &reply, None);
-            stream.write_all(&bytes).await?;
+    let (decoded, request_id) = match read_next_blocking(socket, carry, scratch)? {
+        Next::Closed => return Ok(None),
+        Next::Refused(frame) => {
+            socket.write_all(&frame)?;
             return Ok(Some(conn));
         }
+        Next::Request(decoded, request_id) => (decoded, request_id),
     };
+    let Some(_running) = ThreadCommand::start(state) else {
+        return Ok(None);
+    };
+    // Every command runs right here, on the connection's own thread, writing its replies as
+    // it makes them (an exhaust cursor's batches and a streaming `hello` too; an awaitable
+    // `hello` checks for a hang-up every 50 ms, see `hung_up`), except the `getMore` of an
+    // idle change stream: its wait also ends when the client hangs up or sends more, which
+    // the event loop watches for.
+    let waits_for_client = match &decoded.request {
+        WireRequest::Msg(msg) => idle_change_stream(state, msg).is_some(),
+        WireRequest::Query(_) => false,
+    };
+    if !waits_for_client {
+        // No wait hook: a wait blocks this connection's thread and nothing else.
+        let mut out = Out::Socket {
+            socket,
+            error: None,
+        };
+        let close = execute(
+            state,
+            &mut conn,
+            decoded.request,
+            request_id,
+            decoded.compressor,
+            &mut out,
+        );
+        if let Out::Socket { error: Some(e), .. } = out {
+            return Err(e);
+        }
+        return Ok((!close).then_some(conn));
+    }
+    let Some(socket) = stream.take() else {
+        return Ok(None);
+    };
+    socket.set_nonblocking(true)?;
+    let (result, socket) = runtime.block_on(async {
+        match tokio::net::TcpStream::from_std(socket) {
+            Ok(mut socket) => {
+                let result =
+                    dispatch(state, &mut socket, carry, conn, decoded, request_id, true).await;
+                (result, socket.into_std().ok())
+            }
+            Err(e) => (Err(e), None),
+        }
+    });
+    let result = result?;
+    match socket {
+        Some(socket) => {
+            socket.set_nonblocking(false)?;
+            *stream = Some(socket);
+            Ok(result)
+        }
+        None if result.is_none() => Ok(None),
+        None => Err(std::io::Error::other(
+            "the connection could not return to blocking mode",
+        )),
+    }
+}
+
+/// Runs one decoded request and writes its replies: a cheap command (see [`runs_inline`])
+/// on the calling task, anything that can wait on tokio's blocking pool while the task
+/// watches the client for a hang-up. `own_thread`: the caller is the connection's own
+/// thread (see [`serve_blocking`]), which a wait may block.
+async fn dispatch<S: ClientStream>(
+    state: &Arc<ServerState>,
+    stream: &mut S,
+    carry: &mut Vec<u8>,
+    conn: ConnState,
+    decoded: Decoded,
+    request_id: i32,
+    own_thread: bool,
+) -> std::io::Result<Option<ConnState>> {
     let Decoded {
         request,
         compressor,
@@ -195,20 +454,16 @@ async fn handle_one<S: ClientStream>(
                     Ok(n) if n > 0 => carry.extend_from_slice(&probe[..n]),
                     _ => return Ok(None),
                 },
+                // The server is shutting down: the connection closes.
+                _ = shutdown_notify().notified() => return Ok(None),
             }
         }
         // After a full wait the answer is an empty batch: cheap enough to run inline.
         if conn.awaited_data || runs_inline(state, msg) {
-            let _hook = nidus_engine::blocking::install(|f| tokio::task::block_in_place(f));
+            let _hook = (!own_thread)
+                .then(|| nidus_engine::blocking::install(|f| tokio::task::block_in_place(f)));
             let mut out = Out::Buffer(Vec::new());
-            let close = execute(
-                state,
-                &mut conn,
-                request,
-                header.request_id,
-                compressor,
-                &mut out,
-            );
+            let close = execute(state, &mut conn, request, request_id, compressor, &mut out);
             conn.awaited_data = false;
             if let Out::Buffer(frames) = out {
                 for frame in frames {
@@ -227,7 +482,7 @@ async fn handle_one<S: ClientStream>(
             &state2,
             &mut conn,
             request,
-            header.request_id,
+            request_id,
             compressor,
             &mut Out::Channel(tx),
         );
@@ -265,6 +520,73 @@ async fn handle_one<S: ClientStream>(
 /// not watched until the command ends.
 const MAX_CARRY: usize = 64 * 1024;
 
+/// Bytes a read asks the socket for when the buffer has less room: a small message and the
+/// header of the next one fit; a larger message grows the buffer as its bytes arrive.
+const READ_CHUNK: usize = 4 * 1024;
+
+/// Reads until `carry` holds at least `want` bytes. False when the client closed the
+/// connection first. The buffer grows with the bytes actually received, so a header
+/// announcing a 48 MB message costs nothing until the client sends that much.
+async fn fill<S: ClientStream>(
+    stream: &mut S,
+    carry: &mut Vec<u8>,
+    want: usize,
+) -> std::io::Result<bool> {
+    while carry.len() < want {
+        let missing = want - carry.len();
+        carry.reserve(missing.clamp(READ_CHUNK, INITIAL_BODY_CAPACITY));
+        if stream.read_buf(carry).await? == 0 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// [`fill`] with blocking reads. A read of what a small message needs goes into `scratch`
+/// (a buffer of `READ_CHUNK` bytes kept by the connection, initialized once) and is copied
+/// into `carry`; a larger message is read straight into `carry`, grown as it arrives.
+fn fill_blocking(
+    stream: &mut std::net::TcpStream,
+    carry: &mut Vec<u8>,
+    scratch: &mut [u8],
+    want: usize,
+) -> std::io::Result<bool> {
+    use std::io::Read;
+    while carry.len() < want {
+        let missing = want - carry.len();
+        let read = if missing <= scratch.len() {
+            let read = stream.read(scratch);
+            if let Ok(n) = read {
+                carry.extend_from_slice(&scratch[..n]);
+            }
+            read
+        } else {
+            carry.reserve(missing.min(INITIAL_BODY_CAPACITY));
+            let filled = carry.len();
+            carry.resize(carry.capacity(), 0);
+            let read = stream.read(&mut carry[filled..]);
+            carry.truncate(filled + *read.as_ref().unwrap_or(&0));
+            read
+        };
+        match read {
+            Ok(0) => return Ok(false),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// Drops the first `n` bytes of `carry` (a message just decoded), keeping what follows it,
+/// and gives back the memory a large message took once nothing of it is left.
+fn consume(carry: &mut Vec<u8>, n: usize) {
+    carry.drain(..n);
+    if carry.capacity() > INITIAL_BODY_CAPACITY && carry.len() <= READ_CHUNK {
+        carry.shrink_to(READ_CHUNK);
+    }
+}
+
 enum Event {
     Frame(Option<Vec<u8>>),
     Read(std::io::Result<usize>),
@@ -284,14 +606,20 @@ fn next_request_id() -> i32 {
 }
 
 /// Where a command's reply frames go.
-enum Out {
+enum Out<'a> {
     /// To the connection task, which writes them while the command runs on another thread.
     Channel(tokio::sync::mpsc::Sender<Vec<u8>>),
     /// Kept until an inline command returns (it sends one reply at most).
     Buffer(Vec<Vec<u8>>),
+    /// Written at once to the socket of the connection's own thread (see
+    /// [`serve_blocking`]), which runs the command; `error` keeps a failed write's error.
+    Socket {
+        socket: &'a mut std::net::TcpStream,
+        error: Option<std::io::Error>,
+    },
 }
 
-impl Out {
+impl Out<'_> {
     /// False when the client is gone.
     fn send(&mut self, frame: Vec<u8>) -> bool {
         match self {
@@ -300,15 +628,47 @@ impl Out {
                 frames.push(frame);
                 true
             }
+            Out::Socket { socket, error } => {
+                use std::io::Write;
+                match socket.write_all(&frame) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        *error = Some(e);
+                        false
+                    }
+                }
+            }
         }
     }
 
+    /// True once the client is known to be gone. A command that waits long checks it (an
+    /// awaitable `hello`, every 50 ms).
     fn is_closed(&self) -> bool {
         match self {
             Out::Channel(tx) => tx.is_closed(),
             Out::Buffer(_) => false,
+            Out::Socket { socket, .. } => hung_up(socket),
         }
     }
+}
+
+/// Whether the client of a connection's own thread hung up: a peek that does not wait finds
+/// the end of the stream or an error (bytes of a next message, or nothing yet, mean it is
+/// still there; they stay in the socket for the next read).
+fn hung_up(socket: &std::net::TcpStream) -> bool {
+    if socket.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let mut byte = [0u8; 1];
+    let gone = match socket.peek(&mut byte) {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+        ),
+    };
+    // A socket left non-blocking would fail the thread's next read: treat it as gone.
+    socket.set_nonblocking(false).is_err() || gone
 }
 
 /// Most documents an inline `insert` may carry (MongoDB's internalInsertMaxBatchSize: one
@@ -489,7 +849,7 @@ fn execute(
     request: WireRequest,
     request_id: i32,
     compressor: Option<Compressor>,
-    out: &mut Out,
+    out: &mut Out<'_>,
 ) -> bool {
     state.connections.active.fetch_add(1, Ordering::Relaxed);
     let close = match request {
@@ -518,7 +878,7 @@ fn run_msg(
     msg: nidus_wire::OpMsg,
     request_id: i32,
     compressor: Option<Compressor>,
-    out: &mut Out,
+    out: &mut Out<'_>,
 ) -> bool {
     let silent = msg.more_to_come();
     let exhaust =
@@ -593,7 +953,7 @@ fn awaitable_hello(state: &ServerState, body: &Document) -> Option<std::time::Du
 
 /// Waits out an awaitable `hello`: until `wait` passes or the replica set's topology changes.
 /// False when the client went away or the server is shutting down.
-fn await_topology_change(state: &ServerState, out: &Out, wait: std::time::Duration) -> bool {
+fn await_topology_change(state: &ServerState, out: &Out<'_>, wait: std::time::Duration) -> bool {
     let until = std::time::Instant::now() + wait;
     let seen = state.repl.as_ref().map(|r| r.topology_version());
     while std::time::Instant::now() < until {

@@ -197,6 +197,9 @@ fn run(config: Config) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(serve(state.clone()))?;
+    // As the runtime waits for its blocking pool when it drops: commands still running on
+    // connections' own threads finish before the engine syncs and the process exits.
+    connection::wait_for_thread_commands(Duration::from_secs(15));
     engine.shutdown().map_err(|e| e.to_string())?;
     log::info(
         "CONTROL",
@@ -248,9 +251,10 @@ async fn serve(state: Arc<ServerState>) -> Result<(), String> {
     tokio::spawn(ttl_monitor(state.clone()));
     tokio::spawn(transaction_reaper(state.clone()));
     shutdown_signal().await;
+    // Sequentially consistent: see connection::ThreadCommand.
     state
         .shutting_down
-        .store(true, std::sync::atomic::Ordering::Relaxed);
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     if let Some(repl) = &state.repl {
         repl.shutdown();
     }
@@ -319,10 +323,10 @@ async fn start_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let Some(acceptor) = acceptor else {
-        return connection::serve(state, stream, peer, slot, None).await;
+        return serve_plain(state, stream, peer, slot).await;
     };
     if !tls::wants_tls(state.config.tls.mode, &stream).await {
-        return connection::serve(state, stream, peer, slot, None).await;
+        return serve_plain(state, stream, peer, slot).await;
     }
     match tokio::time::timeout(Duration::from_secs(30), acceptor.accept(stream)).await {
         Ok(Ok(tls_stream)) => {
@@ -349,6 +353,56 @@ async fn start_connection(
             "Error receiving request from client. Ending connection from remote",
             json!({ "error": "SSLHandshakeFailed: handshake timed out", "remote": peer.to_string() }),
         ),
+    }
+}
+
+/// Serves a plain TCP connection on a thread of its own with blocking socket calls
+/// (`connection::serve_blocking`, as mongod's thread per connection): a cheap command then
+/// costs one read and one write, with no event-loop wake-up or hand-off between threads.
+/// `NIDUS_CONNECTION_THREADS=0` keeps such connections on the runtime's tasks (for A/B
+/// measurements), as TLS connections always are.
+async fn serve_plain(
+    state: Arc<ServerState>,
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    slot: ConnectionSlot,
+) {
+    static TASKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let tasks =
+        *TASKS.get_or_init(|| std::env::var("NIDUS_CONNECTION_THREADS").is_ok_and(|v| v == "0"));
+    if tasks {
+        return connection::serve(state, stream, peer, slot, None).await;
+    }
+    let socket = match stream
+        .into_std()
+        .and_then(|s| s.set_nonblocking(false).map(|()| s))
+    {
+        Ok(socket) => socket,
+        Err(e) => {
+            log::info(
+                "NETWORK",
+                22989,
+                "listener",
+                "Closing connection",
+                json!({ "remote": peer.to_string(), "error": e.to_string() }),
+            );
+            return;
+        }
+    };
+    let runtime = tokio::runtime::Handle::current();
+    let thread = std::thread::Builder::new()
+        .name("conn".into())
+        .spawn(move || connection::serve_blocking(state, socket, peer, slot, runtime));
+    if let Err(e) = thread {
+        // As mongod when it cannot create a connection's thread: the connection is closed
+        // (the socket and the slot went with the closure).
+        log::warn(
+            "EXECUTOR",
+            22948,
+            "listener",
+            "Failed to create a thread for a connection",
+            json!({ "remote": peer.to_string(), "error": e.to_string() }),
+        );
     }
 }
 
