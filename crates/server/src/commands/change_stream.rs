@@ -599,7 +599,7 @@ mod tests {
             assert_eq!(doc_len(&one), bson::to_vec(&one).unwrap().len(), "{k}");
         }
         assert_eq!(doc_len(&values), bson::to_vec(&values).unwrap().len());
-        let long: Vec<Bson> = (0..1234).map(|i| Bson::Int64(i)).collect();
+        let long: Vec<Bson> = (0..1234).map(Bson::Int64).collect();
         let d = doc! { "a": long };
         assert_eq!(doc_len(&d), bson::to_vec(&d).unwrap().len());
     }
