@@ -18,9 +18,11 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-/// Entries kept at most, and their stored bytes at most (older ones leave first).
+/// Entries kept at most, and their stored bytes at most (older ones leave first). Decoded,
+/// with their events built, an entry takes a few times its stored size; the entry a reader
+/// is given stays alive with it after it leaves the run.
 const MAX_ENTRIES: usize = 4096;
-const MAX_BYTES: usize = 32 * 1024 * 1024;
+const MAX_BYTES: usize = 8 * 1024 * 1024;
 
 /// One decoded entry: its `ts`, document and the change events built from it.
 pub type Decoded = (u64, Arc<CachedEntry>);
