@@ -5,7 +5,7 @@ parked in a `getMore` waiting for events), and with 1,000 streams on the written
 (each delivering every insert).
 
     bench/change_streams.py [--streams 1000] [--inserts 3000] [--rounds 3] [--max-await-ms 1000]
-                            [--out FILE.md]
+                            [--written-inserts 300] [--out FILE.md] [--flame DIR --tag TAG]
 
 Every stream is a real `$changeStream` cursor iterated with `getMore` (`--max-await-ms`, 1 s
 by default, as a driver's `watch()`), held by asyncio tasks in a second client process. The
@@ -44,7 +44,8 @@ def holder(uri: str, db_name: str, coll_name: str, count: int, max_await_ms: int
     """The streams' side, in its own process: `count` `$changeStream` cursors iterated by
     asyncio tasks on one connection pool (as an application's event loop would), so the
     writer's process does not share an interpreter with them. Prints "ready", then runs
-    until its stdin closes; prints the events and errors it saw."""
+    until its stdin closes, printing the events and errors seen so far for each "count"
+    line; prints them once more at the end."""
     import asyncio
 
     from pymongo import AsyncMongoClient
@@ -74,7 +75,10 @@ def holder(uri: str, db_name: str, coll_name: str, count: int, max_await_ms: int
         for _ in range(count):
             await asyncio.wait_for(opened.get(), 300)
         print("ready", flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        loop = asyncio.get_running_loop()
+        # Each line on stdin asks for the counts so far; its end stops the streams.
+        while (await loop.run_in_executor(None, sys.stdin.readline)).strip() == "count":
+            print(f"events {counts['events']} errors {counts['errors']}", flush=True)
         stop.set()
         await asyncio.wait(tasks, timeout=max_await_ms / 1000 + 10)
         await client.close()
@@ -98,6 +102,12 @@ class Streams:
             self.proc.kill()
             raise RuntimeError(f"stream holder did not start: {line!r}")
         self.events = self.errors = 0
+
+    def count(self) -> int:
+        """The events the streams received so far."""
+        self.proc.stdin.write("count\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline().split()[1])
 
     def close(self):
         out, _ = self.proc.communicate("", timeout=120)
@@ -125,7 +135,36 @@ def main() -> int:
     ap.add_argument("--written-inserts", type=int, default=300,
                     help="inserts per round while every stream delivers each of them")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--flame", type=Path,
+                    help="also record the server with perf (after each measurement, so the "
+                    "numbers are not disturbed) and write flame-cs-{idle,written}-TAG.svg "
+                    "here: 3 s of the idle streams on another collection, and one more round of "
+                    "inserts delivered to the streams on the written collection")
+    ap.add_argument("--tag", default="now", help="the flame graphs' file name suffix")
     args = ap.parse_args()
+
+    def flame(pid: int, name: str, work) -> None:
+        """Runs `work` under `perf record` and writes its flame graph (as bench/flame.py)."""
+        if not args.flame:
+            return
+        with tempfile.TemporaryDirectory() as ptmp:
+            data = os.path.join(ptmp, "perf.data")
+            rec = subprocess.Popen(["perf", "record", "-q", "-F", "999", "--call-graph",
+                                    "dwarf,16384", "-p", str(pid), "-o", data],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)
+            work()
+            rec.send_signal(2)
+            rec.wait()
+            script = subprocess.run(["perf", "script", "-i", data], capture_output=True,
+                                    check=True).stdout
+            folded = subprocess.run(["inferno-collapse-perf"], input=script,
+                                    capture_output=True, check=True).stdout
+            svg = subprocess.run(["inferno-flamegraph", "--title",
+                                  f"nidus {name} ({args.tag})"], input=folded,
+                                 capture_output=True, check=True).stdout
+        args.flame.mkdir(parents=True, exist_ok=True)
+        (args.flame / f"flame-cs-{name}-{args.tag}.svg").write_bytes(svg)
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -140,20 +179,35 @@ def main() -> int:
                 db.drop_collection(name)
                 db.create_collection(name)
 
-            def measure(label: str, inserts: int | None = None) -> dict:
+            def measure(label: str, inserts: int | None = None,
+                        streams: Streams | None = None) -> dict:
                 """Insert rate and the server's CPU per insert (which the load of other work
-                on the machine does not change), over the rounds."""
+                on the machine does not change), over the rounds. With `streams` watching
+                the written collection, the CPU is counted until they have received every
+                insert (the delivery goes on after the last insert when they fall behind)."""
                 n = inserts or args.inserts
-                rates, cpus = [], []
+                rates, cpus, drains = [], [], []
                 for _ in range(args.rounds):
+                    expected = streams.count() + n * args.streams if streams else 0
                     cpu0 = cpu_seconds(pid)
+                    t0 = time.monotonic()
                     rate = insert_rate(db.w, n)
                     rates.append(rate)
+                    if streams:
+                        t1 = time.monotonic()
+                        deadline = t1 + 300
+                        while streams.count() < expected and time.monotonic() < deadline:
+                            time.sleep(0.01)
+                        drains.append(time.monotonic() - t1)
                     cpus.append((cpu_seconds(pid) - cpu0) / n * 1e6)
                 row = {"label": label, "rate": statistics.median(rates),
                        "cpu_us": statistics.median(cpus)}
+                if streams:
+                    row["drain"] = statistics.median(drains)
                 print(f"{label}: {row['rate']:.0f} inserts/s, server CPU {row['cpu_us']:.0f} us "
-                      f"per insert {[round(r) for r in rates]}", flush=True)
+                      f"per insert {[round(r) for r in rates]} {[round(c) for c in cpus]}"
+                      + (f", delivered {[round(d, 2) for d in drains]} s after the last insert"
+                         if streams else ""), flush=True)
                 return row
 
             def idle_cpu(seconds: float = 5.0) -> float:
@@ -171,9 +225,20 @@ def main() -> int:
                 streams = Streams(server.uri, "bench", coll, args.streams, args.max_await_ms)
                 try:
                     idle = idle_cpu()
-                    row = measure(f"{args.streams} streams {label}", inserts) | {"idle": idle}
+                    row = measure(f"{args.streams} streams {label}", inserts,
+                                  streams if coll == "w" else None) | {"idle": idle}
                     # Interleaved baseline: the machine's load drifts between rounds.
                     rows.append(row)
+                    if coll == "other":
+                        flame(pid, "idle", lambda: time.sleep(3.0))
+                    else:
+                        def deliver(n=inserts, streams=streams):
+                            expected = streams.count() + n * args.streams
+                            insert_rate(db.w, n)
+                            deadline = time.monotonic() + 300
+                            while streams.count() < expected and time.monotonic() < deadline:
+                                time.sleep(0.01)
+                        flame(pid, "written", deliver)
                 finally:
                     streams.close()
                 row["events"], row["errors"] = streams.events, streams.errors
@@ -193,17 +258,20 @@ def main() -> int:
         "cursors iterated by asyncio tasks in a separate client process (`getMore` with "
         f"maxTimeMS {args.max_await_ms} ms, as drivers' `watch()` with the server's default "
         "await). Server CPU per insert comes from /proc (it does not move with the machine's "
-        "other load; the insert rate does); idle CPU is the server's share of one core while "
+        "other load; the insert rate does); with streams on the written collection it is "
+        "counted until every stream has received every insert (\"delivered after\": how long "
+        "after the last insert that was). Idle CPU is the server's share of one core while "
         "the streams wait and nothing is written.",
         "",
         "| streams open | inserts/s | vs none | server CPU µs/insert | vs none | idle server CPU "
-        "| events delivered |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| events delivered | delivered after |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        drain = f"{r['drain']:.2f} s" if "drain" in r else "-"
         lines.append(f"| {r['label']} | {r['rate']:.0f} | {r['rate'] / base['rate']:.2f}x | "
                      f"{r['cpu_us']:.0f} | {r['cpu_us'] / base['cpu_us']:.2f}x | "
-                     f"{r['idle'] * 100:.1f}% | {r.get('events', '-')} |")
+                     f"{r['idle'] * 100:.1f}% | {r.get('events', '-')} | {drain} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -19,6 +19,7 @@ pub mod index_spec;
 pub mod namespace;
 pub mod opctx;
 pub mod oplog;
+pub mod oplog_cache;
 mod oplog_diff;
 pub mod oplog_notify;
 pub mod pipeline;

@@ -381,6 +381,8 @@ pub struct Oplog {
     advanced: Mutex<u64>,
     /// Change-stream wake-ups by namespace (`oplog_notify`).
     announcer: crate::oplog_notify::Announcer,
+    /// The newest readable entries, decoded once for every change stream (`oplog_cache`).
+    recent: crate::oplog_cache::Recent,
     advanced_cv: Condvar,
     term: AtomicI64,
     max_bytes: AtomicI64,
@@ -425,6 +427,7 @@ impl Oplog {
             commit_point: AtomicU64::new(u64::MAX),
             advanced: Mutex::new(0),
             announcer: crate::oplog_notify::Announcer::new(last),
+            recent: crate::oplog_cache::Recent::new(last),
             advanced_cv: Condvar::new(),
             term: AtomicI64::new(term),
             max_bytes: AtomicI64::new(max_bytes),
@@ -625,6 +628,32 @@ impl Oplog {
         Ok(out)
     }
 
+    /// Decoded entries with `after < ts <= readable` (`readable` at most the majority
+    /// readable point), at most `limit`, oldest first, shared with the other readers
+    /// (`oplog_cache`); and the `ts` through which they are every entry there is.
+    pub fn read_decoded_after(
+        &self,
+        kv: &dyn nidus_storage::KvEngine,
+        after: u64,
+        limit: usize,
+        readable: u64,
+    ) -> Result<(Vec<crate::oplog_cache::Decoded>, u64)> {
+        self.recent
+            .read_after(after, limit, readable, &mut |after, limit| {
+                self.read_after(kv, u64_to_ts(after), limit)?
+                    .into_iter()
+                    .map(|raw| {
+                        let doc = Document::try_from(raw.as_ref())?;
+                        let ts = match doc.get("ts") {
+                            Some(Bson::Timestamp(ts)) => ts_to_u64(*ts),
+                            _ => return Err(Error::internal("an oplog entry without a ts")),
+                        };
+                        Ok((ts, doc, raw.as_bytes().len()))
+                    })
+                    .collect()
+            })
+    }
+
     /// Rollback: deletes every entry with `ts` > `after` (entries this member wrote that
     /// the set does not hold) and moves the visibility point back to `after`. Only a member
     /// that takes no writes of its own (not primary) truncates, so no reservation is in
@@ -670,7 +699,8 @@ impl Oplog {
             );
         }
         drop(slots);
-        // Entries after `after` will be written again: announced afresh.
+        // Entries after `after` will be written again: announced and read afresh.
+        self.recent.reset(after);
         self.announcer.reset(after);
         Ok(keys.len())
     }

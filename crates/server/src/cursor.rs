@@ -38,6 +38,9 @@ pub struct Cursor {
     /// A change stream's position: its cursor stays open at the end of the events
     /// (`commands/change_stream.rs`).
     pub change_stream: Option<nidus_engine::pipeline::change_stream::SharedState>,
+    /// A change stream without stages after `$changeStream`: its events go from the source
+    /// into the reply as they are, around `exec` (which is then empty).
+    pub change_events: Option<crate::commands::change_stream::Direct>,
 }
 
 /// What a tailable cursor follows.
@@ -61,6 +64,7 @@ impl Cursor {
             max_time_left: None,
             examined: (0, 0),
             change_stream: None,
+            change_events: None,
         }
     }
 

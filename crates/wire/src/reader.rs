@@ -144,12 +144,108 @@ fn validate_value(value: RawBsonRef<'_>, depth: usize, what: &str) -> Result<(),
     }
 }
 
+/// Writes `doc` as BSON, as `bson::to_vec` does but without serde (a reply's events, with
+/// their timestamps, dates and ObjectIds, went through serde's struct machinery value by
+/// value). Err for what it leaves to `bson::to_vec`: keys with NUL (an error there too),
+/// regular expressions, code with scope and DBPointers.
+fn write_document(out: &mut Vec<u8>, doc: &bson::Document) -> Result<(), ()> {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    for (k, v) in doc {
+        write_element(out, k, v)?;
+    }
+    finish_document(out, start)
+}
+
+fn finish_document(out: &mut Vec<u8>, start: usize) -> Result<(), ()> {
+    out.push(0);
+    let len = i32::try_from(out.len() - start).map_err(|_| ())?;
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    Ok(())
+}
+
+fn write_string(out: &mut Vec<u8>, s: &str) -> Result<(), ()> {
+    let len = i32::try_from(s.len() + 1).map_err(|_| ())?;
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+    out.push(0);
+    Ok(())
+}
+
+fn write_element(out: &mut Vec<u8>, key: &str, v: &bson::Bson) -> Result<(), ()> {
+    use bson::spec::BinarySubtype;
+    use bson::Bson;
+    if key.as_bytes().contains(&0) {
+        return Err(());
+    }
+    out.push(v.element_type() as u8);
+    out.extend_from_slice(key.as_bytes());
+    out.push(0);
+    match v {
+        Bson::Double(f) => out.extend_from_slice(&f.to_le_bytes()),
+        Bson::String(s) | Bson::JavaScriptCode(s) | Bson::Symbol(s) => write_string(out, s)?,
+        Bson::Document(d) => write_document(out, d)?,
+        Bson::Array(a) => {
+            let start = out.len();
+            out.extend_from_slice(&[0; 4]);
+            let mut key = itoa_buf();
+            for (i, v) in a.iter().enumerate() {
+                write_element(out, index_key(&mut key, i), v)?;
+            }
+            finish_document(out, start)?;
+        }
+        Bson::Binary(b) => {
+            let len = i32::try_from(b.bytes.len()).map_err(|_| ())?;
+            if b.subtype == BinarySubtype::BinaryOld {
+                out.extend_from_slice(&(len.checked_add(4).ok_or(())?).to_le_bytes());
+                out.push(u8::from(b.subtype));
+                out.extend_from_slice(&len.to_le_bytes());
+            } else {
+                out.extend_from_slice(&len.to_le_bytes());
+                out.push(u8::from(b.subtype));
+            }
+            out.extend_from_slice(&b.bytes);
+        }
+        Bson::Undefined | Bson::Null | Bson::MinKey | Bson::MaxKey => {}
+        Bson::ObjectId(id) => out.extend_from_slice(&id.bytes()),
+        Bson::Boolean(b) => out.push(u8::from(*b)),
+        Bson::DateTime(d) => out.extend_from_slice(&d.timestamp_millis().to_le_bytes()),
+        Bson::Int32(n) => out.extend_from_slice(&n.to_le_bytes()),
+        Bson::Timestamp(ts) => {
+            out.extend_from_slice(&ts.increment.to_le_bytes());
+            out.extend_from_slice(&ts.time.to_le_bytes());
+        }
+        Bson::Int64(n) => out.extend_from_slice(&n.to_le_bytes()),
+        Bson::Decimal128(d) => out.extend_from_slice(&d.bytes()),
+        Bson::RegularExpression(_) | Bson::JavaScriptCodeWithScope(_) | Bson::DbPointer(_) => {
+            return Err(())
+        }
+    }
+    Ok(())
+}
+
+fn itoa_buf() -> String {
+    String::with_capacity(8)
+}
+
+/// The key of array element `i` ("0", "1", ...), written into `buf`.
+fn index_key(buf: &mut String, i: usize) -> &str {
+    use std::fmt::Write;
+    buf.clear();
+    let _ = write!(buf, "{i}");
+    buf.as_str()
+}
+
 /// Serializes a document the server or a test built.
 ///
 /// `Document` serialization fails only for keys or regexes containing NUL, which no parsed
 /// document can hold; should it happen anyway, the peer gets an InternalError reply instead
 /// of a panic or a malformed frame.
 pub(crate) fn document_bytes(doc: &bson::Document) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    if write_document(&mut out, doc).is_ok() {
+        return out;
+    }
     bson::to_vec(doc).unwrap_or_else(|e| {
         let fallback = bson::doc! {
             "ok": 0.0,
@@ -160,4 +256,67 @@ pub(crate) fn document_bytes(doc: &bson::Document) -> Vec<u8> {
         // A document of plain string/number fields always serializes.
         bson::to_vec(&fallback).unwrap_or_default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::spec::BinarySubtype;
+    use bson::{doc, Bson, Document};
+
+    fn every_type() -> Document {
+        doc! {
+            "double": -1.5, "nan": f64::NAN, "string": "héllo", "empty": "",
+            "doc": {"a": 1, "b": {"c": null}}, "emptydoc": {}, "emptyarr": [],
+            "array": (0..120).map(Bson::Int32).collect::<Vec<_>>(),
+            "nested": [[1], {"x": [true, {"y": "z"}]}],
+            "bin": bson::Binary { subtype: BinarySubtype::Generic, bytes: vec![1, 2, 3] },
+            "old": bson::Binary { subtype: BinarySubtype::BinaryOld, bytes: vec![1, 2, 3] },
+            "user": bson::Binary { subtype: BinarySubtype::UserDefined(0x85), bytes: vec![] },
+            "uuid": bson::Uuid::new(), "oid": bson::oid::ObjectId::new(), "t": true, "f": false,
+            "date": bson::DateTime::from_millis(-12345), "null": null, "undefined": Bson::Undefined,
+            "code": Bson::JavaScriptCode("x + 1".into()), "symbol": Bson::Symbol("s".into()),
+            "int": i32::MIN, "ts": Bson::Timestamp(bson::Timestamp { time: 7, increment: 9 }),
+            "long": i64::MAX, "dec": Bson::Decimal128(bson::Decimal128::from_bytes([3; 16])),
+            "min": Bson::MinKey, "max": Bson::MaxKey,
+        }
+    }
+
+    #[test]
+    fn documents_are_written_as_bson_encodes_them() {
+        let all = every_type();
+        for (k, v) in &all {
+            let one = doc! { k.clone(): v.clone(), "then": 1 };
+            assert_eq!(document_bytes(&one), bson::to_vec(&one).unwrap(), "{k}");
+            let in_array = doc! { "a": [v.clone(), v.clone()] };
+            assert_eq!(
+                document_bytes(&in_array),
+                bson::to_vec(&in_array).unwrap(),
+                "{k}"
+            );
+        }
+        assert_eq!(document_bytes(&all), bson::to_vec(&all).unwrap());
+        // A change stream reply's shape.
+        let reply = doc! { "cursor": { "nextBatch": [all.clone(), all], "id": 5i64, "ns": "d.c" },
+        "ok": 1.0 };
+        assert_eq!(document_bytes(&reply), bson::to_vec(&reply).unwrap());
+    }
+
+    #[test]
+    fn what_it_leaves_to_bson_comes_out_the_same() {
+        let others = doc! {
+            "re": bson::Regex { pattern: "a.b".into(), options: "mi".into() },
+            "scope": Bson::JavaScriptCodeWithScope(bson::JavaScriptCodeWithScope {
+                code: "x".into(), scope: doc! {"x": 1},
+            }),
+        };
+        assert_eq!(document_bytes(&others), bson::to_vec(&others).unwrap());
+        let mut out = Vec::new();
+        assert!(write_document(&mut out, &others).is_err());
+        // A key with NUL fails in bson too: the InternalError reply.
+        let bad = doc! { "a\0b": 1 };
+        assert!(bson::to_vec(&bad).is_err());
+        let reply = bson::from_slice::<Document>(&document_bytes(&bad)).unwrap();
+        assert_eq!(reply.get_str("codeName"), Ok("InternalError"));
+    }
 }

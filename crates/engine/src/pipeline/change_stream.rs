@@ -20,7 +20,7 @@ use bson::{doc, Bson, Document, Timestamp};
 use nidus_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 const HWM: u8 = 0;
 /// Marks a post-image lookup in [`ChangeStreamSource::image`]'s index argument.
@@ -85,12 +85,21 @@ impl ResumeToken {
     /// `{_data: "82<ts><type><index><invalidate>"}` in upper-case hex (MongoDB's keystring
     /// tokens also start with 0x82, the Timestamp type byte).
     pub fn to_document(&self) -> Document {
-        let mut data = format!(
-            "82{:016X}{:02X}{:08X}{:02X}",
-            self.ts, self.kind, self.txn_op_index, self.from_invalidate as u8
-        );
+        // Written digit by digit: every event and reply makes one.
+        fn hex(out: &mut String, v: u64, digits: u32) {
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            for i in (0..digits).rev() {
+                out.push(HEX[((v >> (i * 4)) & 0xF) as usize] as char);
+            }
+        }
+        let mut data = String::with_capacity(34);
+        data.push_str("82");
+        hex(&mut data, self.ts, 16);
+        hex(&mut data, self.kind.into(), 2);
+        hex(&mut data, self.txn_op_index.into(), 8);
+        hex(&mut data, self.from_invalidate.into(), 2);
         if let Some(f) = self.fragment {
-            data.push_str(&format!("{f:04X}"));
+            hex(&mut data, f.into(), 4);
         }
         doc! { "_data": data }
     }
@@ -330,7 +339,7 @@ pub struct StreamState {
     pub resume_token: ResumeToken,
     /// The tokens of the events produced since the cursor last checked its output (the
     /// pipeline may filter events but not change their `_id`).
-    pub emitted: VecDeque<Document>,
+    pub emitted: VecDeque<ResumeToken>,
     /// An invalidate event was produced: the stream ends after it.
     pub invalidated: bool,
     /// `$changeStreamSplitLargeEvent`: events over 16 MiB go out as fragments.
@@ -339,9 +348,9 @@ pub struct StreamState {
     pub skip_fragments: Option<ResumeToken>,
     /// Wakes the stream's `getMore`s when an entry in its scope becomes readable.
     pub channel: Arc<Channel>,
-    /// The channel's generation when the last `getMore` waited its whole time and found
-    /// nothing: while the generation is unchanged the next one has nothing to read yet, so
-    /// the connection may wait for it without a thread.
+    /// The channel's generation when the last `getMore` left the stream caught up (it read
+    /// every readable entry): while the generation is unchanged the next one has nothing
+    /// to read yet, so the connection may wait for it without a thread.
     pub idle_at: Option<u64>,
 }
 
@@ -439,29 +448,21 @@ impl ChangeStreamSource {
                 return Ok(false);
             }
         }
-        let entries =
-            self.oplog
-                .read_after(self.engine.kv(), u64_to_ts(self.read_through), READ_BATCH)?;
-        let mut read_any = false;
-        for raw in entries {
-            let entry = Document::try_from(raw.as_ref())?;
-            let Some(Bson::Timestamp(ts)) = entry.get("ts") else {
-                continue;
-            };
-            let ts = ts_to_u64(*ts);
-            if ts > readable {
-                break;
-            }
-            read_any = true;
+        let (entries, through) = self.oplog.read_decoded_after(
+            self.engine.kv(),
+            self.read_through,
+            READ_BATCH,
+            readable,
+        )?;
+        for (ts, entry) in entries {
             self.read_through = ts;
             self.events_of(&entry, ts)?;
-            if self.pending.iter().any(|(t, _)| t.is_invalidate()) {
-                break;
+            // An invalidate is the last event of an entry, and the stream's last.
+            if self.pending.back().is_some_and(|(t, _)| t.is_invalidate()) {
+                return Ok(true);
             }
         }
-        if !read_any {
-            self.read_through = readable;
-        }
+        self.read_through = self.read_through.max(through);
         Ok(true)
     }
 
@@ -479,137 +480,40 @@ impl ChangeStreamSource {
     }
 
     /// Queues the events of one oplog entry.
-    fn events_of(&mut self, entry: &Document, ts: u64) -> Result<()> {
-        let op = entry.get_str("op").unwrap_or("");
+    fn events_of(&mut self, entry: &CachedEntry, ts: u64) -> Result<()> {
+        let doc = &entry.doc;
+        let op = doc.get_str("op").unwrap_or("");
         // No-ops (a new primary's "new primary" entry, ns "") are no change.
         if op == "n" {
             return Ok(());
         }
-        if op == "c" {
-            let items = entry
+        let apply_ops = op == "c"
+            && doc
                 .get_document("o")
-                .ok()
-                .and_then(|o| o.get_array("applyOps").ok());
-            if let Some(items) = items {
-                let session = (entry.get("lsid").cloned(), entry.get("txnNumber").cloned());
-                for (i, item) in items.iter().enumerate() {
-                    if let Bson::Document(item) = item {
-                        self.data_event(item, entry, ts, i as u32, Some(&session))?;
-                    }
+                .is_ok_and(|o| o.get_array("applyOps").is_ok());
+        if op == "c" && !apply_ops {
+            return self.command_event(doc, ts);
+        }
+        // Built once per entry for every stream (with and without `showExpandedEvents`);
+        // each stream adds what its own options ask for.
+        let expanded = self.spec.show_expanded_events;
+        let events = entry.events[expanded as usize].get_or_init(|| base_events(doc, ts, expanded));
+        for base in events {
+            if !self.scope.covers(&base.ns) || !self.after_start(base.token) {
+                continue;
+            }
+            let mut ev = base.event.clone();
+            let (ui, index) = (base.ui.as_ref(), base.token.txn_op_index);
+            match base.kind {
+                Kind::Insert => {}
+                Kind::Update => {
+                    self.add_full_document(&mut ev, &base.ns, ui, &base.key, ts, index)?;
+                    self.add_before_change(&mut ev, ui, ts, index)?;
                 }
-                return Ok(());
+                Kind::Replace | Kind::Delete => self.add_before_change(&mut ev, ui, ts, index)?,
             }
-            return self.command_event(entry, ts);
+            self.queue(base.token, ev);
         }
-        self.data_event(entry, entry, ts, 0, None)
-    }
-
-    /// The common head of an event: `_id`, `operationType`, `clusterTime`,
-    /// (`collectionUUID`), `wallTime`, (`txnNumber`, `lsid`).
-    fn head(
-        &self,
-        token: ResumeToken,
-        op_type: &str,
-        entry: &Document,
-        ui: Option<&Bson>,
-        session: Option<&(Option<Bson>, Option<Bson>)>,
-    ) -> Document {
-        let mut ev = doc! {
-            "_id": token.to_document(),
-            "operationType": op_type,
-            "clusterTime": Bson::Timestamp(u64_to_ts(token.ts)),
-        };
-        if self.spec.show_expanded_events {
-            if let Some(ui) = ui {
-                ev.insert("collectionUUID", ui.clone());
-            }
-        }
-        if let Some(wall) = entry.get("wall") {
-            ev.insert("wallTime", wall.clone());
-        }
-        if let Some((lsid, txn)) = session {
-            if let Some(t) = txn {
-                ev.insert("txnNumber", t.clone());
-            }
-            if let Some(l) = lsid {
-                ev.insert("lsid", l.clone());
-            }
-        }
-        ev
-    }
-
-    fn data_event(
-        &mut self,
-        item: &Document,
-        entry: &Document,
-        ts: u64,
-        index: u32,
-        session: Option<&(Option<Bson>, Option<Bson>)>,
-    ) -> Result<()> {
-        let Ok(ns) = item.get_str("ns").map(Namespace::parse) else {
-            return Ok(());
-        };
-        let ns = ns?;
-        if !self.scope.covers(&ns) {
-            return Ok(());
-        }
-        let op = item.get_str("op").unwrap_or("");
-        let o = item.get_document("o").cloned().unwrap_or_default();
-        let key = match op {
-            "d" => o.clone(),
-            _ => item
-                .get_document("o2")
-                .cloned()
-                .unwrap_or_else(|_| match o.get("_id") {
-                    Some(id) => doc! { "_id": id.clone() },
-                    None => Document::new(),
-                }),
-        };
-        let token = ResumeToken::event(ts, index);
-        if !self.after_start(token) {
-            return Ok(());
-        }
-        let ui = item.get("ui");
-        let ns_doc = doc! { "db": ns.db.clone(), "coll": ns.coll.clone() };
-        let ev = match op {
-            "i" => {
-                let mut ev = self.head(token, "insert", entry, ui, session);
-                ev.insert("fullDocument", o);
-                ev.insert("ns", ns_doc);
-                ev.insert("documentKey", key);
-                ev
-            }
-            "u" if o.get("$v").is_some() => {
-                let mut ev = self.head(token, "update", entry, ui, session);
-                ev.insert("ns", ns_doc);
-                ev.insert("documentKey", key.clone());
-                let diff = o.get_document("diff").cloned().unwrap_or_default();
-                ev.insert(
-                    "updateDescription",
-                    update_description(&diff, self.spec.show_expanded_events),
-                );
-                self.add_full_document(&mut ev, &ns, ui, &key, ts, index)?;
-                self.add_before_change(&mut ev, ui, ts, index)?;
-                ev
-            }
-            "u" => {
-                let mut ev = self.head(token, "replace", entry, ui, session);
-                ev.insert("fullDocument", o);
-                ev.insert("ns", ns_doc);
-                ev.insert("documentKey", key);
-                self.add_before_change(&mut ev, ui, ts, index)?;
-                ev
-            }
-            "d" => {
-                let mut ev = self.head(token, "delete", entry, ui, session);
-                ev.insert("ns", ns_doc);
-                ev.insert("documentKey", key);
-                self.add_before_change(&mut ev, ui, ts, index)?;
-                ev
-            }
-            _ => return Ok(()),
-        };
-        self.queue(token, ev);
         Ok(())
     }
 
@@ -734,7 +638,7 @@ impl ChangeStreamSource {
                 if !self.scope.covers(&ns) {
                     return Ok(());
                 }
-                let mut ev = self.head(token, "drop", entry, ui, None);
+                let mut ev = head(token, "drop", entry, ui, None, expanded);
                 ev.insert("ns", ns_doc(&ns));
                 self.queue(token, ev);
                 if matches!(self.scope, Scope::Collection(_)) {
@@ -752,7 +656,7 @@ impl ChangeStreamSource {
                 if !self.scope.covers(&from) && !self.scope.covers(&to) {
                     return Ok(());
                 }
-                let mut ev = self.head(token, "rename", entry, ui, None);
+                let mut ev = head(token, "rename", entry, ui, None, expanded);
                 ev.insert("ns", ns_doc(&from));
                 ev.insert("to", ns_doc(&to));
                 if expanded {
@@ -776,7 +680,7 @@ impl ChangeStreamSource {
                 if !watched {
                     return Ok(());
                 }
-                let mut ev = self.head(token, "dropDatabase", entry, None, None);
+                let mut ev = head(token, "dropDatabase", entry, None, None, expanded);
                 ev.insert("ns", doc! { "db": db.clone() });
                 self.queue(token, ev);
                 if matches!(self.scope, Scope::Database(_)) {
@@ -808,7 +712,7 @@ impl ChangeStreamSource {
                     }
                     _ => ("modify", rest),
                 };
-                let mut ev = self.head(token, op_type, entry, ui, None);
+                let mut ev = head(token, op_type, entry, ui, None, expanded);
                 ev.insert("ns", ns_doc(&ns));
                 ev.insert("operationDescription", description);
                 self.queue(token, ev);
@@ -838,6 +742,167 @@ impl ChangeStreamSource {
     }
 }
 
+/// An oplog entry decoded once for every stream, with the data events built from it
+/// (index 0 without `showExpandedEvents`, 1 with it).
+pub struct CachedEntry {
+    pub doc: Document,
+    events: [OnceLock<Vec<BaseEvent>>; 2],
+}
+
+impl CachedEntry {
+    pub fn new(doc: Document) -> CachedEntry {
+        CachedEntry {
+            doc,
+            events: Default::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Insert,
+    Update,
+    Replace,
+    Delete,
+}
+
+/// A data change as every stream sees it, before the fields a stream's own options add
+/// (`fullDocument` lookups and images, which come last in the event).
+struct BaseEvent {
+    ns: Namespace,
+    token: ResumeToken,
+    kind: Kind,
+    event: Document,
+    /// `documentKey` (an `updateLookup` finds the document by it).
+    key: Document,
+    ui: Option<Bson>,
+}
+
+/// The data events of an `i`/`u`/`d` entry, or of the operations of an `applyOps` one.
+fn base_events(entry: &Document, ts: u64, expanded: bool) -> Vec<BaseEvent> {
+    let items = entry
+        .get_document("o")
+        .ok()
+        .and_then(|o| o.get_array("applyOps").ok());
+    match items {
+        Some(items) if entry.get_str("op") == Ok("c") => {
+            let session = (entry.get("lsid").cloned(), entry.get("txnNumber").cloned());
+            items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, item)| match item {
+                    Bson::Document(item) => {
+                        base_event(item, entry, ts, i as u32, Some(&session), expanded)
+                    }
+                    _ => None,
+                })
+                .collect()
+        }
+        _ => base_event(entry, entry, ts, 0, None, expanded)
+            .into_iter()
+            .collect(),
+    }
+}
+
+fn base_event(
+    item: &Document,
+    entry: &Document,
+    ts: u64,
+    index: u32,
+    session: Option<&(Option<Bson>, Option<Bson>)>,
+    expanded: bool,
+) -> Option<BaseEvent> {
+    let ns = Namespace::parse(item.get_str("ns").ok()?).ok()?;
+    let op = item.get_str("op").unwrap_or("");
+    let o = item.get_document("o").cloned().unwrap_or_default();
+    let key = match op {
+        "d" => o.clone(),
+        _ => item
+            .get_document("o2")
+            .cloned()
+            .unwrap_or_else(|_| match o.get("_id") {
+                Some(id) => doc! { "_id": id.clone() },
+                None => Document::new(),
+            }),
+    };
+    let token = ResumeToken::event(ts, index);
+    let ui = item.get("ui");
+    let ns_doc = doc! { "db": ns.db.clone(), "coll": ns.coll.clone() };
+    let (kind, ev) = match op {
+        "i" => {
+            let mut ev = head(token, "insert", entry, ui, session, expanded);
+            ev.insert("fullDocument", o);
+            ev.insert("ns", ns_doc);
+            ev.insert("documentKey", key.clone());
+            (Kind::Insert, ev)
+        }
+        "u" if o.get("$v").is_some() => {
+            let mut ev = head(token, "update", entry, ui, session, expanded);
+            ev.insert("ns", ns_doc);
+            ev.insert("documentKey", key.clone());
+            let diff = o.get_document("diff").cloned().unwrap_or_default();
+            ev.insert("updateDescription", update_description(&diff, expanded));
+            (Kind::Update, ev)
+        }
+        "u" => {
+            let mut ev = head(token, "replace", entry, ui, session, expanded);
+            ev.insert("fullDocument", o);
+            ev.insert("ns", ns_doc);
+            ev.insert("documentKey", key.clone());
+            (Kind::Replace, ev)
+        }
+        "d" => {
+            let mut ev = head(token, "delete", entry, ui, session, expanded);
+            ev.insert("ns", ns_doc);
+            ev.insert("documentKey", key.clone());
+            (Kind::Delete, ev)
+        }
+        _ => return None,
+    };
+    Some(BaseEvent {
+        ns,
+        token,
+        kind,
+        event: ev,
+        key,
+        ui: ui.cloned(),
+    })
+}
+
+/// The common head of an event: `_id`, `operationType`, `clusterTime`,
+/// (`collectionUUID`), `wallTime`, (`txnNumber`, `lsid`).
+fn head(
+    token: ResumeToken,
+    op_type: &str,
+    entry: &Document,
+    ui: Option<&Bson>,
+    session: Option<&(Option<Bson>, Option<Bson>)>,
+    expanded: bool,
+) -> Document {
+    let mut ev = doc! {
+        "_id": token.to_document(),
+        "operationType": op_type,
+        "clusterTime": Bson::Timestamp(u64_to_ts(token.ts)),
+    };
+    if expanded {
+        if let Some(ui) = ui {
+            ev.insert("collectionUUID", ui.clone());
+        }
+    }
+    if let Some(wall) = entry.get("wall") {
+        ev.insert("wallTime", wall.clone());
+    }
+    if let Some((lsid, txn)) = session {
+        if let Some(t) = txn {
+            ev.insert("txnNumber", t.clone());
+        }
+        if let Some(l) = lsid {
+            ev.insert("lsid", l.clone());
+        }
+    }
+    ev
+}
+
 fn missing_image(which: &str, ev: &Document) -> Error {
     let (what, option) = match which {
         "pre" => ("pre-image", "fullDocumentBeforeChange"),
@@ -858,7 +923,7 @@ impl DocStream for ChangeStreamSource {
             if let Some((token, ev)) = self.pending.pop_front() {
                 let mut st = self.state.lock();
                 st.resume_token = token;
-                st.emitted.push_back(token.to_document());
+                st.emitted.push_back(token);
                 if token.is_invalidate() {
                     st.invalidated = true;
                     self.pending.clear();
@@ -1028,11 +1093,26 @@ mod tests {
         let mut hexes: Vec<String> = [c, inv, a, b].iter().map(hex).collect();
         hexes.sort();
         assert_eq!(hexes, [a, b, inv, c].iter().map(hex).collect::<Vec<_>>());
-        for t in [a, b, c, inv] {
+        for t in [
+            a,
+            b,
+            c,
+            inv,
+            inv.with_fragment(0xAB1),
+            ResumeToken::event(u64::MAX, u32::MAX),
+        ] {
             assert_eq!(
                 ResumeToken::parse(&Bson::Document(t.to_document())).unwrap(),
                 t
             );
+            let mut expected = format!(
+                "82{:016X}{:02X}{:08X}{:02X}",
+                t.ts, t.kind, t.txn_op_index, t.from_invalidate as u8
+            );
+            if let Some(f) = t.fragment {
+                expected.push_str(&format!("{f:04X}"));
+            }
+            assert_eq!(hex(&t), expected);
         }
     }
 

@@ -6,16 +6,16 @@
 //! polling) for `maxTimeMS` (1 s by default), then returns an empty batch. Every reply
 //! carries the `postBatchResumeToken` drivers resume from.
 
-use super::find::{batch_reply, check_fields};
+use super::find::check_fields;
 use super::{wrong_type, Ctx};
-use crate::cursor::{Cursor, DEFAULT_FIRST_BATCH};
-use bson::{Bson, Document, RawDocumentBuf};
+use crate::cursor::{Cursor, DEFAULT_FIRST_BATCH, MAX_BATCH_BYTES};
+use bson::{doc, Bson, Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::namespace::Namespace;
 use nidus_engine::pipeline::change_stream::{
     ChangeStreamSource, ChangeStreamSpec, ResumeToken, Scope, SharedState,
 };
-use nidus_engine::pipeline::{self, run, ExpCtx, ParseCtx};
+use nidus_engine::pipeline::{self, run, DocStream, ExpCtx, ParseCtx, VecStream};
 use std::time::{Duration, Instant};
 
 /// The stages a change stream pipeline may hold after `$changeStream`.
@@ -182,17 +182,28 @@ fn open(ctx: &mut Ctx) -> Result<Document> {
     exp = exp.with_bindings(&pcx);
     let (source, state) = ChangeStreamSource::open(ctx.state.engine.clone(), scope.clone(), spec)?;
     state.lock().split_large_events = split;
-    let opened = run::open(&exp, None, &stages, Some(Box::new(source)))?;
+    // Without later stages (what `watch()` sends) the events go into the reply as the
+    // source builds them; otherwise through the pipeline's executor.
+    let direct = stages.is_empty() && !split;
+    let (input, direct): (Box<dyn DocStream>, _) = match direct {
+        true => (
+            VecStream::boxed(Vec::new()),
+            Some(Direct { source, held: None }),
+        ),
+        false => (Box::new(source), None),
+    };
+    let opened = run::open(&exp, None, &stages, Some(input))?;
     let cursor_ns = match &scope {
         Scope::Collection(ns) => ns.clone(),
         _ => Namespace::new(&ctx.db, "$cmd.aggregate"),
     };
     let mut cursor = Cursor::new(cursor_ns.clone(), opened.into_executor(None));
     cursor.change_stream = Some(state.clone());
+    cursor.change_events = direct;
     let first = batch_size
         .map(|n| n.max(0) as u64)
         .unwrap_or(DEFAULT_FIRST_BATCH);
-    let (batch, done) = next_batch(&mut cursor, &state, Some(first))?;
+    let Batch { events, done, .. } = next_batch(&mut cursor, &state, Some(first))?;
     let id = if done {
         0
     } else {
@@ -200,17 +211,40 @@ fn open(ctx: &mut Ctx) -> Result<Document> {
             .cursors
             .register(cursor, ctx.conn.auth.owner(), super::find::session_id(ctx))
     };
-    Ok(reply(&cursor_ns, id, "firstBatch", batch, &state))
+    Ok(reply(&cursor_ns, id, "firstBatch", events, &state))
+}
+
+/// A change stream whose events go from its source into the reply without a pipeline.
+pub struct Direct {
+    source: ChangeStreamSource,
+    /// An event that did not fit in the previous batch, its size, its token and the token
+    /// before it.
+    held: Option<Held>,
+}
+
+struct Held {
+    event: Document,
+    size: usize,
+    token: ResumeToken,
+    before: ResumeToken,
 }
 
 /// A batch of events (at most `batch_size`), checking that the pipeline kept each event's
-/// `_id`; done once the stream was invalidated.
-fn next_batch(
-    cursor: &mut Cursor,
-    state: &SharedState,
-    batch_size: Option<u64>,
-) -> Result<(Vec<RawDocumentBuf>, bool)> {
+/// `_id`.
+struct Batch {
+    events: Vec<Bson>,
+    /// The stream was invalidated: it ends.
+    done: bool,
+    /// The source read everything readable (the batch was not cut short).
+    caught_up: bool,
+}
+
+fn next_batch(cursor: &mut Cursor, state: &SharedState, batch_size: Option<u64>) -> Result<Batch> {
+    if let Some(direct) = cursor.change_events.as_mut() {
+        return direct_batch(direct, state, batch_size);
+    }
     let (batch, _) = cursor.next_batch(batch_size)?;
+    let caught_up = cursor.pending.is_none() && batch_size.is_none_or(|n| (batch.len() as u64) < n);
     let mut st = state.lock();
     for doc in &batch {
         let id = doc
@@ -220,7 +254,7 @@ fn next_batch(
         // Each output is one of the source's events, in order, with its `_id` unchanged.
         let found = id.is_some_and(|id| {
             while let Some(t) = st.emitted.pop_front() {
-                if t == id {
+                if t.to_document() == id {
                     return true;
                 }
             }
@@ -245,28 +279,82 @@ fn next_batch(
     drop(st);
     let mut out = Vec::with_capacity(batch.len());
     for doc in batch {
-        out.extend(split_event(doc, split, skip)?);
+        for part in split_event(doc, split, skip)? {
+            out.push(
+                bson::RawBson::Document(part)
+                    .try_into()
+                    .unwrap_or(Bson::Null),
+            );
+        }
     }
-    let batch = out;
     let done = state.lock().invalidated && cursor.pending.is_none();
-    Ok((batch, done))
+    Ok(Batch {
+        events: out,
+        done,
+        caught_up,
+    })
 }
 
-fn reply(
-    ns: &Namespace,
-    id: i64,
-    field: &str,
-    batch: Vec<RawDocumentBuf>,
+/// [`next_batch`] of a stream without stages: its events as the source builds them, at
+/// most `batch_size` and 16 MiB (an event that would pass it waits for the next batch,
+/// and the batch's resume token is the last event's that went out).
+fn direct_batch(
+    direct: &mut Direct,
     state: &SharedState,
-) -> Document {
-    let mut r = batch_reply(ns, id, field, batch);
-    if let Ok(c) = r.get_document_mut("cursor") {
-        c.insert(
-            "postBatchResumeToken",
-            state.lock().resume_token.to_document(),
-        );
+    batch_size: Option<u64>,
+) -> Result<Batch> {
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    let mut caught_up = false;
+    while batch_size.is_none_or(|n| (out.len() as u64) < n) {
+        let held = match direct.held.take() {
+            Some(h) => h,
+            None => {
+                let before = state.lock().resume_token;
+                let Some(event) = direct.source.next()? else {
+                    caught_up = true;
+                    break;
+                };
+                let size = doc_len(&event);
+                Held {
+                    event,
+                    size,
+                    token: state.lock().resume_token,
+                    before,
+                }
+            }
+        };
+        if held.size > MAX_EVENT_BYTES {
+            return Err(too_large(held.size));
+        }
+        if !out.is_empty() && bytes + held.size > MAX_BATCH_BYTES {
+            state.lock().resume_token = held.before;
+            direct.held = Some(held);
+            break;
+        }
+        bytes += held.size;
+        state.lock().resume_token = held.token;
+        out.push(Bson::Document(held.event));
     }
-    r
+    let mut st = state.lock();
+    // No stage can change an event's `_id`: nothing to check.
+    st.emitted.clear();
+    let done = st.invalidated && direct.held.is_none();
+    Ok(Batch {
+        events: out,
+        done,
+        caught_up,
+    })
+}
+
+fn reply(ns: &Namespace, id: i64, field: &str, batch: Vec<Bson>, state: &SharedState) -> Document {
+    let token = state.lock().resume_token.to_document();
+    doc! { "cursor": {
+        field: batch,
+        "id": id,
+        "ns": ns.full(),
+        "postBatchResumeToken": token,
+    } }
 }
 
 /// The `getMore` of a change stream cursor: the events there are now, else those the next
@@ -290,17 +378,19 @@ pub fn get_more(
     };
     let (batch, done) = loop {
         let seen = channel.generation();
-        let (batch, done) = next_batch(cursor, state, batch_size)?;
-        if !batch.is_empty() || done || Instant::now() >= until {
-            state.lock().idle_at = (batch.is_empty() && !done).then_some(seen);
-            break (batch, done);
+        let batch = next_batch(cursor, state, batch_size)?;
+        if !batch.events.is_empty() || batch.done || Instant::now() >= until {
+            // Caught up: until the channel moves past `seen`, the next getMore has nothing
+            // to read, and its connection may wait for that without a thread.
+            state.lock().idle_at = (batch.caught_up && !batch.done).then_some(seen);
+            break (batch.events, batch.done);
         }
         if ctx
             .state
             .shutting_down
             .load(std::sync::atomic::Ordering::Relaxed)
         {
-            break (batch, done);
+            break (batch.events, batch.done);
         }
         // Wake at least every second to notice shutdown and killed operations.
         let wait_until = until.min(Instant::now() + Duration::from_secs(1));
@@ -345,6 +435,63 @@ const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 /// Room kept in each fragment for its `_id` and `splitEvent` fields.
 const FRAGMENT_OVERHEAD: usize = 256;
 
+fn too_large(size: usize) -> Error {
+    Error::new(
+        ErrorCode::BSONObjectTooLarge,
+        format!("BSONObj size: {size} (0x{size:X}) is invalid. Size must be between 0 and 16793600(16MB)"),
+    )
+}
+
+/// The BSON size of a document, without serializing it.
+fn doc_len(d: &Document) -> usize {
+    5 + d
+        .iter()
+        .map(|(k, v)| 2 + k.len() + value_len(v))
+        .sum::<usize>()
+}
+
+/// The BSON size of a value (without its type byte and key).
+fn value_len(v: &Bson) -> usize {
+    use bson::spec::BinarySubtype;
+    let string = |s: &str| 5 + s.len();
+    match v {
+        Bson::Double(_) | Bson::DateTime(_) | Bson::Timestamp(_) | Bson::Int64(_) => 8,
+        Bson::Int32(_) => 4,
+        Bson::Boolean(_) => 1,
+        Bson::Null | Bson::Undefined | Bson::MinKey | Bson::MaxKey => 0,
+        Bson::ObjectId(_) => 12,
+        Bson::Decimal128(_) => 16,
+        Bson::String(s) | Bson::JavaScriptCode(s) | Bson::Symbol(s) => string(s),
+        Bson::Document(d) => doc_len(d),
+        Bson::Array(a) => {
+            5 + a
+                .iter()
+                .enumerate()
+                .map(|(i, v)| 2 + decimal_digits(i) + value_len(v))
+                .sum::<usize>()
+        }
+        Bson::Binary(b) => match b.subtype {
+            BinarySubtype::BinaryOld => 9 + b.bytes.len(),
+            _ => 5 + b.bytes.len(),
+        },
+        Bson::RegularExpression(r) => r.pattern.len() + r.options.len() + 2,
+        Bson::JavaScriptCodeWithScope(c) => 4 + string(&c.code) + doc_len(&c.scope),
+        // Its fields are not public: measured by encoding it.
+        other => bson::to_vec(&doc! { "": other.clone() })
+            .map(|b| b.len().saturating_sub(7))
+            .unwrap_or(0),
+    }
+}
+
+fn decimal_digits(mut n: usize) -> usize {
+    let mut digits = 1;
+    while n >= 10 {
+        n /= 10;
+        digits += 1;
+    }
+    digits
+}
+
 /// An event as it goes out: whole when it fits in 16 MiB; else, with
 /// `$changeStreamSplitLargeEvent`, as fragments `{_id: <fragment token>, splitEvent:
 /// {fragment, of}, <fields>}` holding its top-level fields in order (those up to `skip`, a
@@ -358,12 +505,7 @@ fn split_event(
     if size <= MAX_EVENT_BYTES {
         return Ok(vec![doc]);
     }
-    let too_large = || {
-        Error::new(
-            ErrorCode::BSONObjectTooLarge,
-            format!("BSONObj size: {size} (0x{size:X}) is invalid. Size must be between 0 and 16793600(16MB)"),
-        )
-    };
+    let too_large = || too_large(size);
     if !split {
         return Err(too_large());
     }
@@ -427,4 +569,38 @@ pub fn is_change_stream(body: &Document) -> bool {
         .and_then(|p| p.first())
         .and_then(Bson::as_document)
         .is_some_and(|d| d.contains_key("$changeStream"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::spec::BinarySubtype;
+
+    #[test]
+    fn document_sizes_are_their_encoded_sizes() {
+        let values = doc! {
+            "double": 1.5, "string": "héllo", "empty": "", "doc": {"a": 1, "b": {"c": null}},
+            "array": (0..12).map(Bson::Int32).collect::<Vec<_>>(), "nested": [[1], {"x": [true]}],
+            "bin": bson::Binary { subtype: BinarySubtype::Generic, bytes: vec![1, 2, 3] },
+            "old": bson::Binary { subtype: BinarySubtype::BinaryOld, bytes: vec![1, 2, 3] },
+            "uuid": bson::Uuid::new(), "oid": bson::oid::ObjectId::new(), "bool": false,
+            "date": bson::DateTime::now(), "null": null, "undefined": Bson::Undefined,
+            "regex": bson::Regex { pattern: "a.b".into(), options: "i".into() },
+            "code": Bson::JavaScriptCode("x + 1".into()),
+            "scope": Bson::JavaScriptCodeWithScope(bson::JavaScriptCodeWithScope {
+                code: "x".into(), scope: doc! {"x": 1},
+            }),
+            "int": 7, "ts": Bson::Timestamp(bson::Timestamp { time: 1, increment: 2 }),
+            "long": 7i64, "dec": Bson::Decimal128(bson::Decimal128::from_bytes([0; 16])),
+            "min": Bson::MinKey, "max": Bson::MaxKey, "symbol": Bson::Symbol("s".into()),
+        };
+        for (k, v) in &values {
+            let one = doc! { k.clone(): v.clone() };
+            assert_eq!(doc_len(&one), bson::to_vec(&one).unwrap().len(), "{k}");
+        }
+        assert_eq!(doc_len(&values), bson::to_vec(&values).unwrap().len());
+        let long: Vec<Bson> = (0..1234).map(Bson::Int64).collect();
+        let d = doc! { "a": long };
+        assert_eq!(doc_len(&d), bson::to_vec(&d).unwrap().len());
+    }
 }
