@@ -449,7 +449,7 @@ async fn dispatch<S: ClientStream>(
             let mut probe = [0u8; 4096];
             tokio::select! {
                 _ = channel.changed(seen) => {}
-                _ = tokio::time::sleep(wait) => conn.awaited_data = true,
+                _ = tokio::time::sleep_until(idle_wait_end(wait)) => conn.awaited_data = true,
                 read = stream.read(&mut probe), if carry.len() < MAX_CARRY => match read {
                     Ok(n) if n > 0 => carry.extend_from_slice(&probe[..n]),
                     _ => return Ok(None),
@@ -519,6 +519,24 @@ async fn dispatch<S: ClientStream>(
 /// Most bytes read ahead of the next message while a command runs; past it the client is
 /// not watched until the command ends.
 const MAX_CARRY: usize = 64 * 1024;
+
+/// Idle change-stream waits end on a shared tick of this length.
+const IDLE_WAIT_TICK: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// When an idle change stream's wait of `wait` ends: rounded up to the next multiple of
+/// [`IDLE_WAIT_TICK`] since a process-wide epoch, so that the waits of many streams (each
+/// waking once per await period) expire together, one timer wake-up of the runtime for all
+/// the streams of a tick instead of one each. A `getMore` answers at most one tick after its
+/// `maxAwaitTimeMS`.
+fn idle_wait_end(wait: std::time::Duration) -> tokio::time::Instant {
+    static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(tokio::time::Instant::now);
+    let end = tokio::time::Instant::now() + wait;
+    let tick = IDLE_WAIT_TICK.as_nanos();
+    let since = end.saturating_duration_since(epoch).as_nanos();
+    let rounded = since.div_ceil(tick).saturating_mul(tick);
+    epoch + std::time::Duration::from_nanos(u64::try_from(rounded).unwrap_or(u64::MAX))
+}
 
 /// Bytes a read asks the socket for when the buffer has less room: a small message and the
 /// header of the next one fit; a larger message grows the buffer as its bytes arrive.
@@ -812,9 +830,8 @@ fn raw_by_id(op: &bson::RawDocumentBuf) -> bool {
         )
 }
 
-/// Runs one request, sending its replies to `out`. Returns true when the connection must close.
-/// For a `getMore` on a change stream whose previous `getMore` waited its whole time and
-/// found nothing, and whose scope had no entry since: the stream's channel, the generation
+/// For a `getMore` on a change stream that is caught up (its previous `getMore` read every
+/// readable entry) and whose scope had no entry since: the stream's channel, the generation
 /// to wait past, and the `getMore`'s await time.
 fn idle_change_stream(
     state: &ServerState,
@@ -843,6 +860,7 @@ fn idle_change_stream(
     Some((s.channel.clone(), seen, wait))
 }
 
+/// Runs one request, sending its replies to `out`. Returns true when the connection must close.
 fn execute(
     state: &ServerState,
     conn: &mut ConnState,
