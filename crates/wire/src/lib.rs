@@ -7,6 +7,7 @@
 
 mod compression;
 mod error;
+mod from_raw;
 mod header;
 mod msg;
 mod query;

@@ -163,11 +163,7 @@ fn parse_sections(bytes: &[u8]) -> Result<(Document, Sequences), WireError> {
 }
 
 fn parse_body(reader: &mut Reader<'_>) -> Result<Document, WireError> {
-    let raw = reader.document("OP_MSG body")?;
-    // Depth and validity were checked by `document`, so this conversion cannot recurse
-    // deeper than MAX_BSON_DEPTH.
-    nidus_common::repeated::document_from_raw(raw)
-        .map_err(|e| WireError::InvalidBson(format!("OP_MSG body: invalid BSON: {e}")))
+    reader.converted_document("OP_MSG body", "OP_MSG body: ")
 }
 
 /// Reads one kind-1 section (after its kind byte). `seen` holds the sequences read so far.

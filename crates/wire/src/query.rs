@@ -10,7 +10,7 @@ use crate::header::{write_header, OP_QUERY, OP_REPLY};
 use crate::reader::{document_bytes, Reader};
 use crate::WireError;
 use crate::HEADER_LEN;
-use bson::{Document, RawDocument};
+use bson::Document;
 
 /// OP_REPLY responseFlags bit 3: the server supports the AwaitData query option.
 const AWAIT_CAPABLE: i32 = 8;
@@ -32,11 +32,11 @@ pub(crate) fn parse(body: &[u8]) -> Result<OpQuery, WireError> {
     let full_collection_name = reader.cstr("fullCollectionName")?.to_owned();
     let number_to_skip = reader.i32("numberToSkip")?;
     let number_to_return = reader.i32("numberToReturn")?;
-    let query = to_document(reader.document("OP_QUERY query")?)?;
+    let query = reader.converted_document("OP_QUERY query", "")?;
     let return_fields = if reader.is_empty() {
         None
     } else {
-        Some(to_document(reader.document("returnFieldsSelector")?)?)
+        Some(reader.converted_document("returnFieldsSelector", "")?)
     };
     if !reader.is_empty() {
         return Err(WireError::Malformed(
@@ -51,12 +51,6 @@ pub(crate) fn parse(body: &[u8]) -> Result<OpQuery, WireError> {
         query,
         return_fields,
     })
-}
-
-/// Converts an already validated (hence depth-bounded) document.
-fn to_document(raw: &RawDocument) -> Result<Document, WireError> {
-    nidus_common::repeated::document_from_raw(raw)
-        .map_err(|e| WireError::InvalidBson(format!("invalid BSON: {e}")))
 }
 
 /// Encodes the OP_REPLY to an OP_QUERY command: AwaitCapable, cursor 0, one document.

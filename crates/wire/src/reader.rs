@@ -76,6 +76,35 @@ impl<'a> Reader<'a> {
 
     /// A complete, fully validated BSON document.
     pub(crate) fn document(&mut self, what: &str) -> Result<&'a RawDocument, WireError> {
+        if let Some(len) = crate::from_raw::validate_prefix(self.buf) {
+            let bytes = self.take(len, what)?;
+            return RawDocument::from_bytes(bytes).map_err(|e| invalid_bson(what, e));
+        }
+        self.checked_document(what)
+    }
+
+    /// A complete BSON document converted into a `Document` (repeated names as
+    /// `nidus_common::repeated::document_from_raw` keeps them); `context` prefixes the
+    /// message of a conversion error.
+    pub(crate) fn converted_document(
+        &mut self,
+        what: &str,
+        context: &str,
+    ) -> Result<bson::Document, WireError> {
+        if let Some((doc, len)) = crate::from_raw::convert_document(self.buf) {
+            self.take(len, what)?;
+            return Ok(doc);
+        }
+        let raw = self.checked_document(what)?;
+        // Depth and validity were checked, so this conversion cannot recurse deeper than
+        // MAX_BSON_DEPTH.
+        nidus_common::repeated::document_from_raw(raw)
+            .map_err(|e| WireError::InvalidBson(format!("{context}invalid BSON: {e}")))
+    }
+
+    /// [`Reader::document`] through the `bson` crate's iterator: the reference the fast
+    /// path in `from_raw` falls back on, and the source of every error message.
+    pub(crate) fn checked_document(&mut self, what: &str) -> Result<&'a RawDocument, WireError> {
         let prefix: [u8; 4] = self
             .buf
             .get(..4)
