@@ -90,7 +90,7 @@ fn string_at(bytes: &[u8], at: usize) -> Fast<(&str, usize)> {
 /// terminated.
 fn document_len(bytes: &[u8], at: usize) -> Fast<usize> {
     let len = usize::try_from(i32_at(bytes, at)?).map_err(|_| Bail)?;
-    if len < MIN_BSON_SIZE || len > MAX_INTERNAL_OBJECT_SIZE {
+    if !(MIN_BSON_SIZE..=MAX_INTERNAL_OBJECT_SIZE).contains(&len) {
         return Err(Bail);
     }
     let end = at.checked_add(len).ok_or(Bail)?;
@@ -199,23 +199,17 @@ fn check_depth(depth: usize) -> Fast<()> {
     }
 }
 
-/// If `buf` starts with a document the fast path takes: its length.
-fn top_len(buf: &[u8]) -> Fast<usize> {
-    let len = document_len(buf, 0)?;
-    Ok(len)
-}
-
 /// `buf` starts with a document: `Some((document, its length))` when the fast path takes it,
 /// `None` to use the validating path (which then returns the same document or the error).
 pub(crate) fn convert_document(buf: &[u8]) -> Option<(Document, usize)> {
-    let len = top_len(buf).ok()?;
+    let len = document_len(buf, 0).ok()?;
     let doc = build_document(&buf[..len], 1, true).ok()?;
     Some((doc, len))
 }
 
 /// `buf` starts with a document: `Some(its length)` when the fast path validates it.
 pub(crate) fn validate_prefix(buf: &[u8]) -> Option<usize> {
-    let len = top_len(buf).ok()?;
+    let len = document_len(buf, 0).ok()?;
     validate(&buf[..len], 1).ok()?;
     Some(len)
 }
