@@ -19,6 +19,7 @@ use bson::oid::ObjectId;
 use bson::spec::BinarySubtype;
 use bson::{Binary, Bson, DateTime, Decimal128, Document, RawBsonRef, RawRegexRef, Timestamp};
 use nidus_common::repeated::MARK;
+use std::sync::LazyLock;
 
 /// The input is not something this fast path takes: use the validating path.
 struct Bail;
@@ -222,9 +223,25 @@ fn validate(doc: &[u8], depth: usize) -> Fast<()> {
     })
 }
 
+/// Empty documents to clone. A clone copies the hasher's keys where `Document::new` seeds a
+/// new hasher, and keeps the table's capacity, so most documents are built without growing.
+static EMPTY: LazyLock<Document> = LazyLock::new(Document::new);
+static SIZED: LazyLock<Document> = LazyLock::new(|| {
+    let mut d = Document::new();
+    for i in 0..8 {
+        d.insert(i.to_string(), Bson::Null);
+    }
+    d.clear();
+    d
+});
+
 fn build_document(doc: &[u8], depth: usize, top: bool) -> Fast<Document> {
     check_depth(depth)?;
-    let mut out = Document::new();
+    let mut out = if doc.len() <= MIN_BSON_SIZE {
+        EMPTY.clone()
+    } else {
+        SIZED.clone()
+    };
     for_each_element(doc, |key, value| {
         let value = build_value(value, depth)?;
         if top {
