@@ -509,6 +509,27 @@ mod tests {
         check(&bytes);
     }
 
+    #[test]
+    fn the_deepest_accepted_document_converts_on_a_small_stack() {
+        // Documents and arrays alternating, 200 levels: the limit.
+        let mut v = Bson::Int32(1);
+        for i in 0..crate::MAX_BSON_DEPTH - 1 {
+            v = if i % 2 == 0 {
+                Bson::Array(vec![v])
+            } else {
+                Bson::Document(doc! { "k": v })
+            };
+        }
+        let bytes = bson::to_vec(&doc! { "a": v }).unwrap();
+        let converted = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || super::convert_document(&bytes).map(|(_, len)| len))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(converted.is_some());
+    }
+
     /// A generated tree of values, with repeated names allowed.
     #[derive(Clone, Debug)]
     enum Tree {
