@@ -452,11 +452,9 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
     let active = registered.op.clone();
     // `execStats` appears only in `system.profile` documents (a filter may also read it):
     // the engine builds it only for a profiled database.
-    let settings = state.profiler.settings(&active.db);
     active
         .ctx
-        .set_wants_exec_stats(settings.level > 0 || settings.filter.is_some());
-    drop(settings);
+        .set_wants_exec_stats(state.profiler.profiled(&active.db));
     let mut close = false;
     let result = match injection.as_ref().and_then(|i| i.error.clone()) {
         Some(e) if injection.as_ref().is_some_and(|i| i.labels_given) => {
@@ -505,9 +503,7 @@ fn finish_op(
         return;
     }
     let millis = active.working_time(elapsed).as_millis() as u64;
-    let settings = state.profiler.settings(&active.db);
-    if settings.level == 0 && settings.filter.is_none() && (millis as i64) < state.profiler.slowms()
-    {
+    if (millis as i64) < state.profiler.slowms() && !state.profiler.profiled(&active.db) {
         return;
     }
     let mut extra = active.extra.lock();
@@ -602,10 +598,13 @@ pub fn note_read(
     *examined = (keys, docs);
     // `execStats` appears only in `system.profile` documents: built when the database is
     // profiled (a filter may also read it), not for every read.
-    let mut exec_stats = doc! { "isCached": exec.is_cached };
-    if ctx.op.ctx.wants_exec_stats() {
-        exec_stats.extend(nidus_engine::plan::explain::stats_document(root));
-    }
+    let exec_stats = if ctx.op.ctx.wants_exec_stats() {
+        let mut d = doc! { "isCached": exec.is_cached };
+        d.extend(nidus_engine::plan::explain::stats_document(root));
+        d
+    } else {
+        Document::new()
+    };
     ctx.op.ctx.set_plan(nidus_engine::opctx::PlanInfo {
         summary: root.plan_summary(),
         exec_stats,
