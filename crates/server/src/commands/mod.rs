@@ -413,8 +413,8 @@ pub fn command_names() -> impl Iterator<Item = &'static str> {
 
 /// Runs one command and returns the reply body (never panics; errors become error replies).
 pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
-    let name = match req.body.keys().next() {
-        Some(n) => n.clone(),
+    let first = match req.body.keys().next() {
+        Some(n) => n.as_str(),
         None => {
             return Reply::error(Error::new(
                 ErrorCode::Location(40415),
@@ -422,18 +422,20 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
             ))
         }
     };
-    let command = match lookup(&name) {
+    let command = match lookup(first) {
         Some(c) if !c.test_only || state.test_commands_enabled() => c,
         _ => {
             state.opcounters.command.fetch_add(1, Ordering::Relaxed);
             return Reply::error(Error::new(
                 ErrorCode::CommandNotFound,
-                format!("no such command: '{name}'"),
+                format!("no such command: '{first}'"),
             ));
         }
     };
+    // The table's name equals the command's first field: no copy of it per command.
+    let name: &'static str = command.name;
     count(state, command.counter);
-    let injection = state.fail_points.check(&name, conn.app_name.as_deref());
+    let injection = state.fail_points.check(name, conn.app_name.as_deref());
     if let Some(inj) = &injection {
         if let Some(pause) = inj.block {
             std::thread::sleep(pause);
@@ -448,7 +450,7 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
         body: std::sync::Arc::new(req.body),
         sequences: req.sequences,
     };
-    let registered = state.ops.begin(conn, &name, &req.body);
+    let registered = state.ops.begin(conn, name, &req.body);
     let active = registered.op.clone();
     // `execStats` appears only in `system.profile` documents (a filter may also read it):
     // the engine builds it only for a profiled database.
@@ -463,7 +465,7 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
         Some(e) => Err(e),
         None => {
             let _entered = nidus_engine::opctx::enter(active.ctx.clone());
-            run_handler(state, conn, command, &name, req, &mut close, &active)
+            run_handler(state, conn, command, name, req, &mut close, &active)
         }
     };
     if close {
@@ -472,20 +474,20 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
     let error = result.as_ref().err().cloned();
     let mut reply = match result {
         Ok(body) => Reply::ok(body),
-        Err(e) => Reply::error(transaction::label(e, &name, kind)),
+        Err(e) => Reply::error(transaction::label(e, name, kind)),
     };
     if let Some(wce) = injection.and_then(|i| i.write_concern_error) {
-        transaction::label_write_concern_error(&mut reply.body, &wce, &name, kind);
+        transaction::label_write_concern_error(&mut reply.body, &wce, name, kind);
         reply.body.insert("writeConcernError", wce);
     }
     drop(registered);
     state.top.record(
         &active.ns,
-        &name,
+        name,
         started.elapsed(),
         matches!(kind, transaction::StatementKind::InTransaction),
     );
-    finish_op(state, &active, &name, &reply, started.elapsed(), error);
+    finish_op(state, &active, name, &reply, started.elapsed(), error);
     finish_reply(state, reply)
 }
 
