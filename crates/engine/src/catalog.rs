@@ -80,9 +80,8 @@ impl IndexMeta {
 
     /// [`IndexMeta::key_document`] as `nidus_common::shell::format` prints it.
     pub fn key_text(&self) -> &str {
-        self.key_text.get_or_init(|| {
-            nidus_common::shell::format(&bson::Bson::Document(self.key_document()))
-        })
+        self.key_text
+            .get_or_init(|| nidus_common::shell::format(&bson::Bson::Document(self.key_document())))
     }
 
     pub fn is_id(&self) -> bool {
