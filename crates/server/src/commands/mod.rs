@@ -533,36 +533,45 @@ fn finish_op(
 
 /// Reports one write statement (update, delete) to the profiler and the slow-operation log,
 /// as MongoDB does per statement: its `{q, u, multi, upsert}`, outcome and counters.
+/// The statement and its outcome are built only when reported (most statements are neither
+/// profiled nor slow).
 pub fn report_statement(
     ctx: &Ctx,
     op: &'static str,
-    statement: Document,
-    writes: Document,
+    statement: impl FnOnce() -> Document,
+    writes: impl FnOnce() -> Document,
     started: Instant,
     error: Option<&Error>,
 ) {
     let active = &ctx.op;
-    let stats = active.ctx.take();
+    let millis = started.elapsed().as_millis() as u64;
+    let reported =
+        (millis as i64) >= ctx.state.profiler.slowms() || ctx.state.profiler.profiled(&ctx.db);
+    let mut stats = active.ctx.take();
     {
         let mut extra = active.extra.lock();
+        // The plan moves to the command's totals; this statement's report gets a copy only
+        // when there is one.
+        let plan = stats.plan.take();
         extra.reported.add(&stats);
+        if let Some(plan) = plan {
+            if reported {
+                stats.plan = Some(plan.clone());
+            }
+            extra.reported.plan = Some(plan);
+        }
         extra.statements_reported = true;
     }
-    let millis = started.elapsed().as_millis() as u64;
-    let settings = ctx.state.profiler.settings(&ctx.db);
-    if settings.level == 0
-        && settings.filter.is_none()
-        && (millis as i64) < ctx.state.profiler.slowms()
-    {
+    if !reported {
         return;
     }
     let report = crate::profiler::OpReport {
         active,
         op,
         ns: active.ns.clone(),
-        command: statement,
+        command: statement(),
         stats,
-        writes,
+        writes: writes(),
         nreturned: None,
         cursor_id: None,
         cursor_exhausted: false,
@@ -1098,7 +1107,9 @@ impl Ctx<'_> {
     }
 
     pub fn opt_i64(&self, field: &str) -> Result<Option<i64>> {
-        opt_i64(&self.command_name(), &self.body, field)
+        // The name for the error message is borrowed, not copied for every option read.
+        let command = self.body.keys().next().map_or("", String::as_str);
+        opt_i64(command, &self.body, field)
     }
 }
 
