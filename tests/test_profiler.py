@@ -293,3 +293,46 @@ def test_fast_operations_leave_no_slow_query_line(rs_server):
         assert attr["command"]["filter"] == {"marker": "slow_marker_op"}
     finally:
         client.close()
+
+
+def test_point_read_reports_its_express_plan_and_index_use(rs_server):
+    """A find by `_id` (the express path): its plan summary in the slow-query line (profiler
+    off) and in `system.profile`, and its use of `_id_` in `$indexStats`, one per read."""
+    client = MongoClient(f"mongodb://127.0.0.1:{rs_server.port}/", serverSelectionTimeoutMS=10000)
+    try:
+        db = client.test_pointread
+        db.pr.insert_many([{"_id": i, "v": i} for i in range(3)])
+
+        def id_accesses():
+            stats = {s["name"]: s for s in db.pr.aggregate([{"$indexStats": {}}])}
+            return stats["_id_"]["accesses"]["ops"]
+
+        before = id_accesses()
+        for i in range(3):
+            assert db.pr.find_one({"_id": i}) == {"_id": i, "v": i}
+        assert id_accesses() == before + 3
+
+        db.command("profile", 0, slowms=0)
+        try:
+            assert db.pr.find_one({"_id": 2}, comment="point_slow_marker") == {"_id": 2, "v": 2}
+        finally:
+            db.command("profile", 0, slowms=500)
+        [line] = [l for l in slow_lines(rs_server) if "point_slow_marker" in json.dumps(l)]
+        attr = line["attr"]
+        assert attr["type"] == "command" and attr["ns"] == "test_pointread.pr"
+        assert attr["planSummary"] == "EXPRESS_IXSCAN { _id: 1 }"
+        assert attr["keysExamined"] == 1 and attr["docsExamined"] == 1
+        assert attr["nreturned"] == 1
+
+        profile(db, 2)
+        try:
+            assert db.pr.find_one({"_id": 1}, comment="point_profiled") == {"_id": 1, "v": 1}
+        finally:
+            profile(db, 0)
+        [entry] = entries(db, **{"command.comment": "point_profiled"})
+        assert entry["op"] == "query" and entry["planSummary"] == "EXPRESS_IXSCAN { _id: 1 }"
+        assert entry["keysExamined"] == 1 and entry["docsExamined"] == 1
+        assert entry["nreturned"] == 1
+        assert "isCached" in entry["execStats"]
+    finally:
+        client.close()

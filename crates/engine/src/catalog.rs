@@ -50,6 +50,9 @@ pub struct IndexMeta {
     /// A text index's spec (key pattern `{..prefix, _fts: "text", _ftsx: 1, ..suffix}`):
     /// keys are (prefix values, term, score, suffix values); only `$text` uses the index.
     pub text: Option<Arc<nidus_doc::text::TextSpec>>,
+    /// The key pattern as plan summaries print it (`{ _id: 1 }`), formatted once and shared
+    /// by every clone (a point read's plan carries a clone of its index).
+    key_text: Arc<std::sync::OnceLock<String>>,
 }
 
 /// The state writers share with an index build in progress.
@@ -73,6 +76,12 @@ impl IndexBuild {
 impl IndexMeta {
     pub fn key_document(&self) -> Document {
         self.spec.get_document("key").cloned().unwrap_or_default()
+    }
+
+    /// [`IndexMeta::key_document`] as `nidus_common::shell::format` prints it.
+    pub fn key_text(&self) -> &str {
+        self.key_text
+            .get_or_init(|| nidus_common::shell::format(&bson::Bson::Document(self.key_document())))
     }
 
     pub fn is_id(&self) -> bool {
@@ -251,6 +260,7 @@ impl IndexMeta {
             twod,
             text: crate::text::index_text_spec(&spec)?,
             spec,
+            key_text: Arc::default(),
         })
     }
 }

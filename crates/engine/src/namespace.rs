@@ -30,7 +30,12 @@ impl Namespace {
     }
 
     pub fn full(&self) -> String {
-        format!("{}.{}", self.db, self.coll)
+        // On every reply's cursor `ns`: concatenated, not through `format!`'s machinery.
+        let mut ns = String::with_capacity(self.db.len() + 1 + self.coll.len());
+        ns.push_str(&self.db);
+        ns.push('.');
+        ns.push_str(&self.coll);
+        ns
     }
 
     pub fn is_system(&self) -> bool {

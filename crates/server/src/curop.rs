@@ -215,10 +215,16 @@ pub fn namespace_of(name: &str, db: &str, body: &Document) -> String {
     } else {
         name
     };
-    match body.get(field) {
-        Some(Bson::String(c)) if !c.is_empty() => format!("{db}.{c}"),
-        _ => format!("{db}.$cmd"),
-    }
+    // Every command passes here: concatenated, not through `format!`'s machinery.
+    let coll = match body.get(field) {
+        Some(Bson::String(c)) if !c.is_empty() => c.as_str(),
+        _ => "$cmd",
+    };
+    let mut ns = String::with_capacity(db.len() + 1 + coll.len());
+    ns.push_str(db);
+    ns.push('.');
+    ns.push_str(coll);
+    ns
 }
 
 impl OpRegistry {

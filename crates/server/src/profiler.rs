@@ -77,6 +77,15 @@ impl Profiler {
         })
     }
 
+    /// Whether `db` is profiled (a level above 0 or a filter): what every command asks, without
+    /// copying the settings.
+    pub fn profiled(&self, db: &str) -> bool {
+        match self.dbs.lock().get(db) {
+            Some(s) => s.level > 0 || s.filter.is_some(),
+            None => self.default_level > 0,
+        }
+    }
+
     /// Sets a database's level and/or filter (`None` leaves it; `Some(None)` unsets the
     /// filter). Returns the previous settings.
     pub fn set(

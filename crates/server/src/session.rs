@@ -393,9 +393,12 @@ impl Sessions {
     }
 
     fn get_or_create(&self, lsid: &Binary) -> Arc<Session> {
-        self.map
-            .lock()
-            .entry(lsid.bytes.clone())
+        let mut map = self.map.lock();
+        // Every command of a session passes here: the key is copied only for a new session.
+        if let Some(s) = map.get(lsid.bytes.as_slice()) {
+            return s.clone();
+        }
+        map.entry(lsid.bytes.clone())
             .or_insert_with(|| {
                 Arc::new(Session {
                     id: lsid.clone(),

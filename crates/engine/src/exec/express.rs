@@ -105,6 +105,14 @@ impl StageImpl for ExpressIxscan {
         )
     }
 
+    fn index_name(&self) -> Option<String> {
+        (!self.idhack).then(|| self.index.name.clone())
+    }
+
+    fn key_text(&self) -> Option<&str> {
+        (!self.idhack).then(|| self.index.key_text())
+    }
+
     fn specific_stats(&self) -> Document {
         let mut d = Document::new();
         if self.idhack {
@@ -196,6 +204,14 @@ impl StageImpl for ExpressWrite {
 
     fn index_fields(&self) -> (Option<Bson>, Option<String>) {
         self.lookup.index_fields()
+    }
+
+    fn index_name(&self) -> Option<String> {
+        self.lookup.index_name()
+    }
+
+    fn key_text(&self) -> Option<&str> {
+        self.lookup.key_text()
     }
 
     fn specific_stats(&self) -> Document {

@@ -206,6 +206,16 @@ pub trait StageImpl: Send {
         };
         (stats.remove("keyPattern"), name)
     }
+    /// [`StageImpl::index_fields`]' index name alone (`$indexStats`, once per query), which a
+    /// stage on the hot path answers without building the key pattern.
+    fn index_name(&self) -> Option<String> {
+        self.index_fields().1
+    }
+    /// [`StageImpl::index_fields`]' key pattern as plan summaries print it, when the stage
+    /// has it formatted already (else the summary formats `index_fields().0`).
+    fn key_text(&self) -> Option<&str> {
+        None
+    }
     /// Hears the executor's deadline (stages that check it themselves, such as an
     /// aggregation pipeline's output, whose blocking stages run inside one `work`).
     fn set_deadline(&mut self, _deadline: Option<Instant>) {}
@@ -255,13 +265,13 @@ impl Stage {
 
     /// The `indexName` of this stage's specific stats, if it reads an index.
     pub fn index_name(&self) -> Option<String> {
-        self.imp.index_fields().1
+        self.imp.index_name()
     }
 
     /// One-line plan summary for logs and the profiler: the plan's leaf stages, scans with
     /// their key patterns (`COLLSCAN`, `IXSCAN { a: 1 }`, `IXSCAN { a: 1 }, IXSCAN { b: 1 }`).
     pub fn plan_summary(&self) -> String {
-        let mut leaves = Vec::new();
+        let mut leaves = Vec::with_capacity(1);
         self.summary_leaves(&mut leaves);
         leaves.join(", ")
     }
@@ -269,9 +279,12 @@ impl Stage {
     fn summary_leaves(&self, out: &mut Vec<String>) {
         let children = self.children();
         if children.is_empty() {
-            out.push(match self.imp.index_fields().0 {
-                Some(k) => format!("{} {}", self.name(), nidus_common::shell::format(&k)),
-                None => self.name().to_string(),
+            out.push(match self.imp.key_text() {
+                Some(k) => [self.name(), " ", k].concat(),
+                None => match self.imp.index_fields().0 {
+                    Some(k) => format!("{} {}", self.name(), nidus_common::shell::format(&k)),
+                    None => self.name().to_string(),
+                },
             });
         }
         for c in children {

@@ -34,9 +34,9 @@ const FIND_FIELDS: &[&str] = &[
 ];
 
 pub fn check_fields(ctx: &Ctx, allowed: &[&str]) -> Result<()> {
-    let name = ctx.command_name();
     for k in ctx.body.keys() {
         if !allowed.contains(&k.as_str()) && !super::is_generic_arg(k) {
+            let name = ctx.command_name();
             return Err(Error::new(
                 ErrorCode::Location(40415),
                 format!("BSON field '{name}.{k}' is an unknown field."),

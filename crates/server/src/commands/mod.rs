@@ -413,8 +413,8 @@ pub fn command_names() -> impl Iterator<Item = &'static str> {
 
 /// Runs one command and returns the reply body (never panics; errors become error replies).
 pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
-    let name = match req.body.keys().next() {
-        Some(n) => n.clone(),
+    let first = match req.body.keys().next() {
+        Some(n) => n.as_str(),
         None => {
             return Reply::error(Error::new(
                 ErrorCode::Location(40415),
@@ -422,18 +422,20 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
             ))
         }
     };
-    let command = match lookup(&name) {
+    let command = match lookup(first) {
         Some(c) if !c.test_only || state.test_commands_enabled() => c,
         _ => {
             state.opcounters.command.fetch_add(1, Ordering::Relaxed);
             return Reply::error(Error::new(
                 ErrorCode::CommandNotFound,
-                format!("no such command: '{name}'"),
+                format!("no such command: '{first}'"),
             ));
         }
     };
+    // The table's name equals the command's first field: no copy of it per command.
+    let name: &'static str = command.name;
     count(state, command.counter);
-    let injection = state.fail_points.check(&name, conn.app_name.as_deref());
+    let injection = state.fail_points.check(name, conn.app_name.as_deref());
     if let Some(inj) = &injection {
         if let Some(pause) = inj.block {
             std::thread::sleep(pause);
@@ -448,15 +450,13 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
         body: std::sync::Arc::new(req.body),
         sequences: req.sequences,
     };
-    let registered = state.ops.begin(conn, &name, &req.body);
+    let registered = state.ops.begin(conn, name, &req.body);
     let active = registered.op.clone();
     // `execStats` appears only in `system.profile` documents (a filter may also read it):
     // the engine builds it only for a profiled database.
-    let settings = state.profiler.settings(&active.db);
     active
         .ctx
-        .set_wants_exec_stats(settings.level > 0 || settings.filter.is_some());
-    drop(settings);
+        .set_wants_exec_stats(state.profiler.profiled(&active.db));
     let mut close = false;
     let result = match injection.as_ref().and_then(|i| i.error.clone()) {
         Some(e) if injection.as_ref().is_some_and(|i| i.labels_given) => {
@@ -465,7 +465,7 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
         Some(e) => Err(e),
         None => {
             let _entered = nidus_engine::opctx::enter(active.ctx.clone());
-            run_handler(state, conn, command, &name, req, &mut close, &active)
+            run_handler(state, conn, command, name, req, &mut close, &active)
         }
     };
     if close {
@@ -474,20 +474,20 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
     let error = result.as_ref().err().cloned();
     let mut reply = match result {
         Ok(body) => Reply::ok(body),
-        Err(e) => Reply::error(transaction::label(e, &name, kind)),
+        Err(e) => Reply::error(transaction::label(e, name, kind)),
     };
     if let Some(wce) = injection.and_then(|i| i.write_concern_error) {
-        transaction::label_write_concern_error(&mut reply.body, &wce, &name, kind);
+        transaction::label_write_concern_error(&mut reply.body, &wce, name, kind);
         reply.body.insert("writeConcernError", wce);
     }
     drop(registered);
     state.top.record(
         &active.ns,
-        &name,
+        name,
         started.elapsed(),
         matches!(kind, transaction::StatementKind::InTransaction),
     );
-    finish_op(state, &active, &name, &reply, started.elapsed(), error);
+    finish_op(state, &active, name, &reply, started.elapsed(), error);
     finish_reply(state, reply)
 }
 
@@ -505,9 +505,7 @@ fn finish_op(
         return;
     }
     let millis = active.working_time(elapsed).as_millis() as u64;
-    let settings = state.profiler.settings(&active.db);
-    if settings.level == 0 && settings.filter.is_none() && (millis as i64) < state.profiler.slowms()
-    {
+    if (millis as i64) < state.profiler.slowms() && !state.profiler.profiled(&active.db) {
         return;
     }
     let mut extra = active.extra.lock();
@@ -535,36 +533,45 @@ fn finish_op(
 
 /// Reports one write statement (update, delete) to the profiler and the slow-operation log,
 /// as MongoDB does per statement: its `{q, u, multi, upsert}`, outcome and counters.
+/// The statement and its outcome are built only when reported (most statements are neither
+/// profiled nor slow).
 pub fn report_statement(
     ctx: &Ctx,
     op: &'static str,
-    statement: Document,
-    writes: Document,
+    statement: impl FnOnce() -> Document,
+    writes: impl FnOnce() -> Document,
     started: Instant,
     error: Option<&Error>,
 ) {
     let active = &ctx.op;
-    let stats = active.ctx.take();
+    let millis = started.elapsed().as_millis() as u64;
+    let reported =
+        (millis as i64) >= ctx.state.profiler.slowms() || ctx.state.profiler.profiled(&ctx.db);
+    let mut stats = active.ctx.take();
     {
         let mut extra = active.extra.lock();
+        // The plan moves to the command's totals; this statement's report gets a copy only
+        // when there is one.
+        let plan = stats.plan.take();
         extra.reported.add(&stats);
+        if let Some(plan) = plan {
+            if reported {
+                stats.plan = Some(plan.clone());
+            }
+            extra.reported.plan = Some(plan);
+        }
         extra.statements_reported = true;
     }
-    let millis = started.elapsed().as_millis() as u64;
-    let settings = ctx.state.profiler.settings(&ctx.db);
-    if settings.level == 0
-        && settings.filter.is_none()
-        && (millis as i64) < ctx.state.profiler.slowms()
-    {
+    if !reported {
         return;
     }
     let report = crate::profiler::OpReport {
         active,
         op,
         ns: active.ns.clone(),
-        command: statement,
+        command: statement(),
         stats,
-        writes,
+        writes: writes(),
         nreturned: None,
         cursor_id: None,
         cursor_exhausted: false,
@@ -602,10 +609,13 @@ pub fn note_read(
     *examined = (keys, docs);
     // `execStats` appears only in `system.profile` documents: built when the database is
     // profiled (a filter may also read it), not for every read.
-    let mut exec_stats = doc! { "isCached": exec.is_cached };
-    if ctx.op.ctx.wants_exec_stats() {
-        exec_stats.extend(nidus_engine::plan::explain::stats_document(root));
-    }
+    let exec_stats = if ctx.op.ctx.wants_exec_stats() {
+        let mut d = doc! { "isCached": exec.is_cached };
+        d.extend(nidus_engine::plan::explain::stats_document(root));
+        d
+    } else {
+        Document::new()
+    };
     ctx.op.ctx.set_plan(nidus_engine::opctx::PlanInfo {
         summary: root.plan_summary(),
         exec_stats,
@@ -1097,7 +1107,9 @@ impl Ctx<'_> {
     }
 
     pub fn opt_i64(&self, field: &str) -> Result<Option<i64>> {
-        opt_i64(&self.command_name(), &self.body, field)
+        // The name for the error message is borrowed, not copied for every option read.
+        let command = self.body.keys().next().map_or("", String::as_str);
+        opt_i64(command, &self.body, field)
     }
 }
 

@@ -247,13 +247,23 @@ pub fn label_write_concern_error(
 /// `operationTime` and `$clusterTime` on every reply of a replica set member, so drivers
 /// can gossip the cluster time and send `afterClusterTime` in causally consistent sessions.
 pub fn add_cluster_time(state: &ServerState, body: &mut Document) {
-    let ts = state.cluster_time.tick();
-    body.insert("$clusterTime", doc! {
-        "clusterTime": ts,
-        "signature": {
-            "hash": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0u8; 20] },
-            "keyId": 0i64,
-        },
+    // No keys sign cluster times here (the signature is always the zero hash with keyId 0):
+    // every reply copies one prebuilt `$clusterTime` and sets its time, rather than building
+    // the two documents field by field (a third of a `ping`'s command path).
+    static TEMPLATE: std::sync::LazyLock<Document> = std::sync::LazyLock::new(|| {
+        doc! {
+            "clusterTime": bson::Timestamp { time: 0, increment: 0 },
+            "signature": {
+                "hash": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0u8; 20] },
+                "keyId": 0i64,
+            },
+        }
     });
+    let ts = state.cluster_time.tick();
+    let mut cluster_time = TEMPLATE.clone();
+    if let Some(t) = cluster_time.get_mut("clusterTime") {
+        *t = Bson::Timestamp(ts);
+    }
+    body.insert("$clusterTime", cluster_time);
     body.insert("operationTime", ts);
 }

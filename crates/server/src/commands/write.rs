@@ -488,7 +488,7 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
             };
             engine.update(&coll, &spec, &opts)
         });
-        let writes = match &result {
+        let writes = || match &result {
             Ok(out) => doc! {
                 "nMatched": out.n_matched as i64,
                 "nModified": out.n_modified as i64,
@@ -499,7 +499,7 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
         super::report_statement(
             ctx,
             "update",
-            statement_command(raw, UPDATE_STATEMENT_ORDER),
+            || statement_command(raw, UPDATE_STATEMENT_ORDER),
             writes,
             started,
             result.as_ref().err(),
@@ -633,14 +633,14 @@ pub fn delete(ctx: &mut Ctx) -> Result<Document> {
                 None => Ok(0),
             }
         });
-        let writes = match &result {
+        let writes = || match &result {
             Ok(k) => doc! { "ndeleted": *k as i64 },
             Err(_) => Document::new(),
         };
         super::report_statement(
             ctx,
             "remove",
-            statement_command(raw, DELETE_STATEMENT_ORDER),
+            || statement_command(raw, DELETE_STATEMENT_ORDER),
             writes,
             started,
             result.as_ref().err(),
