@@ -144,25 +144,14 @@ def main() -> int:
     args = ap.parse_args()
 
     def flame(pid: int, name: str, work) -> None:
-        """Runs `work` under `perf record` and writes its flame graph (as bench/flame.py)."""
+        """Runs `work` under `perf record` and writes its flame graph (bench/flame.py's)."""
         if not args.flame:
             return
+        sys.path.insert(0, str(ROOT / "bench"))
+        from flame import record_flame
         with tempfile.TemporaryDirectory() as ptmp:
-            data = os.path.join(ptmp, "perf.data")
-            rec = subprocess.Popen(["perf", "record", "-q", "-F", "999", "--call-graph",
-                                    "dwarf,16384", "-p", str(pid), "-o", data],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(1.0)
-            work()
-            rec.send_signal(2)
-            rec.wait()
-            script = subprocess.run(["perf", "script", "-i", data], capture_output=True,
-                                    check=True).stdout
-            folded = subprocess.run(["inferno-collapse-perf"], input=script,
-                                    capture_output=True, check=True).stdout
-            svg = subprocess.run(["inferno-flamegraph", "--title",
-                                  f"nidus {name} ({args.tag})"], input=folded,
-                                 capture_output=True, check=True).stdout
+            svg = record_flame(pid, work, f"nidus {name} ({args.tag})",
+                               os.path.join(ptmp, "perf.data"))
         args.flame.mkdir(parents=True, exist_ok=True)
         (args.flame / f"flame-cs-{name}-{args.tag}.svg").write_bytes(svg)
 

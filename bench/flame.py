@@ -89,6 +89,24 @@ SALES = 200_000
 SORT_MEMORY = 4 << 20
 
 
+def record_flame(pid: int, work, title: str, data: str, freq: int = 999) -> bytes:
+    """Runs `work` while `perf record` samples process `pid` (into the file `data`), and
+    returns the flame graph (SVG) of the samples."""
+    rec = subprocess.Popen(["perf", "record", "-q", "-F", str(freq), "--call-graph",
+                            "dwarf,16384", "-p", str(pid), "-o", data],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    work()
+    rec.send_signal(2)
+    rec.wait()
+    script = subprocess.run(["perf", "script", "-i", data], capture_output=True,
+                            check=True).stdout
+    folded = subprocess.run(["inferno-collapse-perf"], input=script,
+                            capture_output=True, check=True).stdout
+    return subprocess.run(["inferno-flamegraph", "--title", title], input=folded,
+                          capture_output=True, check=True).stdout
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -129,20 +147,8 @@ def main():
             print(f"{name}: {args.ops / elapsed:.0f} ops/s, server CPU "
                   f"{cpu / args.ops * 1e6:.1f} us/op", flush=True)
             data = os.path.join(tmp, f"{name}.data")
-            rec = subprocess.Popen(["perf", "record", "-q", "-F", "499", "--call-graph",
-                                    "dwarf,16384", "-p", str(proc.pid), "-o", data],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(1.0)
-            fn(args.ops // 2)
-            rec.send_signal(2)
-            rec.wait()
-            script = subprocess.run(["perf", "script", "-i", data], capture_output=True,
-                                    check=True).stdout
-            folded = subprocess.run(["inferno-collapse-perf"], input=script,
-                                    capture_output=True, check=True).stdout
-            svg = subprocess.run(["inferno-flamegraph", "--title",
-                                  f"nidus {name} ({args.tag})"], input=folded,
-                                 capture_output=True, check=True).stdout
+            svg = record_flame(proc.pid, lambda: fn(args.ops // 2), f"nidus {name} ({args.tag})",
+                               data, freq=499)
             with open(os.path.join(args.out, f"flame-{name}-{args.tag}.svg"), "wb") as f:
                 f.write(svg)
         client.close()
