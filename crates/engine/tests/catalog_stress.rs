@@ -36,7 +36,8 @@ struct Model {
     dropped: BTreeSet<u64>,
     /// Acknowledged inserts: document `_id` → the id of the collection written.
     written: BTreeMap<i64, u64>,
-    /// Collections created implicitly (createIndexes on a missing name): not tracked for loss.
+    /// Collections created implicitly (createIndexes on a missing name, an insert through a
+    /// handle dropped meanwhile): not tracked for loss.
     untracked: bool,
 }
 
@@ -131,7 +132,19 @@ fn run_thread(e: &Engine, db: &str, seed: u64, next_doc: &AtomicU64, model: &Mut
                             RawDocumentBuf::from_document(&doc! {"_id": id, "x": id}).expect("raw");
                         let doc = prepare_insert(&raw).expect("prepare");
                         e.insert_one(&c, &doc, &WriteOpts::default()).map(|()| {
-                            model.lock().written.insert(id, c.id);
+                            // An insert resolves its collection by name, as MongoDB's: when
+                            // the handle was dropped or renamed away before the write, the
+                            // document went to whatever collection the name had then (created
+                            // implicitly if none), which the model cannot know. `dropped`
+                            // only ever goes from false to true, and a drop or rename waits
+                            // for a running insert's metadata lock, so a handle still live
+                            // after the insert is the collection written.
+                            let mut m = model.lock();
+                            if c.meta.read().dropped {
+                                m.untracked = true;
+                            } else {
+                                m.written.insert(id, c.id);
+                            }
                         })
                     }
                 }
@@ -292,4 +305,42 @@ fn concurrent_renames_onto_one_new_name() {
         assert_eq!(live["dst"].0, ids[&ok[0]]);
     }
     drop(e);
+}
+
+/// An insert through a handle renamed away before the write goes to the collection the name
+/// has then (created implicitly), as MongoDB's insert resolves its collection by name; the
+/// renamed collection does not receive it.
+#[test]
+fn insert_through_a_handle_renamed_away_writes_by_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = open(dir.path());
+    let (from, to) = (ns("by_name", "a"), ns("by_name", "b"));
+    let handle = e
+        .create_collection_if_absent(&from, Document::new())
+        .expect("create")
+        .expect("created");
+    e.rename_collection_reporting(&from, &to, false)
+        .expect("rename");
+    let raw = RawDocumentBuf::from_document(&doc! {"_id": 1, "x": 1}).expect("raw");
+    let doc = prepare_insert(&raw).expect("prepare");
+    e.insert_one(&handle, &doc, &WriteOpts::default())
+        .expect("insert");
+    let count = |n: &Namespace| {
+        let c = e.collection(n).expect("collection");
+        let spec = nidus_engine::find::FindSpec::default();
+        let mut exec = e.plan_find(Some(&c), &spec).expect("plan");
+        let mut n = 0;
+        while exec.next_doc().expect("read").is_some() {
+            n += 1;
+        }
+        (c.id, n)
+    };
+    let (renamed_id, in_renamed) = count(&to);
+    let (recreated_id, in_recreated) = count(&from);
+    assert_eq!(
+        renamed_id, handle.id,
+        "the rename keeps the collection's id"
+    );
+    assert_ne!(recreated_id, handle.id);
+    assert_eq!((in_renamed, in_recreated), (0, 1));
 }
