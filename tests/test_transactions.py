@@ -524,41 +524,56 @@ def test_collection_created_in_transaction_survives_restart(rs_client, rs_server
 def test_retryable_writes_are_applied_once_across_a_crash(rs_client, rs_server):
     """Each executed statement of a retryable write is recorded with its change, so a retry
     arriving after a crash (the replies were lost with the connection) does not run it again
-    and gets the first attempt's results; a statement that failed runs again."""
+    and gets the first attempt's results; a statement that failed runs again. A retry of a
+    number older than the session's last write is refused as too old, as MongoDB refuses it
+    once it has reloaded its sessions' last numbers after a restart."""
     db = rs_client["retry_crash"]
     rs_client.drop_database(db.name)
     db.c.insert_many([{"_id": "counter", "n": 0}, {"_id": "victim"}, {"_id": "dup"}])
-    lsid = new_lsid()
     port = rs_server.port
     steps = [
-        # (txnNumber, command, fields of the reply both attempts must agree on)
-        (1, {"insert": "c", "documents": [{"_id": "a"}, {"_id": "dup"}, {"_id": "b"}],
-             "ordered": False}, ("n",)),
-        (2, {"update": "c", "updates": [{"q": {"_id": "counter"}, "u": {"$inc": {"n": 1}}},
-                                        {"q": {"_id": "new"}, "u": {"$inc": {"n": 5}}, "upsert": True}]},
+        # (session, txnNumber, command, fields of the reply both attempts must agree on)
+        (new_lsid(), 1, {"insert": "c", "documents": [{"_id": "a"}, {"_id": "dup"}, {"_id": "b"}],
+                         "ordered": False}, ("n",)),
+        (new_lsid(), 2, {"update": "c", "updates": [
+            {"q": {"_id": "counter"}, "u": {"$inc": {"n": 1}}},
+            {"q": {"_id": "new"}, "u": {"$inc": {"n": 5}}, "upsert": True}]},
          ("n", "nModified", "upserted")),
-        (3, {"delete": "c", "deletes": [{"q": {"_id": "victim"}, "limit": 1}]}, ("n",)),
-        (4, {"findAndModify": "c", "query": {"_id": "counter"}, "update": {"$inc": {"n": 10}},
-             "new": True}, ("lastErrorObject", "value")),
+        (new_lsid(), 3, {"delete": "c", "deletes": [{"q": {"_id": "victim"}, "limit": 1}]},
+         ("n",)),
+        (new_lsid(), 4, {"findAndModify": "c", "query": {"_id": "counter"},
+                         "update": {"$inc": {"n": 10}}, "new": True},
+         ("lastErrorObject", "value")),
     ]
     first = {}
-    for number, command, _ in steps:
-        # Every write goes to a fresh session number; the crash comes after the last one.
+    for lsid, number, command, _ in steps:
         first[number] = raw_session_command(port, db, lsid, number, command)
         assert first[number]["ok"] == 1, first[number]
     assert first[1]["n"] == 2 and first[1]["writeErrors"][0]["index"] == 1
+    # A session whose number 5 came after number 4 (both single-statement inserts).
+    moved_on = new_lsid()
+    for number, doc_id in [(4, "m4"), (5, "m5")]:
+        reply = raw_session_command(port, db, moved_on, number,
+                                    {"insert": "c", "documents": [{"_id": doc_id}]})
+        assert reply["ok"] == 1 and reply["n"] == 1, reply
     rs_server.kill()
     rs_server.restart()
     port = rs_server.port
-    # The session is new to the restarted server: every number is retried in turn.
-    lsid2 = lsid
-    for number, command, fields in steps:
-        again = raw_session_command(port, db, lsid2, number, command)
+    # Every session is new to the restarted server: its last number is retried.
+    for lsid, number, command, fields in steps:
+        again = raw_session_command(port, db, lsid, number, command)
         assert again["ok"] == 1, again
         for f in fields:
             assert again.get(f) == first[number].get(f), (number, f, again)
+    stale = raw_session_command(port, db, moved_on, 4,
+                                {"insert": "c", "documents": [{"_id": "m4"}]})
+    assert stale["ok"] == 0 and stale["code"] == 225, stale
+    assert stale["codeName"] == "TransactionTooOld"
+    latest = raw_session_command(port, db, moved_on, 5,
+                                 {"insert": "c", "documents": [{"_id": "m5"}]})
+    assert latest["ok"] == 1 and latest["n"] == 1 and "writeErrors" not in latest, latest
     # The failed statement ran again and failed again, with the same error.
-    retried_insert = raw_session_command(port, db, new_lsid(), 1, steps[0][1])
+    retried_insert = raw_session_command(port, db, new_lsid(), 1, steps[0][2])
     assert [e["index"] for e in retried_insert["writeErrors"]] == [0, 1, 2]
     client = MongoClient(f"mongodb://127.0.0.1:{port}/?directConnection=true")
     try:
@@ -566,7 +581,8 @@ def test_retryable_writes_are_applied_once_across_a_crash(rs_client, rs_server):
         assert c.find_one({"_id": "counter"})["n"] == 11
         assert c.find_one({"_id": "new"})["n"] == 5
         assert c.find_one({"_id": "victim"}) is None
-        assert sorted(d["_id"] for d in c.find()) == ["a", "b", "counter", "dup", "new"]
+        assert sorted(d["_id"] for d in c.find()) == ["a", "b", "counter", "dup", "m4", "m5",
+                                                     "new"]
     finally:
         client.close()
 

@@ -147,7 +147,7 @@ impl Engine {
                     let bytes = bson::to_vec(&entry).map_err(|e| Error::internal(e.to_string()))?;
                     txn.put(Space::Catalog, &coll.catalog_key(), &bytes)?;
                 }
-                txn.put(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
+                txn.put_new(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
                 crate::write::record_insert(txn.as_mut(), opts, doc)?;
                 let (evicted, victims) = if crate::oplog::applying_replicated() {
                     ((0, 0), Vec::new())
@@ -163,11 +163,7 @@ impl Engine {
                 };
                 let mut ops = Vec::new();
                 self.log_op(&mut ops, coll, meta, opts, (None, None), || {
-                    Ok(crate::oplog::OplogEntry::insert(
-                        &coll.ns,
-                        meta.uuid,
-                        bson::Document::try_from(doc)?,
-                    ))
+                    crate::oplog::OplogEntry::insert(&coll.ns, meta.uuid, doc)
                 })?;
                 // The evictions are no part of the user's statement (no session fields).
                 let unattributed = WriteOpts::default();

@@ -200,7 +200,7 @@ impl Engine {
         ops.extend(txn.take_oplog_ops());
         let logged = match self.oplog().filter(|_| !ops.is_empty()) {
             Some(oplog) => {
-                let entry = Engine::transaction_entry(&ops, txn.session().as_ref());
+                let entry = Engine::transaction_entry(&ops, txn.session().as_ref())?;
                 let mut images = crate::preimages::Added::default();
                 let (slot, bytes) = txn.with_kv(|kv| {
                     let (slot, bytes) =

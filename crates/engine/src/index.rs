@@ -152,7 +152,15 @@ pub fn insert_keys(
     for (ks, (values, type_bits)) in keys_to_add {
         let key = entry_key(ix, ks, rid);
         if ix.unique {
-            if let Some(existing) = txn.get_for_update(Space::Indexes, &key)? {
+            // The put below locks the key and fails with a write conflict when another
+            // transaction wrote it after this one's snapshot, so a snapshot read is enough to
+            // find a duplicate. A build's recorded collision puts nothing: it locks what it
+            // read instead.
+            let existing = match ix.build {
+                Some(_) => txn.get_for_update(Space::Indexes, &key)?,
+                None => txn.get(Space::Indexes, &key)?,
+            };
+            if let Some(existing) = existing {
                 if keys::read_u64(&existing) != Some(rid) {
                     // An index being built takes the write and fails at its commit if
                     // the collision is still there (MongoDB's hybrid builds).

@@ -154,20 +154,48 @@ impl OpTime {
 /// The session fields of an entry of a retryable write or transaction.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionInfo {
-    pub lsid: Document,
+    /// `{id: UUID(..)}`, as the entry stores it.
+    pub lsid: RawDocumentBuf,
     pub txn_number: i64,
 }
 
 impl SessionInfo {
     /// `lsid: {id: UUID(..)}` from the session id's bytes.
     pub fn new(lsid_uuid: &[u8], txn_number: i64) -> SessionInfo {
-        let id = bson::Binary {
-            subtype: bson::spec::BinarySubtype::Uuid,
-            bytes: lsid_uuid.to_vec(),
-        };
-        SessionInfo {
-            lsid: doc! { "id": id },
-            txn_number,
+        let mut lsid = RawDocumentBuf::new();
+        lsid.append(
+            "id",
+            bson::Binary {
+                subtype: bson::spec::BinarySubtype::Uuid,
+                bytes: lsid_uuid.to_vec(),
+            },
+        );
+        SessionInfo { lsid, txn_number }
+    }
+}
+
+/// An entry's `o`: a document built for the entry, or an inserted document's bytes, which
+/// go into the stored entry as they are (an insert's `o` is the whole document).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Object {
+    Built(Document),
+    Stored(RawDocumentBuf),
+}
+
+impl Object {
+    fn to_document(&self) -> Result<Document> {
+        match self {
+            Object::Built(d) => Ok(d.clone()),
+            Object::Stored(raw) => Ok(Document::try_from(raw.as_ref())?),
+        }
+    }
+
+    fn to_raw(&self) -> Result<RawDocumentBuf> {
+        match self {
+            Object::Built(d) => {
+                RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))
+            }
+            Object::Stored(raw) => Ok(raw.clone()),
         }
     }
 }
@@ -179,7 +207,7 @@ pub struct OplogEntry {
     pub op: &'static str,
     pub ns: String,
     pub ui: Option<bson::Uuid>,
-    pub o: Document,
+    pub o: Object,
     pub o2: Option<Document>,
     /// A retryable write's session and statement number.
     pub session: Option<SessionInfo>,
@@ -197,7 +225,7 @@ impl OplogEntry {
             op,
             ns: ns.full(),
             ui: Some(ui),
-            o,
+            o: Object::Built(o),
             o2: None,
             session: None,
             stmt_id: None,
@@ -214,11 +242,15 @@ impl OplogEntry {
     }
 
     /// `{op: "i", o: doc, o2: {_id}}`.
-    pub fn insert(ns: &Namespace, ui: bson::Uuid, doc: Document) -> OplogEntry {
+    pub fn insert(ns: &Namespace, ui: bson::Uuid, doc: &bson::RawDocument) -> Result<OplogEntry> {
         let mut e = OplogEntry::new("i", ns, ui, Document::new());
-        e.o2 = Some(Self::id_of(&doc));
-        e.o = doc;
-        e
+        let mut id = Document::new();
+        if let Some(v) = doc.get("_id")? {
+            id.insert("_id", Bson::try_from(v.to_raw_bson())?);
+        }
+        e.o2 = Some(id);
+        e.o = Object::Stored(doc.to_raw_document_buf());
+        Ok(e)
     }
 
     /// `{op: "u", o: {$v: 2, diff}, o2: {_id}}`, or the replacement form `o: new` for a
@@ -257,7 +289,7 @@ impl OplogEntry {
             op: "c",
             ns: format!("{db}.$cmd"),
             ui,
-            o,
+            o: Object::Built(o),
             o2: None,
             session: None,
             stmt_id: None,
@@ -271,16 +303,13 @@ impl OplogEntry {
         self
     }
 
-    /// The entry as stored, in MongoDB's field order.
-    pub fn to_document(
-        &self,
-        optime: OpTime,
-        wall: bson::DateTime,
-        prev: Option<OpTime>,
-    ) -> Document {
+    /// The entry as stored, in MongoDB's field order: the reference [`OplogEntry::to_raw`]
+    /// is tested against.
+    #[cfg(test)]
+    fn to_document(&self, optime: OpTime, wall: bson::DateTime, prev: Option<OpTime>) -> Document {
         let mut d = Document::new();
         if let Some(s) = &self.session {
-            d.insert("lsid", s.lsid.clone());
+            d.insert("lsid", Document::try_from(s.lsid.as_ref()).expect("lsid"));
             d.insert("txnNumber", s.txn_number);
         }
         d.insert("op", self.op);
@@ -288,7 +317,7 @@ impl OplogEntry {
         if let Some(ui) = self.ui {
             d.insert("ui", ui);
         }
-        d.insert("o", self.o.clone());
+        d.insert("o", self.o.to_document().expect("o"));
         if let Some(o2) = &self.o2 {
             d.insert("o2", o2.clone());
         }
@@ -318,7 +347,7 @@ impl OplogEntry {
         };
         let mut d = RawDocumentBuf::new();
         if let Some(s) = &self.session {
-            d.append("lsid", raw(&s.lsid)?);
+            d.append("lsid", s.lsid.clone());
             d.append("txnNumber", s.txn_number);
         }
         d.append("op", self.op);
@@ -326,7 +355,7 @@ impl OplogEntry {
         if let Some(ui) = self.ui {
             d.append("ui", bson::Binary::from_uuid(ui));
         }
-        d.append("o", raw(&self.o)?);
+        d.append("o", self.o.to_raw()?);
         if let Some(o2) = &self.o2 {
             d.append("o2", raw(o2)?);
         }
@@ -347,16 +376,16 @@ impl OplogEntry {
     }
 
     /// The form of this entry inside a transaction's `applyOps` array.
-    fn to_apply_ops_item(&self) -> Document {
+    fn to_apply_ops_item(&self) -> Result<Document> {
         let mut d = doc! { "op": self.op, "ns": self.ns.clone() };
         if let Some(ui) = self.ui {
             d.insert("ui", ui);
         }
-        d.insert("o", self.o.clone());
+        d.insert("o", self.o.to_document()?);
         if let Some(o2) = &self.o2 {
             d.insert("o2", o2.clone());
         }
-        d
+        Ok(d)
     }
 }
 
@@ -778,17 +807,25 @@ impl Oplog {
 
     /// The previous optime of a retryable write's chain, recording `now` as its last.
     fn chain(&self, session: &SessionInfo, now: OpTime) -> OpTime {
-        let key = bson::to_vec(&session.lsid).unwrap_or_default();
+        let key = session.lsid.as_bytes();
         let mut chains = self.chains.lock();
         if chains.len() > 100_000 {
             chains.clear();
         }
-        let prev = match chains.get(&key) {
-            Some((n, t)) if *n == session.txn_number => *t,
-            _ => OpTime::NULL,
-        };
-        chains.insert(key, (session.txn_number, now));
-        prev
+        match chains.get_mut(key) {
+            Some(last) => {
+                let prev = match *last {
+                    (n, t) if n == session.txn_number => t,
+                    _ => OpTime::NULL,
+                };
+                *last = (session.txn_number, now);
+                prev
+            }
+            None => {
+                chains.insert(key.to_vec(), (session.txn_number, now));
+                OpTime::NULL
+            }
+        }
     }
 
     pub(crate) fn note_written(&self, n: i64, bytes: i64) {
@@ -1042,7 +1079,8 @@ impl Engine {
                 .filter(|_| op.stmt_id.is_some())
                 .map(|s| oplog.chain(s, optime));
             let raw = op.to_raw(optime, wall, prev)?;
-            txn.put(
+            // The slot is this write's reservation: no other transaction writes its key.
+            txn.put_new(
                 Space::Records,
                 &oplog.key(ts_to_u64(optime.ts)),
                 raw.as_bytes(),
@@ -1064,14 +1102,14 @@ impl Engine {
     pub(crate) fn transaction_entry(
         ops: &[OplogEntry],
         session: Option<&SessionInfo>,
-    ) -> OplogEntry {
-        let items: Vec<Bson> = ops
+    ) -> Result<OplogEntry> {
+        let items = ops
             .iter()
-            .map(|o| Bson::Document(o.to_apply_ops_item()))
-            .collect();
+            .map(|o| o.to_apply_ops_item().map(Bson::Document))
+            .collect::<Result<Vec<Bson>>>()?;
         let mut e = OplogEntry::command("admin", None, doc! { "applyOps": items });
         e.session = session.cloned();
-        e
+        Ok(e)
     }
 
     fn start_oplog_truncation(self: &Arc<Self>, oplog: &Arc<Oplog>) {
@@ -1223,11 +1261,12 @@ mod tests {
             None,
         )
         .expect("update");
-        let mut retryable = OplogEntry::insert(&ns, ui, old.clone());
+        let old_raw = RawDocumentBuf::from_document(&old).expect("raw");
+        let mut retryable = OplogEntry::insert(&ns, ui, &old_raw).expect("insert");
         retryable.session = Some(SessionInfo::new(&[7u8; 16], 42));
         retryable.stmt_id = Some(3);
         let entries = [
-            OplogEntry::insert(&ns, ui, old.clone()),
+            OplogEntry::insert(&ns, ui, &old_raw).expect("insert"),
             OplogEntry::update(&ns, ui, &old, &new, &update),
             OplogEntry::delete(&ns, ui, &old),
             OplogEntry::command("db", None, doc! { "create": "c" }),

@@ -94,7 +94,7 @@ impl Engine {
                 let (keys, _) = index::document_keys_for_write(ix, &raw)?;
                 index::insert_keys(txn, &coll, ix, &keys, rid)?;
             }
-            txn.put(Space::Records, &keys::with_id(coll.id, rid), raw.as_bytes())?;
+            txn.put_new(Space::Records, &keys::with_id(coll.id, rid), raw.as_bytes())?;
             added.1 += 1;
             added.2 += raw.as_bytes().len() as i64;
             added.0 = Some(coll.clone());

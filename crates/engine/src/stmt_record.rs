@@ -1,17 +1,21 @@
 //! Executed-statement records of retryable writes (MongoDB keeps them in the oplog and
 //! `config.transactions`): each statement of a retryable write that changes a document
 //! writes, in the same storage transaction as the change, a record keyed by (session id,
-//! txnNumber, statement index). A retry that finds the record does not run the statement
-//! again, also after a restart, so a write acknowledged or not is applied at most once.
+//! statement index) holding the txnNumber. A retry that finds its txnNumber there does not
+//! run the statement again, also after a restart, so a write acknowledged or not is applied
+//! at most once.
 //!
-//! Records are deleted when the session moves on to a newer txnNumber (the session layer
-//! asks for it) and, as a backstop for sessions that never do, when older than the session
-//! timeout (`sweep_statements`).
+//! The session's next retryable write overwrites the records of its statements (a session
+//! runs one write at a time, with increasing txnNumbers), so nothing is deleted per write;
+//! a record whose txnNumber is older than the statement's is one of an earlier write. What
+//! is left (statements past the last write's count) goes with the session when it expires
+//! and, as a backstop for sessions that never do (e.g. on a secondary), when older than the
+//! session timeout (`sweep_statements`).
 
 use crate::write::WriteOpts;
 use crate::Engine;
 use bson::{Bson, Document};
-use nidus_common::{Error, Result};
+use nidus_common::{Error, ErrorCode, Result};
 use nidus_storage::{KvTxn, Space};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -24,6 +28,7 @@ const PREFIX_END: &[u8] = b"stmt\x01";
 #[derive(Debug, Clone)]
 pub struct StatementId {
     key: Vec<u8>,
+    txn_number: i64,
     pub images: bool,
     /// The oplog's `lsid` and `txnNumber` of the statement's entries.
     pub session: Option<crate::oplog::SessionInfo>,
@@ -34,10 +39,10 @@ pub struct StatementId {
 impl StatementId {
     pub fn new(lsid: &[u8], txn_number: i64, stmt: u32, images: bool) -> StatementId {
         let mut key = session_prefix(lsid);
-        key.extend_from_slice(&(txn_number as u64).to_be_bytes());
         key.extend_from_slice(&stmt.to_be_bytes());
         StatementId {
             key,
+            txn_number,
             images,
             session: Some(crate::oplog::SessionInfo::new(lsid, txn_number)),
             stmt_id: stmt as i32,
@@ -71,8 +76,10 @@ pub enum Executed {
     Deleted(Option<Document>),
 }
 
+/// A record's value: when it was written (ms since the epoch, for the sweep), the
+/// txnNumber, then the BSON of what the statement did.
 impl Executed {
-    fn encode(&self) -> Result<Vec<u8>> {
+    fn encode(&self, txn_number: i64) -> Result<Vec<u8>> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -110,13 +117,24 @@ impl Executed {
             }
         }
         let mut out = now.to_be_bytes().to_vec();
-        out.extend(bson::to_vec(&d).map_err(|e| Error::internal(e.to_string()))?);
+        out.extend_from_slice(&txn_number.to_be_bytes());
+        d.to_writer(&mut out)
+            .map_err(|e| Error::internal(e.to_string()))?;
         Ok(out)
+    }
+
+    /// The record's txnNumber.
+    fn txn_number(bytes: &[u8]) -> Result<i64> {
+        bytes
+            .get(8..16)
+            .and_then(|b| b.try_into().ok())
+            .map(i64::from_be_bytes)
+            .ok_or_else(|| Error::internal("corrupt statement record"))
     }
 
     fn decode(bytes: &[u8]) -> Result<Executed> {
         let corrupt = || Error::internal("corrupt statement record");
-        let body = bytes.get(8..).ok_or_else(corrupt)?;
+        let body = bytes.get(16..).ok_or_else(corrupt)?;
         let d = bson::from_slice::<Document>(body).map_err(|_| corrupt())?;
         let image = |k: &str| d.get_document(k).ok().cloned();
         Ok(match d.get_str("op").map_err(|_| corrupt())? {
@@ -137,7 +155,7 @@ impl Executed {
 /// Writes the statement's record into the storage transaction of its change.
 pub(crate) fn record(txn: &mut dyn KvTxn, opts: &WriteOpts, what: Executed) -> Result<()> {
     if let Some(stmt) = &opts.statement {
-        txn.put(Space::Catalog, &stmt.key, &what.encode()?)?;
+        txn.put(Space::Catalog, &stmt.key, &what.encode(stmt.txn_number)?)?;
     }
     Ok(())
 }
@@ -151,34 +169,37 @@ pub(crate) fn images(opts: &WriteOpts, doc: &Document) -> Option<Document> {
 }
 
 impl Engine {
-    /// What the statement did, if an earlier attempt ran it.
+    /// What the statement did, if an earlier attempt ran it. A newer write of the session
+    /// over the same statement means the retry is too old, as MongoDB answers it (the
+    /// session's in-memory number catches that first unless the server restarted or this
+    /// member became primary since).
     pub fn executed_statement(&self, stmt: &StatementId) -> Result<Option<Executed>> {
-        match self.kv.snapshot().get(Space::Catalog, &stmt.key)? {
-            Some(bytes) => Executed::decode(&bytes).map(Some),
-            None => Ok(None),
+        let Some(bytes) = self.kv.snapshot().get(Space::Catalog, &stmt.key)? else {
+            return Ok(None);
+        };
+        let recorded = Executed::txn_number(&bytes)?;
+        if recorded > stmt.txn_number {
+            return Err(Error::new(
+                ErrorCode::TransactionTooOld,
+                format!(
+                    "Retryable write with txnNumber {} is prohibited on this session because a newer retryable write with txnNumber {recorded} has already started on this session.",
+                    stmt.txn_number
+                ),
+            ));
         }
+        if recorded < stmt.txn_number {
+            return Ok(None);
+        }
+        Executed::decode(&bytes).map(Some)
     }
 
-    /// Deletes the session's records of transaction numbers below `below`.
-    pub fn forget_statements(&self, lsid: &[u8], below: i64) -> Result<usize> {
-        self.forget_statements_between(lsid, 0, below)
-    }
-
-    /// Deletes the session's records of transaction numbers in `[from, below)`. A session
-    /// that deleted its records below `from` already passes it, so the scan starts past
-    /// their tombstones (which an iterator would otherwise step over one by one until a
-    /// compaction drops them: a cost growing with every retryable write of the session).
-    pub fn forget_statements_between(&self, lsid: &[u8], from: i64, below: i64) -> Result<usize> {
-        let prefix = session_prefix(lsid);
-        let mut lower = prefix.clone();
-        if from > 0 {
-            lower.extend_from_slice(&(from as u64).to_be_bytes());
-        }
-        let mut upper = prefix;
-        upper.extend_from_slice(&(below.max(0) as u64).to_be_bytes());
-        if lower >= upper {
-            return Ok(0);
-        }
+    /// Deletes every record of the session (it expired).
+    pub fn forget_session(&self, lsid: &[u8]) -> Result<usize> {
+        let lower = session_prefix(lsid);
+        // Past every key of the session: after the prefix come at most 12 bytes (the
+        // statement index, or txnNumber and index in records of earlier versions).
+        let mut upper = lower.clone();
+        upper.extend_from_slice(&[0xff; 13]);
         self.delete_statement_range(&lower, &upper, |_| true)
     }
 

@@ -419,13 +419,9 @@ impl Engine {
             if widened {
                 write_catalog_entry(txn, coll, &meta)?;
             }
-            txn.put(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
+            txn.put_new(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
             self.log_op(ops, coll, &meta, opts, (None, None), || {
-                Ok(OplogEntry::insert(
-                    &coll.ns,
-                    meta.uuid,
-                    Document::try_from(doc)?,
-                ))
+                OplogEntry::insert(&coll.ns, meta.uuid, doc)
             })?;
             record_insert(txn, opts, doc)
         })?;
@@ -482,13 +478,9 @@ impl Engine {
                     for (ix, ks) in meta.write_indexes().zip(doc_keys) {
                         index::insert_keys(txn.as_mut(), coll, ix, ks, rid)?;
                     }
-                    txn.put(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
+                    txn.put_new(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
                     self.log_op(&mut ops, coll, &meta, opts, (None, None), || {
-                        Ok(OplogEntry::insert(
-                            &coll.ns,
-                            meta.uuid,
-                            Document::try_from(*doc)?,
-                        ))
+                        OplogEntry::insert(&coll.ns, meta.uuid, doc)
                     })?;
                     record_insert(txn.as_mut(), opts, doc)?;
                 }

@@ -217,6 +217,43 @@ fn concurrent_inserts_of_the_same_id_admit_exactly_one() {
     assert_eq!(all(&e, &ns).len(), 20);
 }
 
+/// The same race on a unique secondary index (different `_id`s, one `u`): one writer wins
+/// each round, and the index holds exactly the collection's documents (`validate`).
+#[test]
+fn concurrent_writes_of_the_same_unique_key_admit_exactly_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(dir.path());
+    let ns = Namespace::new("db", "race_unique");
+    e.ensure_collection(&ns).unwrap();
+    e.create_indexes(&ns, &[doc! {"key": {"u": 1}, "name": "u_1", "unique": true}])
+        .unwrap();
+    for round in 0..20i32 {
+        let handles: Vec<_> = (0..4i32)
+            .map(|t| {
+                let e = e.clone();
+                let ns = ns.clone();
+                std::thread::spawn(move || {
+                    insert(&e, &ns, doc! {"_id": round * 10 + t, "u": round}).is_ok()
+                })
+            })
+            .collect();
+        let ok = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|b| *b)
+            .count();
+        assert_eq!(ok, 1, "round {round}");
+    }
+    let docs = all(&e, &ns);
+    assert_eq!(docs.len(), 20);
+    let mut us: Vec<i32> = docs.iter().map(|d| d.get_i32("u").unwrap()).collect();
+    us.sort();
+    assert_eq!(us, (0..20).collect::<Vec<_>>());
+    let coll = e.collection(&ns).unwrap();
+    let report = e.validate(&coll).unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+}
+
 #[test]
 fn concurrent_increments_lose_no_update_and_count_conflicts() {
     let dir = tempfile::tempdir().unwrap();
@@ -254,8 +291,10 @@ fn concurrent_increments_lose_no_update_and_count_conflicts() {
     );
 }
 
+/// Records are keyed by (session, statement index) and hold the txnNumber: a session's next
+/// write overwrites them, a retry finds only its own number's, an older number is too old.
 #[test]
-fn statement_records_survive_restart_and_are_forgotten_by_number() {
+fn statement_records_survive_restart_and_are_overwritten_by_the_next_write() {
     use nidus_engine::stmt_record::{Executed, StatementId};
     let dir = tempfile::tempdir().unwrap();
     let ns = Namespace::new("test", "c");
@@ -264,9 +303,15 @@ fn statement_records_survive_restart_and_are_forgotten_by_number() {
     {
         let e = open(dir.path());
         let coll = e.ensure_collection(&ns).unwrap();
-        for (session, number, id) in [(&lsid, 3, 1), (&lsid, 4, 2), (&other, 3, 3)] {
+        let writes = [
+            (&lsid, 3, 0, 1),
+            (&lsid, 3, 1, 10),
+            (&lsid, 4, 0, 2),
+            (&other, 3, 0, 3),
+        ];
+        for (session, number, stmt, id) in writes {
             let opts = WriteOpts {
-                statement: Some(StatementId::new(session, number, 0, false)),
+                statement: Some(StatementId::new(session, number, stmt, false)),
                 ..WriteOpts::default()
             };
             let d = prepare_insert(&raw(doc! {"_id": id})).unwrap();
@@ -274,7 +319,7 @@ fn statement_records_survive_restart_and_are_forgotten_by_number() {
         }
         // A write that failed (duplicate _id) records nothing.
         let opts = WriteOpts {
-            statement: Some(StatementId::new(&lsid, 4, 1, false)),
+            statement: Some(StatementId::new(&lsid, 5, 0, false)),
             ..WriteOpts::default()
         };
         let d = prepare_insert(&raw(doc! {"_id": 1})).unwrap();
@@ -282,31 +327,32 @@ fn statement_records_survive_restart_and_are_forgotten_by_number() {
         e.shutdown().unwrap();
     }
     let e = open(dir.path());
-    let executed = |s: &[u8], n, i| {
-        e.executed_statement(&StatementId::new(s, n, i, false))
-            .unwrap()
-    };
-    assert_eq!(
-        executed(&lsid, 3, 0),
+    let executed = |s: &[u8], n, i| e.executed_statement(&StatementId::new(s, n, i, false));
+    let inserted = |id: i32| {
         Some(Executed::Inserted {
-            id: Some(Bson::Int32(1)),
-            doc: None
+            id: Some(Bson::Int32(id)),
+            doc: None,
         })
+    };
+    assert_eq!(executed(&lsid, 4, 0).unwrap(), inserted(2));
+    // Statement 1 of number 3 was not overwritten by number 4 (one statement).
+    assert_eq!(executed(&lsid, 3, 1).unwrap(), inserted(10));
+    assert_eq!(
+        executed(&lsid, 4, 1).unwrap(),
+        None,
+        "an earlier write's record"
     );
-    assert_eq!(executed(&lsid, 4, 1), None);
-    // A range that starts past the session's records deletes none of them.
-    assert_eq!(e.forget_statements_between(&lsid, 5, 9).unwrap(), 0);
-    assert_eq!(e.forget_statements_between(&lsid, 4, 4).unwrap(), 0);
-    assert!(executed(&lsid, 3, 0).is_some());
-    assert_eq!(e.forget_statements(&lsid, 4).unwrap(), 1);
-    assert_eq!(executed(&lsid, 3, 0), None);
-    assert!(executed(&lsid, 4, 0).is_some());
-    // [4, 5) holds the number-4 record only.
-    assert_eq!(e.forget_statements_between(&lsid, 4, 5).unwrap(), 1);
-    assert_eq!(executed(&lsid, 4, 0), None);
-    assert_eq!(e.forget_statements_between(&lsid, 3, 5).unwrap(), 0);
-    assert!(
-        executed(&other, 3, 0).is_some(),
+    assert_eq!(executed(&lsid, 5, 0).unwrap(), None, "the failed write");
+    assert_eq!(
+        executed(&lsid, 3, 0).unwrap_err().code,
+        nidus_common::ErrorCode::TransactionTooOld
+    );
+    assert_eq!(e.forget_session(&lsid).unwrap(), 2);
+    assert_eq!(executed(&lsid, 4, 0).unwrap(), None);
+    assert_eq!(executed(&lsid, 3, 1).unwrap(), None);
+    assert_eq!(
+        executed(&other, 3, 0).unwrap(),
+        inserted(3),
         "other sessions keep theirs"
     );
     // Everything is younger than an hour; nothing is older than zero seconds.
@@ -317,7 +363,7 @@ fn statement_records_survive_restart_and_are_forgotten_by_number() {
     );
     std::thread::sleep(std::time::Duration::from_millis(5));
     assert_eq!(e.sweep_statements(std::time::Duration::ZERO).unwrap(), 1);
-    assert_eq!(executed(&other, 3, 0), None);
+    assert_eq!(executed(&other, 3, 0).unwrap(), None);
 }
 
 /// An insert holding a collection handle that a drop or a rename invalidated lands in the

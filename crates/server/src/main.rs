@@ -488,8 +488,8 @@ async fn transaction_reaper(state: Arc<ServerState>) {
         if !reaped.forget.is_empty() {
             let engine = state.engine.clone();
             tokio::task::spawn_blocking(move || {
-                for (lsid, from, below) in reaped.forget {
-                    if let Err(e) = engine.forget_statements_between(&lsid, from, below) {
+                for lsid in reaped.forget {
+                    if let Err(e) = engine.forget_session(&lsid) {
                         log::warn(
                             "STORAGE",
                             7360001,

@@ -52,9 +52,8 @@ const RETRYABLE_COMMANDS: &[&str] = &[
 pub struct Reaped {
     /// Transactions aborted for exceeding their lifetime.
     pub aborted: usize,
-    /// Sessions whose retryable-write records of transaction numbers in `[from, below)`
-    /// can go: (lsid, from, below).
-    pub forget: Vec<(Vec<u8>, i64, i64)>,
+    /// Expired sessions whose retryable-write records can go (their lsids).
+    pub forget: Vec<Vec<u8>>,
 }
 
 #[derive(Default)]
@@ -92,15 +91,10 @@ struct SessionState {
     txn: TxnState,
     /// The reply of the retryable write numbered `.0`.
     stored: Option<(i64, Document)>,
-    /// The retryable write whose statements may have records in storage.
-    recorded: Option<i64>,
-    /// Records of transaction numbers below this one are no longer needed (the reaper
-    /// deletes them off the command path).
-    forget_below: Option<i64>,
-    /// Records of transaction numbers below this one were deleted already (by this
-    /// process): the next deletion starts its scan here instead of walking over their
-    /// tombstones again.
-    forgotten_below: i64,
+    /// The session ran a retryable write, whose statements may have records in storage
+    /// (each write overwrites the records of its statement indexes; they go when the
+    /// session expires).
+    recorded: bool,
 }
 
 impl SessionState {
@@ -318,9 +312,6 @@ impl Sessions {
             st.txn_number = Some(n);
             st.txn = TxnState::None;
             st.stored = None;
-            if st.recorded.take().is_some() {
-                st.forget_below = Some(n);
-            }
         }
         if !in_transaction {
             if matches!(
@@ -333,7 +324,7 @@ impl Sessions {
                 ));
             }
             binding.retryable_write = true;
-            st.recorded = Some(n);
+            st.recorded = true;
             binding.stored_reply = st
                 .stored
                 .as_ref()
@@ -410,9 +401,7 @@ impl Sessions {
                         txn_number: None,
                         txn: TxnState::None,
                         stored: None,
-                        recorded: None,
-                        forget_below: None,
-                        forgotten_below: 0,
+                        recorded: false,
                     }),
                 })
             })
@@ -459,10 +448,6 @@ impl Sessions {
         let mut forget = Vec::new();
         for s in sessions {
             let mut st = s.state.lock();
-            if let Some(below) = st.forget_below.take() {
-                forget.push((s.id.bytes.clone(), st.forgotten_below, below));
-                st.forgotten_below = st.forgotten_below.max(below);
-            }
             let too_old = matches!(&st.txn,
                 TxnState::Active { started, .. } if now.duration_since(*started) >= lifetime);
             if too_old && st.abort_active(&s.counters) {
@@ -470,8 +455,8 @@ impl Sessions {
             }
             let idle_for = now.duration_since(st.last_use);
             if idle_for >= idle && !matches!(st.txn, TxnState::Active { .. }) {
-                if st.recorded.is_some() {
-                    forget.push((s.id.bytes.clone(), st.forgotten_below, i64::MAX));
+                if st.recorded {
+                    forget.push(s.id.bytes.clone());
                 }
                 expired.push(s.id.bytes.clone());
             }

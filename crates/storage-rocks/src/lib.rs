@@ -10,9 +10,10 @@ use nidus_storage::{
 };
 use rocksdb::{
     statistics::{StatsLevel, Ticker},
-    BlockBasedOptions, BlockBasedTablePinningTier, Cache, ColumnFamily, ColumnFamilyDescriptor,
-    DBRawIteratorWithThreadMode, ErrorKind, Options, ReadOptions, SnapshotWithThreadMode,
-    Transaction, TransactionDB, TransactionDBOptions, TransactionOptions, WriteOptions,
+    AsColumnFamilyRef, BlockBasedOptions, BlockBasedTablePinningTier, Cache, ColumnFamily,
+    ColumnFamilyDescriptor, DBRawIteratorWithThreadMode, ErrorKind, Options, ReadOptions,
+    SnapshotWithThreadMode, Transaction, TransactionDB, TransactionDBOptions, TransactionOptions,
+    WriteOptions,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -290,6 +291,22 @@ fn bounded_read_options(lower: &[u8], upper: &[u8]) -> ReadOptions {
     ro
 }
 
+/// The C handle inside a `rocksdb` transaction, which the crate keeps private: its only
+/// field with a size (the other is a marker), checked below, so it is the whole value.
+fn raw_transaction(txn: &Transaction<'static, Db>) -> *mut librocksdb_sys::rocksdb_transaction_t {
+    const _: () = assert!(
+        std::mem::size_of::<Transaction<'static, Db>>()
+            == std::mem::size_of::<*mut librocksdb_sys::rocksdb_transaction_t>()
+    );
+    // SAFETY: same size as the pointer it holds (asserted above at compile time), so the
+    // value's bytes are the pointer's.
+    unsafe {
+        std::ptr::from_ref(txn)
+            .cast::<*mut librocksdb_sys::rocksdb_transaction_t>()
+            .read()
+    }
+}
+
 struct RocksTxn {
     txn: Transaction<'static, Db>,
     _owner: Arc<Inner>,
@@ -332,6 +349,30 @@ impl KvTxn for RocksTxn {
         self.txn
             .put_cf(self._owner.cf(space), key, value)
             .map_err(map_err)
+    }
+
+    fn put_new(&mut self, space: Space, key: &[u8], value: &[u8]) -> StorageResult<()> {
+        // RocksDB's `PutUntracked` as its C API allows: straight into the transaction's
+        // indexed write batch, which its own reads, savepoints and commit use, without the
+        // key's lock and snapshot check (a lookup in the memtables and files).
+        let txn = raw_transaction(&self.txn);
+        let cf = self._owner.cf(space).inner();
+        // SAFETY: `txn` is this live transaction's handle; the batch wrapper returned points
+        // into it (not owned: freed with `rocksdb_free`, as the `rocksdb` crate frees it) and
+        // is used only before that; key and value outlive the call, which copies them.
+        unsafe {
+            let batch = librocksdb_sys::rocksdb_transaction_get_writebatch_wi(txn);
+            librocksdb_sys::rocksdb_writebatch_wi_put_cf(
+                batch,
+                cf,
+                key.as_ptr().cast(),
+                key.len(),
+                value.as_ptr().cast(),
+                value.len(),
+            );
+            librocksdb_sys::rocksdb_free(batch.cast());
+        }
+        Ok(())
     }
 
     fn delete(&mut self, space: Space, key: &[u8]) -> StorageResult<()> {

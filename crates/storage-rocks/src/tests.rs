@@ -275,3 +275,51 @@ fn large_values_in_blob_files_read_back_as_written() {
     let e = RocksEngine::open(dir.path()).expect("reopen");
     check(&e, &model);
 }
+
+/// `put_new` writes go with the transaction as `put`'s do: read back by it (point reads and
+/// cursors), invisible to others until commit, undone by a savepoint rollback and by a
+/// rollback, in any column family; they take no lock.
+#[test]
+fn put_new_is_part_of_its_transaction_without_a_lock() {
+    let (_d, e) = open();
+    let mut t = e.begin();
+    t.put(Space::Records, b"r1", b"tracked").unwrap();
+    t.put_new(Space::Records, b"r2", b"new").unwrap();
+    t.put_new(Space::Indexes, b"i1", b"").unwrap();
+    assert_eq!(
+        t.get(Space::Records, b"r2").unwrap().as_deref(),
+        Some(&b"new"[..])
+    );
+    let mut c = t.cursor(Space::Records, b"r", b"s");
+    c.seek_to_first();
+    let mut seen = Vec::new();
+    while c.valid() {
+        seen.push(c.key().to_vec());
+        c.next();
+    }
+    drop(c);
+    assert_eq!(seen, vec![b"r1".to_vec(), b"r2".to_vec()]);
+    // Another transaction can take the key's lock: put_new took none.
+    let other = e.begin();
+    other.get_for_update(Space::Records, b"r2").unwrap();
+    other.rollback().unwrap();
+    t.set_savepoint();
+    t.put_new(Space::Records, b"r3", b"undone").unwrap();
+    t.rollback_to_savepoint().unwrap();
+    assert_eq!(e.snapshot().get(Space::Records, b"r2").unwrap(), None);
+    t.commit().unwrap();
+    let s = e.snapshot();
+    assert_eq!(
+        s.get(Space::Records, b"r2").unwrap().as_deref(),
+        Some(&b"new"[..])
+    );
+    assert_eq!(
+        s.get(Space::Indexes, b"i1").unwrap().as_deref(),
+        Some(&b""[..])
+    );
+    assert_eq!(s.get(Space::Records, b"r3").unwrap(), None);
+    let mut gone = e.begin();
+    gone.put_new(Space::Records, b"r4", b"rolled back").unwrap();
+    gone.rollback().unwrap();
+    assert_eq!(e.snapshot().get(Space::Records, b"r4").unwrap(), None);
+}

@@ -85,6 +85,12 @@ pub trait KvTxn: KvRead + Send {
     /// Reads a key and takes its write lock, so a concurrent writer of it conflicts.
     fn get_for_update(&self, space: Space, key: &[u8]) -> StorageResult<Option<Vec<u8>>>;
     fn put(&mut self, space: Space, key: &[u8], value: &[u8]) -> StorageResult<()>;
+    /// Writes a key that no other transaction can write: one this transaction allocated and
+    /// nobody has seen (a new record id, a reserved oplog slot). It takes no lock and is not
+    /// checked for conflicts, which are impossible; anything else uses [`KvTxn::put`].
+    fn put_new(&mut self, space: Space, key: &[u8], value: &[u8]) -> StorageResult<()> {
+        self.put(space, key, value)
+    }
     fn delete(&mut self, space: Space, key: &[u8]) -> StorageResult<()>;
     fn set_savepoint(&mut self);
     fn rollback_to_savepoint(&mut self) -> StorageResult<()>;
