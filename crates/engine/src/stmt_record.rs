@@ -80,10 +80,7 @@ pub enum Executed {
 /// txnNumber, then the BSON of what the statement did.
 impl Executed {
     fn encode(&self, txn_number: i64) -> Result<Vec<u8>> {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis() as u64;
+        let now = now_millis();
         let mut d = Document::new();
         match self {
             Executed::Inserted { id, doc } => {
@@ -158,6 +155,33 @@ pub(crate) fn record(txn: &mut dyn KvTxn, opts: &WriteOpts, what: Executed) -> R
         txn.put(Space::Catalog, &stmt.key, &what.encode(stmt.txn_number)?)?;
     }
     Ok(())
+}
+
+/// [`record`] of an insert whose reply needs no image (all but findAndModify's upserts): the
+/// same record, `{op: "i", _id}`, written from the stored `_id` without converting it.
+pub(crate) fn record_inserted_id(
+    txn: &mut dyn KvTxn,
+    stmt: &StatementId,
+    id: Option<bson::RawBsonRef<'_>>,
+) -> Result<()> {
+    let mut d = bson::RawDocumentBuf::new();
+    d.append("op", "i");
+    if let Some(id) = id {
+        d.append_ref("_id", id);
+    }
+    let mut value = Vec::with_capacity(16 + d.as_bytes().len());
+    value.extend_from_slice(&now_millis().to_be_bytes());
+    value.extend_from_slice(&stmt.txn_number.to_be_bytes());
+    value.extend_from_slice(d.as_bytes());
+    txn.put(Space::Catalog, &stmt.key, &value)?;
+    Ok(())
+}
+
+fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
 }
 
 /// The images to keep in a record: only findAndModify's reply needs them.

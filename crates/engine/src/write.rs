@@ -34,17 +34,17 @@ pub(crate) fn record_insert(
     opts: &WriteOpts,
     doc: &RawDocument,
 ) -> Result<()> {
-    if opts.statement.is_none() {
-        return Ok(());
+    match &opts.statement {
+        None => Ok(()),
+        Some(s) if !s.images => stmt_record::record_inserted_id(txn, s, doc.get("_id")?),
+        Some(_) => {
+            let id = doc
+                .get("_id")?
+                .and_then(|v| Bson::try_from(v.to_raw_bson()).ok());
+            let doc = Some(Document::try_from(doc)?);
+            stmt_record::record(txn, opts, Executed::Inserted { id, doc })
+        }
     }
-    let id = doc
-        .get("_id")?
-        .and_then(|v| Bson::try_from(v.to_raw_bson()).ok());
-    let doc = match opts.statement.as_ref().is_some_and(|s| s.images) {
-        true => Some(Document::try_from(doc)?),
-        false => None,
-    };
-    stmt_record::record(txn, opts, Executed::Inserted { id, doc })
 }
 
 /// Per-operation options shared by every write.

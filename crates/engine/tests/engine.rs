@@ -225,8 +225,11 @@ fn concurrent_writes_of_the_same_unique_key_admit_exactly_one() {
     let e = open(dir.path());
     let ns = Namespace::new("db", "race_unique");
     e.ensure_collection(&ns).unwrap();
-    e.create_indexes(&ns, &[doc! {"key": {"u": 1}, "name": "u_1", "unique": true}])
-        .unwrap();
+    e.create_indexes(
+        &ns,
+        &[doc! {"key": {"u": 1}, "name": "u_1", "unique": true}],
+    )
+    .unwrap();
     for round in 0..20i32 {
         let handles: Vec<_> = (0..4i32)
             .map(|t| {

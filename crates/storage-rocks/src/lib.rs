@@ -86,6 +86,11 @@ fn cf_options(cache: &Cache, space: Space, point_lookups: bool) -> Options {
     let mut opts = Options::default();
     opts.set_block_based_table_factory(&block);
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    // A bloom filter over the memtable's whole keys: a point lookup of a key the memtable
+    // does not hold skips the skip-list search. Every write looks up each key it writes (the
+    // transaction's snapshot check) and every insert looks up its unique keys, which are new.
+    opts.set_memtable_prefix_bloom_ratio(0.02);
+    opts.set_memtable_whole_key_filtering(true);
     if space == Space::Records {
         // Values of 64 KiB and more (large documents, and oplog entries holding them) go to
         // blob files: written once, with only a small reference in the LSM tree, so flushes
