@@ -217,6 +217,29 @@ impl Engine {
         Executed::decode(&bytes).map(Some)
     }
 
+    /// Whether any of `stmts`, consecutive statements of one retryable write, may have run
+    /// before: one scan over their records instead of a lookup each. `true` (a record of the
+    /// write's number or a newer one, or one this cannot read) sends the caller to
+    /// [`Engine::executed_statement`] for each.
+    pub fn any_statement_recorded(&self, stmts: &[StatementId]) -> Result<bool> {
+        let (Some(first), Some(last)) = (stmts.first(), stmts.last()) else {
+            return Ok(false);
+        };
+        let mut upper = last.key.clone();
+        upper.push(0);
+        let snapshot = self.kv.snapshot();
+        let mut c = snapshot.cursor(Space::Catalog, &first.key, &upper);
+        c.seek_to_first();
+        while c.valid() {
+            match Executed::txn_number(c.value()) {
+                Ok(n) if n < first.txn_number => c.next(),
+                _ => return Ok(true),
+            }
+        }
+        c.status()?;
+        Ok(false)
+    }
+
     /// Deletes every record of the session (it expired).
     pub fn forget_session(&self, lsid: &[u8]) -> Result<usize> {
         let lower = session_prefix(lsid);
