@@ -14,7 +14,7 @@
 
 use crate::write::WriteOpts;
 use crate::Engine;
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawBson, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_storage::{KvTxn, Space};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -76,20 +76,19 @@ pub enum Executed {
     Deleted(Option<Document>),
 }
 
-/// A record's value: when it was written (ms since the epoch, for the sweep), the
-/// txnNumber, then the BSON of what the statement did.
 impl Executed {
     fn encode(&self, txn_number: i64) -> Result<Vec<u8>> {
-        let now = now_millis();
-        let mut d = Document::new();
+        let internal = |e: bson::raw::Error| Error::internal(e.to_string());
+        let image = |d: &Document| RawDocumentBuf::from_document(d).map_err(internal);
+        let mut d = RawDocumentBuf::new();
         match self {
             Executed::Inserted { id, doc } => {
-                d.insert("op", "i");
+                d.append("op", "i");
                 if let Some(id) = id {
-                    d.insert("_id", id.clone());
+                    d.append("_id", RawBson::try_from(id.clone()).map_err(internal)?);
                 }
                 if let Some(doc) = doc {
-                    d.insert("post", doc.clone());
+                    d.append("post", image(doc)?);
                 }
             }
             Executed::Updated {
@@ -97,27 +96,23 @@ impl Executed {
                 pre,
                 post,
             } => {
-                d.insert("op", "u");
-                d.insert("modified", *modified);
+                d.append("op", "u");
+                d.append("modified", *modified);
                 if let Some(p) = pre {
-                    d.insert("pre", p.clone());
+                    d.append("pre", image(p)?);
                 }
                 if let Some(p) = post {
-                    d.insert("post", p.clone());
+                    d.append("post", image(p)?);
                 }
             }
             Executed::Deleted(pre) => {
-                d.insert("op", "d");
+                d.append("op", "d");
                 if let Some(p) = pre {
-                    d.insert("pre", p.clone());
+                    d.append("pre", image(p)?);
                 }
             }
         }
-        let mut out = now.to_be_bytes().to_vec();
-        out.extend_from_slice(&txn_number.to_be_bytes());
-        d.to_writer(&mut out)
-            .map_err(|e| Error::internal(e.to_string()))?;
-        Ok(out)
+        Ok(record_value(txn_number, &d))
     }
 
     /// The record's txnNumber.
@@ -164,17 +159,27 @@ pub(crate) fn record_inserted_id(
     stmt: &StatementId,
     id: Option<bson::RawBsonRef<'_>>,
 ) -> Result<()> {
-    let mut d = bson::RawDocumentBuf::new();
+    let mut d = RawDocumentBuf::new();
     d.append("op", "i");
     if let Some(id) = id {
         d.append_ref("_id", id);
     }
-    let mut value = Vec::with_capacity(16 + d.as_bytes().len());
-    value.extend_from_slice(&now_millis().to_be_bytes());
-    value.extend_from_slice(&stmt.txn_number.to_be_bytes());
-    value.extend_from_slice(d.as_bytes());
-    txn.put(Space::Catalog, &stmt.key, &value)?;
+    txn.put(
+        Space::Catalog,
+        &stmt.key,
+        &record_value(stmt.txn_number, &d),
+    )?;
     Ok(())
+}
+
+/// A record's value: when it was written (ms since the epoch, for the sweep), the
+/// txnNumber, then the BSON of what the statement did.
+fn record_value(txn_number: i64, what: &RawDocumentBuf) -> Vec<u8> {
+    let mut value = Vec::with_capacity(16 + what.as_bytes().len());
+    value.extend_from_slice(&now_millis().to_be_bytes());
+    value.extend_from_slice(&txn_number.to_be_bytes());
+    value.extend_from_slice(what.as_bytes());
+    value
 }
 
 fn now_millis() -> u64 {
@@ -215,6 +220,29 @@ impl Engine {
             return Ok(None);
         }
         Executed::decode(&bytes).map(Some)
+    }
+
+    /// Whether any of `stmts`, consecutive statements of one retryable write, may have run
+    /// before: one scan over their records instead of a lookup each. `true` (a record of the
+    /// write's number or a newer one, or one this cannot read) sends the caller to
+    /// [`Engine::executed_statement`] for each.
+    pub fn any_statement_recorded(&self, stmts: &[StatementId]) -> Result<bool> {
+        let (Some(first), Some(last)) = (stmts.first(), stmts.last()) else {
+            return Ok(false);
+        };
+        let mut upper = last.key.clone();
+        upper.push(0);
+        let snapshot = self.kv.snapshot();
+        let mut c = snapshot.cursor(Space::Catalog, &first.key, &upper);
+        c.seek_to_first();
+        while c.valid() {
+            match Executed::txn_number(c.value()) {
+                Ok(n) if n < first.txn_number => c.next(),
+                _ => return Ok(true),
+            }
+        }
+        c.status()?;
+        Ok(false)
     }
 
     /// Deletes every record of the session (it expired).
@@ -269,5 +297,49 @@ impl Engine {
             txn.commit()?;
         }
         Ok(keys.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    /// Every kind of record decodes to what was encoded, with and without images, and carries
+    /// its txnNumber.
+    #[test]
+    fn records_round_trip() {
+        let image = doc! {"_id": 7, "a": {"b": [1, "x", null]}, "d": 1.5};
+        let cases = [
+            Executed::Inserted {
+                id: Some(Bson::Int32(1)),
+                doc: None,
+            },
+            Executed::Inserted {
+                id: Some(Bson::Document(doc! {"k": "v", "n": 2i64})),
+                doc: Some(image.clone()),
+            },
+            Executed::Inserted {
+                id: None,
+                doc: None,
+            },
+            Executed::Updated {
+                modified: false,
+                pre: None,
+                post: None,
+            },
+            Executed::Updated {
+                modified: true,
+                pre: Some(image.clone()),
+                post: Some(doc! {"_id": 7}),
+            },
+            Executed::Deleted(None),
+            Executed::Deleted(Some(image)),
+        ];
+        for (n, case) in cases.into_iter().enumerate() {
+            let bytes = case.encode(n as i64 + 40).expect("encode");
+            assert_eq!(Executed::txn_number(&bytes).expect("number"), n as i64 + 40);
+            assert_eq!(Executed::decode(&bytes).expect("decode"), case);
+        }
     }
 }

@@ -350,6 +350,19 @@ fn statement_records_survive_restart_and_are_overwritten_by_the_next_write() {
         executed(&lsid, 3, 0).unwrap_err().code,
         nidus_common::ErrorCode::TransactionTooOld
     );
+    // The batch check: a write's statements "may have run" when a record of its number or
+    // a newer one lies among them.
+    let stmts = |s: &[u8], n, range: std::ops::Range<u32>| -> Vec<StatementId> {
+        range.map(|i| StatementId::new(s, n, i, false)).collect()
+    };
+    let recorded = |v: Vec<StatementId>| e.any_statement_recorded(&v).unwrap();
+    assert!(recorded(stmts(&lsid, 4, 0..2)), "number 4's statement 0");
+    assert!(recorded(stmts(&lsid, 3, 1..2)), "number 3's statement 1");
+    assert!(recorded(stmts(&lsid, 2, 0..1)), "a newer number");
+    assert!(!recorded(stmts(&lsid, 5, 0..8)), "only older numbers");
+    assert!(!recorded(stmts(&lsid, 4, 2..64)), "no records there");
+    assert!(!recorded(stmts(&[9u8; 16], 1, 0..4)), "another session");
+    assert!(!recorded(Vec::new()));
     assert_eq!(e.forget_session(&lsid).unwrap(), 2);
     assert_eq!(executed(&lsid, 4, 0).unwrap(), None);
     assert_eq!(executed(&lsid, 3, 1).unwrap(), None);

@@ -1002,6 +1002,29 @@ impl Ctx<'_> {
             .ensure_collection_in(ns, self.txn.as_deref())
     }
 
+    /// Statements `indexes` of a retryable write being run (their record keys, `None` when the
+    /// command is not one), when none of them ran before; `None` when one may have, and
+    /// [`Ctx::retryable_statement`] must look each up.
+    pub fn fresh_statements(
+        &self,
+        indexes: std::ops::Range<usize>,
+    ) -> Result<Option<Vec<Option<nidus_engine::stmt_record::StatementId>>>> {
+        let stmts: Option<Vec<_>> = match self.session.as_ref() {
+            Some(session) => indexes
+                .clone()
+                .map(|i| session.statement(i, false))
+                .collect(),
+            None => None,
+        };
+        let Some(stmts) = stmts else {
+            return Ok(Some(indexes.map(|_| None).collect()));
+        };
+        if self.state.engine.any_statement_recorded(&stmts)? {
+            return Ok(None);
+        }
+        Ok(Some(stmts.into_iter().map(Some).collect()))
+    }
+
     /// Statement `index` of a retryable write being run: its record key, and what an earlier
     /// attempt of it did if one ran it (then it must not run again).
     pub fn retryable_statement(

@@ -263,13 +263,12 @@ fn insert_batch(
     if batch.len() < 2 || opts.txn.is_some() || opts.deadline.is_some() {
         return Ok(None);
     }
+    let Some(stmts) = ctx.fresh_statements(first..first + batch.len())? else {
+        // One may have run already: the one-at-a-time path skips it and counts it.
+        return Ok(None);
+    };
     let mut prepared = Vec::with_capacity(batch.len());
-    for (i, raw) in batch.iter().enumerate() {
-        let (stmt, done) = ctx.retryable_statement(first + i, false)?;
-        if done.is_some() {
-            // Already executed: the one-at-a-time path counts it as today.
-            return Ok(None);
-        }
+    for (raw, stmt) in batch.iter().zip(stmts) {
         let Ok(doc) = fill_empty_timestamps_raw(raw, empty_ts).and_then(|r| prepare_insert(&r))
         else {
             return Ok(None);
