@@ -189,15 +189,6 @@ impl Object {
             Object::Stored(raw) => Ok(Document::try_from(raw.as_ref())?),
         }
     }
-
-    fn to_raw(&self) -> Result<RawDocumentBuf> {
-        match self {
-            Object::Built(d) => {
-                RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))
-            }
-            Object::Stored(raw) => Ok(raw.clone()),
-        }
-    }
 }
 
 /// One entry before it has its `ts`: what changed, where.
@@ -334,45 +325,49 @@ impl OplogEntry {
         d
     }
 
-    /// The stored bytes of [`OplogEntry::to_document`], written field by field: the
-    /// entry's documents are serialized once, not copied into a `Document` first.
+    /// The stored bytes of [`OplogEntry::to_document`], written element by element: the
+    /// entry's documents are copied as bytes (an insert's is the stored document), not
+    /// converted.
     pub fn to_raw(
         &self,
         optime: OpTime,
         wall: bson::DateTime,
         prev: Option<OpTime>,
     ) -> Result<RawDocumentBuf> {
-        let raw = |d: &Document| {
+        let built = |d: &Document| {
             RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))
         };
-        let mut d = RawDocumentBuf::new();
+        let mut w = EntryWriter::new();
         if let Some(s) = &self.session {
-            d.append("lsid", s.lsid.clone());
-            d.append("txnNumber", s.txn_number);
+            w.document("lsid", s.lsid.as_bytes());
+            w.i64("txnNumber", s.txn_number);
         }
-        d.append("op", self.op);
-        d.append("ns", self.ns.as_str());
+        w.string("op", self.op);
+        w.string("ns", &self.ns);
         if let Some(ui) = self.ui {
-            d.append("ui", bson::Binary::from_uuid(ui));
+            w.uuid("ui", &ui.bytes());
         }
-        d.append("o", self.o.to_raw()?);
+        match &self.o {
+            Object::Stored(raw) => w.document("o", raw.as_bytes()),
+            Object::Built(d) => w.document("o", built(d)?.as_bytes()),
+        }
         if let Some(o2) = &self.o2 {
-            d.append("o2", raw(o2)?);
+            w.document("o2", built(o2)?.as_bytes());
         }
         if let Some(stmt) = self.stmt_id {
-            d.append("stmtId", stmt);
+            w.i32("stmtId", stmt);
         }
-        d.append("ts", optime.ts);
-        d.append("t", optime.t);
-        d.append("v", 2i64);
-        d.append("wall", wall);
+        w.timestamp("ts", optime.ts);
+        w.i64("t", optime.t);
+        w.i64("v", 2);
+        w.datetime("wall", wall);
         if let Some(prev) = prev {
-            let mut p = RawDocumentBuf::new();
-            p.append("ts", prev.ts);
-            p.append("t", prev.t);
-            d.append("prevOpTime", p);
+            let mut p = EntryWriter::new();
+            p.timestamp("ts", prev.ts);
+            p.i64("t", prev.t);
+            w.document("prevOpTime", &p.finish());
         }
-        Ok(d)
+        RawDocumentBuf::from_bytes(w.finish()).map_err(|e| Error::internal(e.to_string()))
     }
 
     /// The form of this entry inside a transaction's `applyOps` array.
@@ -386,6 +381,73 @@ impl OplogEntry {
             d.insert("o2", o2.clone());
         }
         Ok(d)
+    }
+}
+
+/// Writes a BSON document element by element, for [`OplogEntry::to_raw`]: keys are this
+/// file's constants (no NUL), values are written as the BSON spec lays them out.
+struct EntryWriter(Vec<u8>);
+
+impl EntryWriter {
+    fn new() -> EntryWriter {
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(&[0; 4]);
+        EntryWriter(out)
+    }
+
+    fn key(&mut self, kind: u8, key: &str) {
+        self.0.push(kind);
+        self.0.extend_from_slice(key.as_bytes());
+        self.0.push(0);
+    }
+
+    fn string(&mut self, key: &str, v: &str) {
+        self.key(0x02, key);
+        self.0
+            .extend_from_slice(&(v.len() as i32 + 1).to_le_bytes());
+        self.0.extend_from_slice(v.as_bytes());
+        self.0.push(0);
+    }
+
+    fn document(&mut self, key: &str, bytes: &[u8]) {
+        self.key(0x03, key);
+        self.0.extend_from_slice(bytes);
+    }
+
+    fn uuid(&mut self, key: &str, bytes: &[u8; 16]) {
+        self.key(0x05, key);
+        self.0.extend_from_slice(&16i32.to_le_bytes());
+        self.0.push(0x04);
+        self.0.extend_from_slice(bytes);
+    }
+
+    fn i32(&mut self, key: &str, v: i32) {
+        self.key(0x10, key);
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn timestamp(&mut self, key: &str, ts: Timestamp) {
+        self.key(0x11, key);
+        self.0.extend_from_slice(&ts.increment.to_le_bytes());
+        self.0.extend_from_slice(&ts.time.to_le_bytes());
+    }
+
+    fn i64(&mut self, key: &str, v: i64) {
+        self.key(0x12, key);
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn datetime(&mut self, key: &str, v: bson::DateTime) {
+        self.key(0x09, key);
+        self.0
+            .extend_from_slice(&v.timestamp_millis().to_le_bytes());
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.0.push(0);
+        let len = self.0.len() as i32;
+        self.0[..4].copy_from_slice(&len.to_le_bytes());
+        self.0
     }
 }
 
