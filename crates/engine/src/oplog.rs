@@ -211,12 +211,12 @@ pub struct OplogEntry {
 }
 
 impl OplogEntry {
-    fn new(op: &'static str, ns: &Namespace, ui: bson::Uuid, o: Document) -> OplogEntry {
+    fn new(op: &'static str, ns: &Namespace, ui: bson::Uuid, o: Object) -> OplogEntry {
         OplogEntry {
             op,
             ns: ns.full(),
             ui: Some(ui),
-            o: Object::Built(o),
+            o,
             o2: None,
             session: None,
             stmt_id: None,
@@ -234,14 +234,11 @@ impl OplogEntry {
 
     /// `{op: "i", o: doc, o2: {_id}}`.
     pub fn insert(ns: &Namespace, ui: bson::Uuid, doc: &bson::RawDocument) -> Result<OplogEntry> {
-        let mut e = OplogEntry::new("i", ns, ui, Document::new());
         let mut id = Document::new();
         if let Some(v) = doc.get("_id")? {
             id.insert("_id", Bson::try_from(v.to_raw_bson())?);
         }
-        e.o2 = Some(id);
-        e.o = Object::Stored(doc.to_raw_document_buf());
-        Ok(e)
+        Ok(OplogEntry::new("i", ns, ui, Object::Stored(doc.to_raw_document_buf())).with_o2(id))
     }
 
     /// `{op: "u", o: {$v: 2, diff}, o2: {_id}}`, or the replacement form `o: new` for a
@@ -264,14 +261,14 @@ impl OplogEntry {
             Some(diff) => doc! { "$v": 2, "diff": diff },
             None => new.clone(),
         };
-        let mut e = OplogEntry::new("u", ns, ui, o);
+        let mut e = OplogEntry::new("u", ns, ui, Object::Built(o));
         e.o2 = Some(Self::id_of(old));
         e
     }
 
     /// `{op: "d", o: {_id}}`.
     pub fn delete(ns: &Namespace, ui: bson::Uuid, old: &Document) -> OplogEntry {
-        OplogEntry::new("d", ns, ui, Self::id_of(old))
+        OplogEntry::new("d", ns, ui, Object::Built(Self::id_of(old)))
     }
 
     /// A command entry on `<db>.$cmd`.

@@ -192,6 +192,22 @@ fn sort_skip_limit_and_express_path() {
     );
 }
 
+/// Inserts `docs` from a thread each, all at once; how many were acknowledged.
+fn racing_inserts(e: &Arc<Engine>, ns: &Namespace, docs: Vec<Document>) -> usize {
+    let handles: Vec<_> = docs
+        .into_iter()
+        .map(|d| {
+            let (e, ns) = (e.clone(), ns.clone());
+            std::thread::spawn(move || insert(&e, &ns, d).is_ok())
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .filter(|ok| *ok)
+        .count()
+}
+
 #[test]
 fn concurrent_inserts_of_the_same_id_admit_exactly_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -199,20 +215,8 @@ fn concurrent_inserts_of_the_same_id_admit_exactly_one() {
     let ns = Namespace::new("db", "race");
     e.ensure_collection(&ns).unwrap();
     for round in 0..20 {
-        let handles: Vec<_> = (0..4)
-            .map(|_| {
-                let e = e.clone();
-                let ns = ns.clone();
-                std::thread::spawn(move || insert(&e, &ns, doc! {"_id": round}).is_ok())
-            })
-            .collect();
-        let ok = handles
-            .into_iter()
-            .filter(|_| true)
-            .map(|h| h.join().unwrap())
-            .filter(|b| *b)
-            .count();
-        assert_eq!(ok, 1, "round {round}");
+        let docs = (0..4).map(|_| doc! {"_id": round}).collect();
+        assert_eq!(racing_inserts(&e, &ns, docs), 1, "round {round}");
     }
     assert_eq!(all(&e, &ns).len(), 20);
 }
@@ -231,21 +235,10 @@ fn concurrent_writes_of_the_same_unique_key_admit_exactly_one() {
     )
     .unwrap();
     for round in 0..20i32 {
-        let handles: Vec<_> = (0..4i32)
-            .map(|t| {
-                let e = e.clone();
-                let ns = ns.clone();
-                std::thread::spawn(move || {
-                    insert(&e, &ns, doc! {"_id": round * 10 + t, "u": round}).is_ok()
-                })
-            })
+        let docs = (0..4i32)
+            .map(|t| doc! {"_id": round * 10 + t, "u": round})
             .collect();
-        let ok = handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .filter(|b| *b)
-            .count();
-        assert_eq!(ok, 1, "round {round}");
+        assert_eq!(racing_inserts(&e, &ns, docs), 1, "round {round}");
     }
     let docs = all(&e, &ns);
     assert_eq!(docs.len(), 20);

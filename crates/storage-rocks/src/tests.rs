@@ -7,6 +7,18 @@ fn open() -> (tempfile::TempDir, RocksEngine) {
     (dir, engine)
 }
 
+/// The keys in `[lower, upper)` as `read` sees them, in order.
+fn keys_in(read: &dyn KvRead, space: Space, lower: &[u8], upper: &[u8]) -> Vec<Vec<u8>> {
+    let mut c = read.cursor(space, lower, upper);
+    c.seek_to_first();
+    let mut out = Vec::new();
+    while c.valid() {
+        out.push(c.key().to_vec());
+        c.next();
+    }
+    out
+}
+
 #[test]
 fn commit_makes_writes_visible_and_snapshots_stay_stable() {
     let (_d, e) = open();
@@ -59,17 +71,10 @@ fn cursor_respects_bounds_and_sees_own_writes() {
     for k in [b"a1", b"b1", b"b2", b"c1"] {
         t.put(Space::Indexes, k, b"").unwrap();
     }
-    let keys: Vec<Vec<u8>> = {
-        let mut c = t.cursor(Space::Indexes, b"b", b"c");
-        c.seek_to_first();
-        let mut out = Vec::new();
-        while c.valid() {
-            out.push(c.key().to_vec());
-            c.next();
-        }
-        out
-    };
-    assert_eq!(keys, vec![b"b1".to_vec(), b"b2".to_vec()]);
+    assert_eq!(
+        keys_in(t.as_ref(), Space::Indexes, b"b", b"c"),
+        vec![b"b1".to_vec(), b"b2".to_vec()]
+    );
     t.commit().unwrap();
     e.sync_wal().unwrap();
 }
@@ -290,15 +295,10 @@ fn put_new_is_part_of_its_transaction_without_a_lock() {
         t.get(Space::Records, b"r2").unwrap().as_deref(),
         Some(&b"new"[..])
     );
-    let mut c = t.cursor(Space::Records, b"r", b"s");
-    c.seek_to_first();
-    let mut seen = Vec::new();
-    while c.valid() {
-        seen.push(c.key().to_vec());
-        c.next();
-    }
-    drop(c);
-    assert_eq!(seen, vec![b"r1".to_vec(), b"r2".to_vec()]);
+    assert_eq!(
+        keys_in(t.as_ref(), Space::Records, b"r", b"s"),
+        vec![b"r1".to_vec(), b"r2".to_vec()]
+    );
     // Another transaction can take the key's lock: put_new took none.
     let other = e.begin();
     other.get_for_update(Space::Records, b"r2").unwrap();
