@@ -71,6 +71,28 @@ def test_sigkill_loses_no_acknowledged_write(start_nidus, tmp_path, rounds):
     assert not srv.panics()
 
 
+def test_clean_shutdown_closes_the_store_under_connected_clients(start_nidus, tmp_path):
+    """SIGTERM ends idle connections (one holding an open cursor) and closes RocksDB on the
+    main thread: its LOG ends with the close, and nothing is left for WAL recovery to redo
+    that was acknowledged."""
+    srv = start_nidus(dbpath=tmp_path / "connected")
+    client = srv.client()
+    coll = client.d.get_collection("c", write_concern=WriteConcern(w=1, j=False))
+    coll.insert_many([{"_id": i} for i in range(200)])
+    cursor = coll.find().batch_size(2)
+    next(cursor)
+    started = time.monotonic()
+    assert srv.stop() == 0
+    # Ending the connections does not wait for the clients.
+    assert time.monotonic() - started < 10
+    rocks_log = (tmp_path / "connected" / "LOG").read_text().splitlines()
+    assert rocks_log and "Shutdown complete" in rocks_log[-1], rocks_log[-3:]
+    client.close()
+    srv.restart()
+    with srv.client() as c:
+        assert c.d.c.count_documents({}) == 200
+
+
 def test_unjournaled_writes_survive_clean_shutdown(start_nidus, tmp_path):
     srv = start_nidus(dbpath=tmp_path / "nojournal")
     with srv.client() as c:

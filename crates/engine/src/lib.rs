@@ -68,6 +68,9 @@ pub struct Engine {
     group_commit: GroupCommit,
     pub metrics: Metrics,
     stopping: AtomicBool,
+    /// The engine's own threads (WAL sync, oplog truncation); `shutdown` wakes and joins
+    /// them, so none holds the engine when the process exits.
+    background: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Where blocking stages write what does not fit in memory (`<dbpath>/_tmp`).
     spill_dir: parking_lot::RwLock<Option<std::path::PathBuf>>,
     /// The oplog of a replica set member (`oplog.rs`); unset on a standalone.
@@ -88,6 +91,7 @@ impl Engine {
             group_commit: GroupCommit::default(),
             metrics: Metrics::default(),
             stopping: AtomicBool::new(false),
+            background: Mutex::new(Vec::new()),
             spill_dir: parking_lot::RwLock::new(None),
             oplog: std::sync::OnceLock::new(),
             buckets: Default::default(),
@@ -227,21 +231,40 @@ impl Engine {
     /// Syncs the WAL every 100 ms so unjournaled writes reach disk soon, until `shutdown`.
     pub fn start_background_sync(self: &Arc<Self>) {
         let engine = Arc::downgrade(self);
-        std::thread::Builder::new()
-            .name("wal-sync".into())
-            .spawn(move || loop {
-                std::thread::sleep(Duration::from_millis(100));
-                let Some(e) = engine.upgrade() else { return };
-                if e.stopping.load(Ordering::Relaxed) {
-                    return;
-                }
-                let _ = e.sync();
-            })
-            .ok();
+        self.spawn_background("wal-sync", move || loop {
+            std::thread::park_timeout(Duration::from_millis(100));
+            let Some(e) = engine.upgrade() else { return };
+            if e.stopping.load(Ordering::Acquire) {
+                return;
+            }
+            let _ = e.sync();
+        });
     }
 
+    /// Starts one of the engine's threads. Its body must end once `stopping` is set and it is
+    /// unparked (or, for the oplog truncation, notified).
+    pub(crate) fn spawn_background(&self, name: &str, body: impl FnOnce() + Send + 'static) {
+        if let Ok(handle) = std::thread::Builder::new().name(name.into()).spawn(body) {
+            self.background.lock().push(handle);
+        }
+    }
+
+    /// Stops the engine's threads, then makes every committed write durable. Afterwards only
+    /// the callers' own references hold the engine, so the last one to drop it closes the
+    /// store on a thread of the caller's choosing (a store closed by a stray thread while the
+    /// process exits aborts it).
     pub fn shutdown(&self) -> Result<()> {
-        self.stopping.store(true, Ordering::Relaxed);
+        self.stopping.store(true, Ordering::Release);
+        if let Some(oplog) = self.oplog.get() {
+            oplog.wake_truncation();
+        }
+        let threads = std::mem::take(&mut *self.background.lock());
+        for t in &threads {
+            t.thread().unpark();
+        }
+        for t in threads {
+            let _ = t.join();
+        }
         self.sync()
     }
 }

@@ -887,6 +887,12 @@ impl Oplog {
         }
     }
 
+    /// Wakes the truncation thread (at shutdown, to see `stopping` without waiting).
+    pub(crate) fn wake_truncation(&self) {
+        *self.over.lock() = true;
+        self.over_cv.notify_one();
+    }
+
     pub(crate) fn note_written(&self, n: i64, bytes: i64) {
         self.coll.adjust_stats(n, bytes);
         if self.coll.data_size.load(Ordering::Relaxed) > self.max_bytes() {
@@ -1174,25 +1180,21 @@ impl Engine {
     fn start_oplog_truncation(self: &Arc<Self>, oplog: &Arc<Oplog>) {
         let engine = Arc::downgrade(self);
         let oplog = Arc::downgrade(oplog);
-        std::thread::Builder::new()
-            .name("oplog-truncate".into())
-            .spawn(move || loop {
-                let Some(o) = oplog.upgrade() else { return };
-                {
-                    let mut over = o.over.lock();
-                    if !*over {
-                        // The timeout only bounds how long shutdown waits for this thread.
-                        o.over_cv.wait_for(&mut over, Duration::from_secs(1));
-                    }
-                    *over = false;
+        self.spawn_background("oplog-truncate", move || loop {
+            let Some(o) = oplog.upgrade() else { return };
+            {
+                let mut over = o.over.lock();
+                if !*over {
+                    o.over_cv.wait_for(&mut over, Duration::from_secs(1));
                 }
-                let Some(e) = engine.upgrade() else { return };
-                if e.stopping.load(Ordering::Relaxed) {
-                    return;
-                }
-                let _ = e.truncate_oplog(&o);
-            })
-            .ok();
+                *over = false;
+            }
+            let Some(e) = engine.upgrade() else { return };
+            if e.stopping.load(Ordering::Acquire) {
+                return;
+            }
+            let _ = e.truncate_oplog(&o);
+        });
     }
 
     /// Deletes the oldest entries while the oplog is over its bound, never past the

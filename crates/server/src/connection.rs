@@ -124,6 +124,11 @@ pub fn serve_blocking(
 ) {
     let mut conn = accepted(&state, peer, None);
     let id = conn.id;
+    if !state.connections.register(id, &stream) {
+        drop(slot);
+        ended(id, peer);
+        return;
+    }
     let mut stream = Some(stream);
     let mut carry = Vec::new();
     let mut scratch = vec![0u8; READ_CHUNK];
@@ -144,6 +149,7 @@ pub fn serve_blocking(
             }
         }
     }
+    state.connections.unregister(id);
     drop(stream);
     drop(slot);
     ended(id, peer);

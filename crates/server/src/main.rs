@@ -200,7 +200,11 @@ fn run(config: Config) -> Result<(), String> {
     // As the runtime waits for its blocking pool when it drops: commands still running on
     // connections' own threads finish before the engine syncs and the process exits.
     connection::wait_for_thread_commands(Duration::from_secs(15));
+    state.connections.close_all();
     engine.shutdown().map_err(|e| e.to_string())?;
+    drop(runtime);
+    drop(state);
+    close_store(engine);
     log::info(
         "CONTROL",
         20565,
@@ -209,6 +213,44 @@ fn run(config: Config) -> Result<(), String> {
         serde_json::Value::Null,
     );
     Ok(())
+}
+
+/// Closes the store on this thread once it holds the last references to the engine and the
+/// store: threads that still hold one (a connection ending with a cursor, a replication
+/// thread) get two seconds to let go. Otherwise the references are kept for good, so no other
+/// thread can close the store while the process exits (RocksDB aborts the process when its
+/// environment is torn down under a closing database); everything committed was synced by
+/// `Engine::shutdown`.
+fn close_store(engine: Arc<Engine>) {
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    let kv = engine.kv_arc();
+    if drop_when_sole(engine, until) && drop_when_sole(kv, until) {
+        return;
+    }
+    log::warn(
+        "STORAGE",
+        7360002,
+        "main",
+        "Exiting with the storage engine open: other threads still hold it",
+        serde_json::Value::Null,
+    );
+}
+
+/// Drops `value` if this is (or becomes, before `until`) its only reference, else leaks it.
+/// `Arc::get_mut` succeeds only without other strong or weak references, so no other thread
+/// can take one afterwards.
+fn drop_when_sole<T: ?Sized>(mut value: Arc<T>, until: std::time::Instant) -> bool {
+    loop {
+        if Arc::get_mut(&mut value).is_some() {
+            drop(value);
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            std::mem::forget(value);
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 async fn serve(state: Arc<ServerState>) -> Result<(), String> {

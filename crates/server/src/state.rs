@@ -27,6 +27,45 @@ pub struct Connections {
     pub current: AtomicI64,
     pub total_created: AtomicI64,
     pub active: AtomicI64,
+    sockets: parking_lot::Mutex<OpenSockets>,
+}
+
+/// The sockets of connections served on their own threads, by connection id, so that
+/// shutdown can end the idle ones.
+#[derive(Default)]
+struct OpenSockets {
+    by_id: std::collections::HashMap<i64, std::net::TcpStream>,
+    closed: bool,
+}
+
+impl Connections {
+    /// Registers a connection's socket; `false` once the server has closed its connections
+    /// (the connection then ends at once).
+    pub fn register(&self, id: i64, stream: &std::net::TcpStream) -> bool {
+        let mut sockets = self.sockets.lock();
+        if sockets.closed {
+            return false;
+        }
+        if let Ok(s) = stream.try_clone() {
+            sockets.by_id.insert(id, s);
+        }
+        true
+    }
+
+    pub fn unregister(&self, id: i64) {
+        self.sockets.lock().by_id.remove(&id);
+    }
+
+    /// Shuts down every registered socket, as mongod ends its connections at shutdown: a
+    /// thread waiting for a client's next message reads the end of the stream and lets go of
+    /// the server state.
+    pub fn close_all(&self) {
+        let mut sockets = self.sockets.lock();
+        sockets.closed = true;
+        for (_, s) in sockets.by_id.drain() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
 }
 
 /// The cluster time a replica set member reports (`operationTime`, `$clusterTime`): a
