@@ -57,6 +57,10 @@ pub struct FindSpec {
     /// A tailable cursor over a capped collection: a forward COLLSCAN that stays open at
     /// its end and reads what was inserted since on the next `getMore`.
     pub tailable: bool,
+    /// The caller needs the matching record ids only (an update or a delete, which reads and
+    /// re-checks each document under its lock): the `_id` point lookup does not read the
+    /// document.
+    pub record_ids_only: bool,
 }
 
 /// Parses a command's `collation` (None for absent or `{locale: "simple"}`).
@@ -356,12 +360,12 @@ impl Engine {
         {
             if let Some(id) = parsed.matcher.id_equality() {
                 if let Some(ix) = all_indexes.iter().find(|i| i.is_id()) {
-                    let express = Stage::new(ExpressIxscan::new(
-                        parsed.src.clone(),
-                        coll.id,
-                        ix.clone(),
-                        id,
-                    ));
+                    let mut lookup =
+                        ExpressIxscan::new(parsed.src.clone(), coll.id, ix.clone(), id);
+                    if spec.record_ids_only {
+                        lookup = lookup.record_ids_only();
+                    }
+                    let express = Stage::new(lookup);
                     return Ok(Executor::new(
                         parsed.finish(express, false, Fetched::Yes),
                         spec.deadline,

@@ -27,6 +27,36 @@ pub fn document_keys_for_write(ix: &IndexMeta, doc: &RawDocument) -> Result<(Ind
     Ok((keys, ix.widen_multikey(&paths)))
 }
 
+/// Whether a document rewritten from `old` to `new` keeps its entries in `ix` as they were,
+/// known without generating them: the index's keys depend only on the top-level fields its
+/// pattern names (not a text, partial or wildcard index, whose keys also depend on other
+/// fields), and each of those holds the same bytes in both. `false` means "generate and
+/// compare", not "changed".
+pub fn keys_unchanged(ix: &IndexMeta, old: &RawDocument, new: &RawDocument) -> Result<bool> {
+    if ix.text.is_some() || ix.partial.is_some() {
+        return Ok(false);
+    }
+    for (path, _) in &ix.pattern {
+        if path.contains('$') {
+            return Ok(false);
+        }
+        let top = path.split('.').next().unwrap_or(path);
+        if !same_bytes(old.get(top)?, new.get(top)?) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Byte equality of two values (`RawBsonRef`'s equality holds between 0.0 and -0.0, and
+/// not between a NaN and itself; nested documents and arrays compare as bytes).
+fn same_bytes(a: Option<RawBsonRef>, b: Option<RawBsonRef>) -> bool {
+    match (a, b) {
+        (Some(RawBsonRef::Double(x)), Some(RawBsonRef::Double(y))) => x.to_bits() == y.to_bits(),
+        (a, b) => a == b,
+    }
+}
+
 fn generate_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<(IndexKeySet, Vec<Vec<usize>>)> {
     // A partial index has no entry (and learns no multikey path) for documents outside its
     // filter; an update moving a document across the filter adds or removes its keys.

@@ -576,6 +576,7 @@ impl Engine {
             let_vars: opts.let_vars.clone(),
             collation: opts.collation.clone(),
             source: opts.txn.clone().map(ReadSource::Txn),
+            record_ids_only: true,
             ..FindSpec::default()
         };
         let mut outcome = UpdateOutcome::default();
@@ -739,6 +740,9 @@ impl Engine {
     ) -> Result<()> {
         let mut widened = false;
         for ix in meta.write_indexes() {
+            if index::keys_unchanged(ix, old, new)? {
+                continue;
+            }
             let before = index::document_keys(ix, old)?;
             let (after, w) = index::document_keys_for_write(ix, new)?;
             widened |= w;
@@ -779,6 +783,7 @@ impl Engine {
             let_vars: opts.let_vars.clone(),
             collation: opts.collation.clone(),
             source: opts.txn.clone().map(ReadSource::Txn),
+            record_ids_only: true,
             ..FindSpec::default()
         };
         let mut n = 0;

@@ -1,7 +1,9 @@
 //! Properties of updates through the engine (issue 4): after random update sequences on a
 //! collection with single-field, multikey and compound indexes, every stored document equals
 //! the same updates applied in memory, and every index equals a rebuild from the records
-//! (`Engine::validate` recomputes each index from scratch and compares).
+//! (`Engine::validate` recomputes each index from scratch and compares). The indexes cover
+//! the options an update's index maintenance treats apart (sparse, partial, collated), and
+//! updates of unindexed fields, whose index entries are left as they are.
 
 use bson::{bson, doc, Bson, Document, RawDocumentBuf};
 use nidus_engine::find::FindSpec;
@@ -54,6 +56,7 @@ const PATTERNS: &[&[(&str, bool)]] = &[
     &[("a", false)],
     &[("tags", false)],
     &[("a", false), ("b.c", true)],
+    &[("d", false), ("a", true)],
 ];
 
 fn indexable(d: &Document) -> nidus_common::Result<()> {
@@ -88,6 +91,12 @@ fn run(steps: &[(i32, Bson)]) -> Result<(), TestCaseError> {
             doc! {"key": {"a": 1}, "name": "a_1"},
             doc! {"key": {"tags": 1}, "name": "tags_1"},
             doc! {"key": {"a": 1, "b.c": -1}, "name": "a_1_b.c_-1"},
+            doc! {"key": {"b.c": 1}, "name": "b.c_1", "sparse": true},
+            // Keyed on `d`, holding only documents whose `a` matches: an update of `a`
+            // alone moves a document in or out.
+            doc! {"key": {"d": 1}, "name": "d_1", "partialFilterExpression": {"a": {"$gt": 0}}},
+            doc! {"key": {"d": 1, "a": -1}, "name": "d_1_a_-1",
+                  "collation": {"locale": "en", "strength": 2}},
         ],
     )
     .expect("indexes");

@@ -20,6 +20,9 @@ pub struct ExpressIxscan {
     /// Named `IDHACK` (the classic `_id` lookup under a write MongoDB's express path does not
     /// take, such as an upsert).
     idhack: bool,
+    /// Returns the record id without the document, which the caller (a write) reads itself;
+    /// the document still counts as examined, as the write examines it.
+    record_ids_only: bool,
 }
 
 impl ExpressIxscan {
@@ -33,6 +36,15 @@ impl ExpressIxscan {
             keys_examined: 0,
             docs_examined: 0,
             idhack: false,
+            record_ids_only: false,
+        }
+    }
+
+    /// The lookup for a write that reads the document itself (see `FindSpec::record_ids_only`).
+    pub fn record_ids_only(self) -> ExpressIxscan {
+        ExpressIxscan {
+            record_ids_only: true,
+            ..self
         }
     }
 
@@ -56,6 +68,10 @@ impl ExpressIxscan {
         let Some(rid) = keys::read_u64(&entry) else {
             return Ok(None);
         };
+        if self.record_ids_only {
+            self.docs_examined += 1;
+            return Ok(Some(Member::rid_only(rid)));
+        }
         let Some(bytes) = snap.get(Space::Records, &keys::with_id(self.coll_id, rid))? else {
             return Ok(None);
         };

@@ -132,6 +132,17 @@ impl Member {
         }
     }
 
+    /// A record id alone (see `FindSpec::record_ids_only`).
+    pub fn rid_only(rid: u64) -> Member {
+        Member {
+            rid: Some(rid),
+            doc: None,
+            key: None,
+            snapshot: None,
+            text_score: None,
+        }
+    }
+
     /// The document; every stage that needs one sits above a stage that provides it.
     pub fn doc(&self) -> Result<&RawDocumentBuf> {
         self.doc
