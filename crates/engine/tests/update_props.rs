@@ -96,7 +96,7 @@ fn run(steps: &[(i32, Bson)]) -> Result<(), TestCaseError> {
             // alone moves a document in or out.
             doc! {"key": {"d": 1}, "name": "d_1", "partialFilterExpression": {"a": {"$gt": 0}}},
             doc! {"key": {"d": 1, "a": -1}, "name": "d_1_a_-1",
-                  "collation": {"locale": "en", "strength": 2}},
+            "collation": {"locale": "en", "strength": 2}},
         ],
     )
     .expect("indexes");
@@ -160,5 +160,63 @@ proptest! {
         steps in proptest::collection::vec((0..DOCS, update()), 1..16)
     ) {
         run(&steps)?;
+    }
+}
+
+/// The index kinds whose keys are not plain values (hashed, `2dsphere`, `2d`, text): after
+/// each update, of an indexed field or of another one, every index equals a rebuild.
+#[test]
+fn updates_keep_hashed_geo_and_text_indexes_equal_to_a_rebuild() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = open(dir.path());
+    let ns = Namespace::new("db", "kinds");
+    e.create_indexes(
+        &ns,
+        &[
+            doc! {"key": {"h": "hashed"}, "name": "h_hashed"},
+            doc! {"key": {"loc": "2dsphere"}, "name": "loc_2dsphere"},
+            doc! {"key": {"p": "2d"}, "name": "p_2d"},
+            doc! {"key": {"t": "text"}, "name": "t_text"},
+        ],
+    )
+    .expect("indexes");
+    let coll = e.ensure_collection(&ns).expect("collection");
+    let raw = RawDocumentBuf::from_document(&doc! {
+        "_id": 1, "h": 1, "loc": {"type": "Point", "coordinates": [1.0, 2.0]},
+        "p": [3.0, 4.0], "t": "quick brown foxes", "other": 0, "language": "english",
+    })
+    .expect("raw");
+    e.insert_one(
+        &coll,
+        &prepare_insert(&raw).expect("prepare"),
+        &WriteOpts::default(),
+    )
+    .expect("insert");
+    let updates = [
+        bson!({"$set": {"other": 1}}),
+        bson!({"$set": {"h": "changed"}}),
+        bson!({"$set": {"loc.coordinates": [5.0, 6.0]}}),
+        bson!({"$set": {"p": [7.0, 8.0]}}),
+        bson!({"$set": {"t": "lazy dogs sleeping"}}),
+        // A text index's keys follow the document's language field too.
+        bson!({"$set": {"language": "spanish"}}),
+        bson!({"$unset": {"loc": "", "p": ""}}),
+        bson!([{"$replaceWith": {"_id": 1, "h": 2, "t": "foxes"}}]),
+    ];
+    for u in &updates {
+        let spec = UpdateSpec {
+            filter: doc! {"_id": 1},
+            update: Update::parse(u, None).expect("parse"),
+            multi: false,
+            upsert: false,
+            sort: None,
+            hint: None,
+        };
+        let outcome = e
+            .update(&coll, &spec, &WriteOpts::default())
+            .expect("update");
+        assert_eq!(outcome.n_modified, 1, "{u}");
+        let report = e.validate(&coll).expect("validate");
+        assert!(report.errors.is_empty(), "after {u}: {:?}", report.errors);
     }
 }
