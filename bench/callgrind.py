@@ -94,16 +94,27 @@ def workloads(client):
                     history.insert_one({"tid": tid, "bid": bid, "aid": aid, "delta": delta},
                                        session=s)
 
+    sales = client["bench"]["sales"]
+
+    def agg_group(n):
+        # bench.py's "$group of sales by a 16-value key": n documents grouped, in
+        # aggregations over the collection's 10,000.
+        for _ in range(max(1, n // 10000)):
+            out = list(sales.aggregate([{"$group": {
+                "_id": "$k", "total": {"$sum": "$v"}, "n": {"$sum": 1}, "avg": {"$avg": "$v"}}}]))
+            if len(out) != 16:
+                raise RuntimeError(f"$group returned {len(out)} groups")
+
     return {"ping": ping, "find_one": find_one, "update_one": update_one,
             "insert_one": insert_one, "insert_many": insert_many, "insert_j1": insert_j1,
-            "insert_j16": insert_j16, "tpcb_txn": tpcb_txn}
+            "insert_j16": insert_j16, "tpcb_txn": tpcb_txn, "agg_group": agg_group}
 
 
 # Seconds left for background work before and after each measured window.
 SETTLE_S = 2.0
 
 # Operations each workload counts per call of its function with n (documents for insert_many).
-UNIT = {"insert_many": "document"}
+UNIT = {"insert_many": "document", "agg_group": "document"}
 
 
 def total_ir(path):
@@ -178,6 +189,8 @@ def main():
         client["bench"]["tellers"].insert_many([{"_id": i, "tbalance": 0} for i in range(10)])
         client["bench"]["branches"].insert_many([{"_id": 0, "bbalance": 0}])
         client["bench"]["history"].insert_one({"warm": 1})
+        client["bench"]["sales"].insert_many(
+            [{"_id": i, "k": i % 16, "v": i % 1000, "s": "x" * 40} for i in range(10000)])
         dumps = 0
         for name, fn in workloads(client).items():
             if name not in args.only.split(","):
