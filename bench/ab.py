@@ -84,6 +84,12 @@ def work(server, name, n, threads=1):
                 with server.client.start_session() as s, s.start_transaction():
                     coll.update_one({"_id": (i + t) % 10000}, {"$inc": {"n": 1}}, session=s)
                     coll.find_one({"_id": (i + t + 1) % 10000}, session=s)
+            elif name == "agg_group":
+                # A $group reading two fields of the 10,000 documents (counted per document).
+                out = list(coll.aggregate([{"$group": {
+                    "_id": {"$mod": ["$k", 16]}, "n": {"$sum": 1}, "avg": {"$avg": "$k"}}}]))
+                if len(out) != 16:
+                    raise RuntimeError(f"$group returned {len(out)} groups")
             elif name == "find_batch":
                 # A find returning 101 documents and its getMore to the end (not inline).
                 list(coll.find({"_id": {"$gte": 0, "$lt": 200}}))
@@ -104,7 +110,8 @@ def main():
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--ops", type=int, default=2000)
     p.add_argument("--only", default="ping,find_one,update_one,insert_one,insert_many",
-                   help="also: insert_j (j:true), txn (a transaction of an update and a "
+                   help="also: agg_group ($group of 10,000 documents, per document), "
+                        "insert_j (j:true), txn (a transaction of an update and a "
                         "find), find_batch (a find and its getMore)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
@@ -116,10 +123,11 @@ def main():
         time.sleep(5)
         for s in servers.values():
             for name in args.only.split(","):
-                work(s, name, 200 if name != "insert_many" else 2)
+                work(s, name, 2 if name in ("insert_many", "agg_group") else 200)
         for name in args.only.split(","):
-            n = args.ops if name != "insert_many" else max(2, args.ops // 200)
-            docs = 1000 if name == "insert_many" else 1
+            n = {"insert_many": max(2, args.ops // 200), "agg_group": max(2, args.ops // 500)
+                 }.get(name, args.ops)
+            docs = {"insert_many": 1000, "agg_group": 10000}.get(name, 1)
             res = {k: [] for k in servers}
             for r in range(args.rounds):
                 for k in (("a", "b") if r % 2 == 0 else ("b", "a")):

@@ -15,6 +15,7 @@
 mod context;
 pub mod explain;
 pub mod optimize;
+mod raw_fields;
 pub mod run;
 mod stream;
 

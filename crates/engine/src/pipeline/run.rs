@@ -175,6 +175,9 @@ impl DocStream for CursorStream {
         let Some(fields) = &self.fields else {
             return Ok(Some(raw.to_document().map_err(decode)?));
         };
+        if let Some(d) = super::raw_fields::select(&raw, fields) {
+            return Ok(Some(d));
+        }
         let mut d = Document::new();
         for element in raw.iter() {
             let (k, v) = element.map_err(decode)?;
