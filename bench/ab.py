@@ -90,6 +90,12 @@ def work(server, name, n, threads=1):
                     "_id": {"$mod": ["$k", 16]}, "n": {"$sum": 1}, "avg": {"$avg": "$k"}}}]))
                 if len(out) != 16:
                     raise RuntimeError(f"$group returned {len(out)} groups")
+            elif name == "agg_full":
+                # The same after an $addFields: the stages read whole documents.
+                out = list(coll.aggregate([{"$addFields": {"m": {"$mod": ["$k", 16]}}},
+                                           {"$group": {"_id": "$m", "n": {"$sum": 1}}}]))
+                if len(out) != 16:
+                    raise RuntimeError(f"$group returned {len(out)} groups")
             elif name == "find_batch":
                 # A find returning 101 documents and its getMore to the end (not inline).
                 list(coll.find({"_id": {"$gte": 0, "$lt": 200}}))
@@ -111,6 +117,7 @@ def main():
     p.add_argument("--ops", type=int, default=2000)
     p.add_argument("--only", default="ping,find_one,update_one,insert_one,insert_many",
                    help="also: agg_group ($group of 10,000 documents, per document), "
+                        "agg_full (the same after an $addFields: whole documents), "
                         "insert_j (j:true), txn (a transaction of an update and a "
                         "find), find_batch (a find and its getMore)")
     p.add_argument("--threads", type=int, default=1)
@@ -123,11 +130,11 @@ def main():
         time.sleep(5)
         for s in servers.values():
             for name in args.only.split(","):
-                work(s, name, 2 if name in ("insert_many", "agg_group") else 200)
+                work(s, name, 2 if name in ("insert_many", "agg_group", "agg_full") else 200)
         for name in args.only.split(","):
-            n = {"insert_many": max(2, args.ops // 200), "agg_group": max(2, args.ops // 500)
-                 }.get(name, args.ops)
-            docs = {"insert_many": 1000, "agg_group": 10000}.get(name, 1)
+            n = {"insert_many": max(2, args.ops // 200), "agg_group": max(2, args.ops // 500),
+                 "agg_full": max(2, args.ops // 500)}.get(name, args.ops)
+            docs = {"insert_many": 1000, "agg_group": 10000, "agg_full": 10000}.get(name, 1)
             res = {k: [] for k in servers}
             for r in range(args.rounds):
                 for k in (("a", "b") if r % 2 == 0 else ("b", "a")):

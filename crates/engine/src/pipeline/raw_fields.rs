@@ -1,20 +1,22 @@
-//! The top-level fields a pipeline reads, taken from a stored document without the `bson`
-//! crate's element iterator: the walk reads each element's type and name, steps over the
-//! values nobody reads by their length, and converts only the wanted ones.
+//! The top-level fields a pipeline reads (all, or those its stages name), taken from a stored
+//! document without the `bson` crate's element iterator: the walk reads each element's type
+//! and name, steps over the values nobody reads by their length, and converts the wanted ones.
 //!
 //! A fast path, not a second BSON reader: it takes documents whose framing is what it
 //! expects (stored documents were validated when they were written) and answers `None` for
 //! anything else, and the caller then converts through `bson` as before (the same document or
-//! the same error). Scalars are converted here; documents, arrays and the rarer types go
-//! through `bson`'s own conversion, so a nested value is exactly what the iterator gives.
+//! the same error). Scalars are converted here; embedded documents, arrays and the rarer
+//! types through `bson`'s own conversion, so a nested value is exactly what the iterator
+//! gives.
 //! A name repeated at the top level keeps the last value at the first one's position, as
 //! `Document::insert` does on the iterator's path.
 
 use bson::oid::ObjectId;
 use bson::{Bson, DateTime, Document, RawDocument, Timestamp};
 
-/// The elements of `raw` named in `fields`, in document order; `None` = use the iterator.
-pub(super) fn select(raw: &RawDocument, fields: &[String]) -> Option<Document> {
+/// The elements of `raw` named in `fields` (all of them for `None`), in document order;
+/// `None` = use the iterator.
+pub(super) fn select(raw: &RawDocument, fields: Option<&[String]>) -> Option<Document> {
     let bytes = raw.as_bytes();
     let end = bytes.len().checked_sub(1)?;
     if bytes.len() < 5 || usize::try_from(i32_at(bytes, 0)?).ok()? != bytes.len() || bytes[end] != 0
@@ -31,7 +33,7 @@ pub(super) fn select(raw: &RawDocument, fields: &[String]) -> Option<Document> {
         let value_start = name_start + name_len + 1;
         let value_len = value_len(bytes, tag, value_start, end)?;
         let value_end = value_start.checked_add(value_len).filter(|&e| e <= end)?;
-        if fields.iter().any(|f| f == name) {
+        if fields.is_none_or(|fields| fields.iter().any(|f| f == name)) {
             out.insert(name, value(tag, &bytes[value_start..value_end])?);
         }
         at = value_end;
@@ -78,7 +80,8 @@ fn value_len(bytes: &[u8], tag: u8, at: usize, end: usize) -> Option<usize> {
     })
 }
 
-/// A value from its bytes: the common scalars here, the rest through `bson`.
+/// A value from its bytes: the common scalars and embedded documents here, the rest through
+/// `bson`.
 fn value(tag: u8, v: &[u8]) -> Option<Bson> {
     let fixed8 = || -> Option<[u8; 8]> { v.try_into().ok() };
     Some(match tag {
@@ -91,6 +94,8 @@ fn value(tag: u8, v: &[u8]) -> Option<Bson> {
             }
             Bson::String(std::str::from_utf8(body).ok()?.to_owned())
         }
+        // As `bson` converts an embedded document, without copying it first.
+        0x03 => Bson::Document(Document::try_from(RawDocument::from_bytes(v).ok()?).ok()?),
         0x07 => Bson::ObjectId(ObjectId::from_bytes(v.try_into().ok()?)),
         0x08 => match v {
             [0] => Bson::Boolean(false),
@@ -132,7 +137,10 @@ mod tests {
     use bson::{doc, Binary, Bson, Document, JavaScriptCodeWithScope, RawDocument, Regex};
 
     /// The iterator's path (`CursorStream` without this fast path).
-    fn by_iterator(raw: &RawDocument, fields: &[String]) -> Option<Document> {
+    fn by_iterator(raw: &RawDocument, fields: Option<&[String]>) -> Option<Document> {
+        let Some(fields) = fields else {
+            return Document::try_from(raw).ok();
+        };
         let mut d = Document::new();
         for element in raw.iter() {
             let (k, v) = element.ok()?;
@@ -172,7 +180,7 @@ mod tests {
         }
     }
 
-    fn assert_same(bytes: &[u8], fields: &[String]) {
+    fn assert_same(bytes: &[u8], fields: Option<&[String]>) {
         let raw = RawDocument::from_bytes(bytes).expect("raw");
         let fast = select(raw, fields).expect("the fast path takes a valid document");
         let slow = by_iterator(raw, fields).expect("iterator");
@@ -190,11 +198,12 @@ mod tests {
         let names: Vec<String> = d.keys().cloned().collect();
         // Each field alone, all of them, none, and names the document does not have.
         for n in &names {
-            assert_same(&bytes, std::slice::from_ref(n));
+            assert_same(&bytes, Some(std::slice::from_ref(n)));
         }
-        assert_same(&bytes, &names);
-        assert_same(&bytes, &[]);
-        assert_same(&bytes, &["missing".to_string(), "doc.a".to_string()]);
+        assert_same(&bytes, Some(&names));
+        assert_same(&bytes, Some(&[]));
+        assert_same(&bytes, Some(&["missing".to_string(), "doc.a".to_string()]));
+        assert_same(&bytes, None);
     }
 
     #[test]
@@ -211,8 +220,9 @@ mod tests {
             vec!["a".to_string()],
             vec!["a".to_string(), "b".to_string()],
         ] {
-            assert_same(&bytes, &fields);
+            assert_same(&bytes, Some(&fields));
         }
+        assert_same(&bytes, None);
     }
 
     #[test]
@@ -227,18 +237,20 @@ mod tests {
                 let len = b.len() as i32;
                 b[..4].copy_from_slice(&len.to_le_bytes());
             }
-            check_agrees_or_bails(&b, &all);
+            check_agrees_or_bails(&b, Some(&all));
+            check_agrees_or_bails(&b, None);
         }
         for i in 4..good.len() {
             for delta in [1u8, 0x7F, 0xFF] {
                 let mut b = good.clone();
                 b[i] = b[i].wrapping_add(delta);
-                check_agrees_or_bails(&b, &all);
+                check_agrees_or_bails(&b, Some(&all));
+                check_agrees_or_bails(&b, None);
             }
         }
     }
 
-    fn check_agrees_or_bails(bytes: &[u8], fields: &[String]) {
+    fn check_agrees_or_bails(bytes: &[u8], fields: Option<&[String]>) {
         let Ok(raw) = RawDocument::from_bytes(bytes) else {
             return;
         };

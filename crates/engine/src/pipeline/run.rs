@@ -172,12 +172,12 @@ impl DocStream for CursorStream {
             return Ok(None);
         };
         let decode = |e: bson::raw::Error| Error::internal(e.to_string());
+        if let Some(d) = super::raw_fields::select(&raw, self.fields.as_deref()) {
+            return Ok(Some(d));
+        }
         let Some(fields) = &self.fields else {
             return Ok(Some(raw.to_document().map_err(decode)?));
         };
-        if let Some(d) = super::raw_fields::select(&raw, fields) {
-            return Ok(Some(d));
-        }
         let mut d = Document::new();
         for element in raw.iter() {
             let (k, v) = element.map_err(decode)?;
