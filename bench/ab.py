@@ -24,7 +24,7 @@ from bench import free_port, wait_until  # noqa: E402
 
 
 class Server:
-    def __init__(self, binary, tmp, name):
+    def __init__(self, binary, tmp, name, docs=10000):
         self.port = free_port()
         path = os.path.join(tmp, name)
         os.makedirs(path)
@@ -38,7 +38,9 @@ class Server:
         wait_until(lambda: self.client.admin.command("ping")["ok"] == 1, 30, name)
         self.ps = psutil.Process(self.proc.pid)
         self.coll = self.client.bench.docs
-        self.coll.insert_many([{"_id": i, "k": i, "s": "x" * 100} for i in range(10000)])
+        for start in range(0, docs, 10000):
+            self.coll.insert_many([{"_id": i, "k": i, "s": "x" * 100}
+                                   for i in range(start, min(docs, start + 10000))])
 
     def cpu(self):
         # Nanoseconds on CPU of every thread (/proc/PID/task/*/schedstat), finer than the
@@ -85,7 +87,7 @@ def work(server, name, n, threads=1):
                     coll.update_one({"_id": (i + t) % 10000}, {"$inc": {"n": 1}}, session=s)
                     coll.find_one({"_id": (i + t + 1) % 10000}, session=s)
             elif name == "agg_group":
-                # A $group reading two fields of the 10,000 documents (counted per document).
+                # A $group reading two fields of the collection (counted per document).
                 out = list(coll.aggregate([{"$group": {
                     "_id": {"$mod": ["$k", 16]}, "n": {"$sum": 1}, "avg": {"$avg": "$k"}}}]))
                 if len(out) != 16:
@@ -121,20 +123,25 @@ def main():
                         "insert_j (j:true), txn (a transaction of an update and a "
                         "find), find_batch (a find and its getMore)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--docs", type=int, default=10000,
+                   help="documents in the collection (agg_group and agg_full read them all; "
+                        "a scan of 32,768 or more may be split between threads)")
     args = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="nidus-ab-")
     servers = {}
     try:
-        servers = {"a": Server(args.a, tmp, "a"), "b": Server(args.b, tmp, "b")}
+        servers = {"a": Server(args.a, tmp, "a", args.docs),
+                   "b": Server(args.b, tmp, "b", args.docs)}
         # A replica-set member is busy for its first seconds (election, initial writes).
         time.sleep(5)
         for s in servers.values():
             for name in args.only.split(","):
                 work(s, name, 2 if name in ("insert_many", "agg_group", "agg_full") else 200)
         for name in args.only.split(","):
-            n = {"insert_many": max(2, args.ops // 200), "agg_group": max(2, args.ops // 500),
-                 "agg_full": max(2, args.ops // 500)}.get(name, args.ops)
-            docs = {"insert_many": 1000, "agg_group": 10000, "agg_full": 10000}.get(name, 1)
+            per_agg = max(2, args.ops * 20 // args.docs)
+            n = {"insert_many": max(2, args.ops // 200), "agg_group": per_agg,
+                 "agg_full": per_agg}.get(name, args.ops)
+            docs = {"insert_many": 1000, "agg_group": args.docs, "agg_full": args.docs}.get(name, 1)
             res = {k: [] for k in servers}
             for r in range(args.rounds):
                 for k in (("a", "b") if r % 2 == 0 else ("b", "a")):

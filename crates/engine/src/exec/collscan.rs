@@ -5,11 +5,16 @@ use nidus_common::{Error, ErrorCode, Result};
 use nidus_query::matcher::Matcher;
 use nidus_storage::{keys, KvRead, Space};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 /// Records read per storage snapshot; between batches the scan "yields" and resumes after
 /// the last RecordId it returned, as MongoDB's collection scan does after a yield.
 const BATCH: usize = 256;
+
+/// The fewest RecordIds a part of a split scan covers: below that, a thread of its own costs
+/// more than it saves.
+const MIN_PART_RECORDS: u64 = 16_384;
 
 /// `COLLSCAN`: the record store in RecordId order (natural order), forward or backward.
 pub struct CollScan {
@@ -32,6 +37,14 @@ pub struct CollScan {
     /// The oplog: the scan reads no entry past its visibility point (a hole below it could
     /// still be filled by a writer that has not committed).
     oplog: Option<Arc<crate::oplog::Oplog>>,
+    /// A part of a split scan reads RecordIds from `range.0` (inclusive) to `range.1`
+    /// (exclusive); None: from the first / to the last.
+    range: (Option<u64>, Option<u64>),
+    /// Documents examined by the parts this scan was split into (each adds its count when
+    /// dropped).
+    parts_examined: Option<Arc<AtomicI64>>,
+    /// A part: where it adds its count of documents examined when dropped.
+    examined_sink: Option<Arc<AtomicI64>>,
 }
 
 impl CollScan {
@@ -58,6 +71,9 @@ impl CollScan {
             capped: false,
             tailable: false,
             oplog: None,
+            range: (None, None),
+            parts_examined: None,
+            examined_sink: None,
         }
     }
 
@@ -96,14 +112,18 @@ impl CollScan {
     fn refill(&mut self) -> Result<()> {
         // The visibility point is read before the snapshot is taken: every entry at or
         // below it committed before it was published.
-        let upper = match &self.oplog {
-            Some(o) => keys::with_id(self.coll_id, o.visible_u64().saturating_add(1)).to_vec(),
-            None => keys::prefix_end(self.coll_id).to_vec(),
+        let upper = match (&self.oplog, self.range.1) {
+            (Some(o), _) => keys::with_id(self.coll_id, o.visible_u64().saturating_add(1)).to_vec(),
+            (None, Some(end)) => keys::with_id(self.coll_id, end).to_vec(),
+            (None, None) => keys::prefix_end(self.coll_id).to_vec(),
         };
         let src = self.src.clone();
         let snap = src.view()?;
         self.check_position(&snap)?;
-        let lower = keys::u64_be(self.coll_id);
+        let lower = match self.range.0 {
+            Some(start) => keys::with_id(self.coll_id, start).to_vec(),
+            None => keys::u64_be(self.coll_id).to_vec(),
+        };
         let mut c = snap.cursor(Space::Records, &lower, &upper);
         match (self.resume, self.forward) {
             (None, true) => c.seek_to_first(),
@@ -132,6 +152,76 @@ impl CollScan {
             self.resume = Some(*rid);
         }
         Ok(())
+    }
+}
+
+impl CollScan {
+    /// Splits a forward scan that has not started into at most `n` scans of consecutive
+    /// RecordId ranges, which together read what this scan would, the first part's records
+    /// first. Only a scan of the latest data or of a read snapshot splits (a transaction's
+    /// reads go through its one storage transaction); nor do capped, tailable or oplog scans,
+    /// whose positions and visibility are bound to one reader. None: it does not split, or
+    /// the collection spans too few RecordIds for two parts.
+    fn split_parts(&mut self, n: usize) -> Option<Vec<CollScan>> {
+        let splittable = self.forward
+            && !self.capped
+            && !self.tailable
+            && self.oplog.is_none()
+            && self.resume.is_none()
+            && self.buffer.is_empty()
+            && !self.exhausted
+            && self.range == (None, None)
+            && self.parts_examined.is_none()
+            && self.examined_sink.is_none()
+            && !matches!(self.src, ReadSource::Txn(_));
+        if !splittable || n < 2 {
+            return None;
+        }
+        let (first, last) = {
+            let snap = self.src.view().ok()?;
+            let lower = keys::u64_be(self.coll_id);
+            let upper = keys::prefix_end(self.coll_id);
+            let mut c = snap.cursor(Space::Records, &lower, &upper);
+            c.seek_to_first();
+            let first = c.valid().then(|| keys::read_u64(&c.key()[8..]))??;
+            c.seek_to_last();
+            let last = c.valid().then(|| keys::read_u64(&c.key()[8..]))??;
+            (first, last)
+        };
+        let span = last.checked_sub(first)?.saturating_add(1);
+        let n = (n as u64).min(span / MIN_PART_RECORDS);
+        if n < 2 {
+            return None;
+        }
+        let shared = Arc::new(AtomicI64::new(0));
+        self.parts_examined = Some(shared.clone());
+        // The first part starts at the beginning and the last has no end, so records
+        // inserted outside [first, last] meanwhile are read as a single scan could.
+        let bound = |i: u64| first + (u128::from(span) * u128::from(i) / u128::from(n)) as u64;
+        Some(
+            (0..n)
+                .map(|i| {
+                    let mut part = CollScan::new(self.src.clone(), self.coll_id, true, None);
+                    part.filter = self.filter.clone();
+                    part.range = ((i > 0).then(|| bound(i)), (i + 1 < n).then(|| bound(i + 1)));
+                    part.examined_sink = Some(shared.clone());
+                    part
+                })
+                .collect(),
+        )
+    }
+
+    fn examined(&self) -> i64 {
+        let parts = self.parts_examined.as_ref();
+        self.docs_examined + parts.map_or(0, |p| p.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for CollScan {
+    fn drop(&mut self) {
+        if let Some(sink) = &self.examined_sink {
+            sink.fetch_add(self.docs_examined, Ordering::Relaxed);
+        }
     }
 }
 
@@ -175,7 +265,17 @@ impl StageImpl for CollScan {
             "direction",
             if self.forward { "forward" } else { "backward" },
         );
-        d.insert("docsExamined", self.docs_examined);
+        d.insert("docsExamined", self.examined());
         d
+    }
+
+    fn split(&mut self, n: usize) -> Option<Vec<Box<dyn StageImpl>>> {
+        let parts = self.split_parts(n)?;
+        Some(
+            parts
+                .into_iter()
+                .map(|p| Box::new(p) as Box<dyn StageImpl>)
+                .collect(),
+        )
     }
 }

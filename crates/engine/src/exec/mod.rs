@@ -186,6 +186,24 @@ pub struct CommonStats {
     pub is_eof: bool,
 }
 
+impl CommonStats {
+    /// Adds the counters of one part of a split stage (see [`StageImpl::split`]), so the
+    /// stage reports what it would have run alone: the parts' end-of-input `work`s count
+    /// once.
+    pub fn absorb_part(&mut self, part: &CommonStats) {
+        self.works += part.works - u64::from(part.is_eof);
+        if part.is_eof && !self.is_eof {
+            self.works += 1;
+            self.is_eof = true;
+        }
+        self.advanced += part.advanced;
+        self.need_time += part.need_time;
+        self.need_yield += part.need_yield;
+        self.save_state += part.save_state;
+        self.restore_state += part.restore_state;
+    }
+}
+
 /// What a concrete stage implements; the wrapper does the counting.
 pub trait StageImpl: Send {
     /// The explain name (`COLLSCAN`, `SORT`, ...).
@@ -227,9 +245,21 @@ pub trait StageImpl: Send {
     fn key_text(&self) -> Option<&str> {
         None
     }
+    /// The plan summary of a leaf that stands for a whole plan of its own (an aggregation's
+    /// output, whose documents come from the pipeline's find plan).
+    fn inner_summary(&self) -> Option<String> {
+        None
+    }
     /// Hears the executor's deadline (stages that check it themselves, such as an
     /// aggregation pipeline's output, whose blocking stages run inside one `work`).
     fn set_deadline(&mut self, _deadline: Option<Instant>) {}
+    /// Splits a stage that has not run into at most `n` stages that together return what it
+    /// would, the first's results first, each runnable on a thread of its own (a parallel
+    /// `$group`). The stage keeps answering its explain counters for all of them. None: it
+    /// does not split.
+    fn split(&mut self, _n: usize) -> Option<Vec<Box<dyn StageImpl>>> {
+        None
+    }
 }
 
 pub struct Stage {
@@ -289,7 +319,9 @@ impl Stage {
 
     fn summary_leaves(&self, out: &mut Vec<String>) {
         let children = self.children();
-        if children.is_empty() {
+        if let (true, Some(inner)) = (children.is_empty(), self.imp.inner_summary()) {
+            out.push(inner);
+        } else if children.is_empty() {
             out.push(match self.imp.key_text() {
                 Some(k) => [self.name(), " ", k].concat(),
                 None => match self.imp.index_fields().0 {
@@ -370,6 +402,27 @@ impl Executor {
             Some(Bson::Int64(n)) => *n,
             _ => 0,
         }
+    }
+
+    /// Splits a plan that has not run into at most `n` executors (see [`StageImpl::split`]);
+    /// only a plan whose root splits does.
+    pub fn split(&mut self, n: usize) -> Option<Vec<Executor>> {
+        if self.root.common.works > 0 || !self.buffered.is_empty() {
+            return None;
+        }
+        let parts = self.root.imp.split(n)?;
+        Some(
+            parts
+                .into_iter()
+                .map(|imp| {
+                    let root = Stage {
+                        imp,
+                        common: CommonStats::default(),
+                    };
+                    Executor::new(root, self.deadline)
+                })
+                .collect(),
+        )
     }
 
     pub fn set_deadline(&mut self, deadline: Option<Instant>) {

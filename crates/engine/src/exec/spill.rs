@@ -157,6 +157,14 @@ impl SpilledRuns {
         Ok(())
     }
 
+    /// Appends another spiller's runs after this one's, with its counts.
+    pub fn extend(&mut self, later: SpilledRuns) {
+        self.runs.extend(later.runs);
+        self.spills += later.spills;
+        self.bytes += later.bytes;
+        self.records += later.records;
+    }
+
     /// `usedDisk`, `spills`, `spilledDataStorageSize` and `spilledRecords` as explain prints
     /// them (counted as written, so taking the runs to merge them changes nothing).
     pub fn stats(&self) -> bson::Document {

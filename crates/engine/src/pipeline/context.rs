@@ -207,6 +207,10 @@ pub struct ExpCtx {
     /// the primary through it (MongoDB's ReplicaSetNodeProcessInterface) and read only
     /// locally. None: they write through `engine`.
     pub primary: Option<Arc<dyn PrimaryWrites>>,
+    /// How many threads a stage may read its input with (a `$group` straight over a
+    /// collection scan splits the scan). 1: everything runs on the command's thread, as
+    /// explain does, so its counters are one plan's.
+    pub parallelism: usize,
     interrupt: Arc<Interrupt>,
 }
 
@@ -242,6 +246,7 @@ impl ExpCtx {
             stats: None,
             hint: None,
             primary: None,
+            parallelism: 1,
             interrupt: Arc::new(Interrupt::default()),
         }
     }

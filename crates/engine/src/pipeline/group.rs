@@ -15,6 +15,7 @@ use nidus_expr::accumulators::{Accumulator, AccumulatorSpec};
 use nidus_expr::Expression;
 use std::any::Any;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 #[derive(Debug, Clone)]
@@ -67,39 +68,19 @@ impl Group {
     }
 
     /// Groups the whole input: in memory, or, past `internalDocumentSourceGroupMaxMemoryBytes`
-    /// with `allowDiskUse`, as runs of partial states sorted by key, merged at the end.
+    /// with `allowDiskUse`, as runs of partial states sorted by key, merged at the end. A
+    /// large collection scan is read by up to `ctx.parallelism` threads (see
+    /// [`Group::run_parts`]).
     fn run(&self, mut input: Stream, ctx: &ExpCtx) -> Result<Stream> {
-        let mut table = Table::default();
-        let mut spiller = Spiller::default();
-        let mut key_bytes = Vec::new();
-        while let Some(doc) = input.next()? {
-            ctx.check_interrupt()?;
-            let mut vars = ctx.variables(&doc);
-            let key = self.id.evaluate(&mut vars)?.unwrap_or(Bson::Null);
-            key_bytes.clear();
-            encode_key(&key, &mut key_bytes)?;
-            let slot = match table.index.get(key_bytes.as_slice()) {
-                Some(i) => *i,
-                None => {
-                    table.memory += bson_bytes(&key) + key_bytes.len() + 64;
-                    let accs = self.create_accumulators(&key, ctx)?;
-                    table.groups.push((key, accs));
-                    table
-                        .index
-                        .insert(key_bytes.clone(), table.groups.len() - 1);
-                    table.groups.len() - 1
-                }
-            };
-            let accs = &mut table.groups[slot].1;
-            for ((spec, _), acc) in self.accumulators.iter().zip(accs.iter_mut()) {
-                let before = acc.mem_usage();
-                acc.process(spec.input(&mut vars)?)?;
-                table.memory += acc.mem_usage().saturating_sub(before) + 8;
-            }
-            if table.memory > ctx.group_max_memory {
-                spiller.spill(ctx, &mut table)?;
-            }
-        }
+        let parts = if ctx.parallelism > 1 && self.parallel_safe() && ctx.allow_disk_use {
+            input.split(ctx.parallelism)
+        } else {
+            None
+        };
+        let (table, mut spiller) = match parts {
+            Some(parts) => self.run_parts(parts, ctx)?,
+            None => self.consume(&mut input, ctx, None)?,
+        };
         if spiller.spilled.runs.is_empty() {
             spiller.report(ctx);
             let mut out = Vec::with_capacity(table.groups.len());
@@ -115,6 +96,7 @@ impl Group {
             return Ok(VecStream::boxed(out));
         }
         // The remainder becomes the last run, so every group merges from disk in key order.
+        let mut table = table;
         if !table.groups.is_empty() {
             spiller.spill(ctx, &mut table)?;
         }
@@ -130,6 +112,161 @@ impl Group {
             merge.heads.push(head);
         }
         Ok(Box::new(merge))
+    }
+
+    /// Groups `input` into a table, spilling it whenever the memory held passes the limit:
+    /// this table's alone, or, for one part of a parallel run, `shared`, what all the parts'
+    /// tables hold (each part publishes its growth in steps, so the sum may pass the limit
+    /// by a step per part before one of them spills).
+    fn consume(
+        &self,
+        input: &mut Stream,
+        ctx: &ExpCtx,
+        shared: Option<&AtomicUsize>,
+    ) -> Result<(Table, Spiller)> {
+        const STEP: usize = 64 * 1024;
+        let mut table = Table::default();
+        let mut spiller = Spiller::default();
+        let mut key_bytes = Vec::new();
+        let mut published = 0usize;
+        while let Some(doc) = input.next()? {
+            ctx.check_interrupt()?;
+            self.add(&mut table, &doc, ctx, &mut key_bytes)?;
+            let held = match shared {
+                None => table.memory,
+                Some(all) if table.memory >= published + STEP => {
+                    let grown = table.memory - published;
+                    published = table.memory;
+                    all.fetch_add(grown, Ordering::Relaxed) + grown
+                }
+                Some(_) => continue,
+            };
+            if held > ctx.group_max_memory {
+                if let Some(all) = shared {
+                    all.fetch_sub(published, Ordering::Relaxed);
+                    published = 0;
+                }
+                spiller.spill(ctx, &mut table)?;
+            }
+        }
+        Ok((table, spiller))
+    }
+
+    /// Adds one document to its group.
+    fn add(
+        &self,
+        table: &mut Table,
+        doc: &Document,
+        ctx: &ExpCtx,
+        key_bytes: &mut Vec<u8>,
+    ) -> Result<()> {
+        let mut vars = ctx.variables(doc);
+        let key = self.id.evaluate(&mut vars)?.unwrap_or(Bson::Null);
+        key_bytes.clear();
+        encode_key(&key, key_bytes)?;
+        let slot = match table.index.get(key_bytes.as_slice()) {
+            Some(i) => *i,
+            None => {
+                table.memory += bson_bytes(&key) + key_bytes.len() + 64;
+                let accs = self.create_accumulators(&key, ctx)?;
+                table.groups.push((key, accs));
+                table
+                    .index
+                    .insert(key_bytes.clone(), table.groups.len() - 1);
+                table.groups.len() - 1
+            }
+        };
+        let accs = &mut table.groups[slot].1;
+        for ((spec, _), acc) in self.accumulators.iter().zip(accs.iter_mut()) {
+            let before = acc.mem_usage();
+            acc.process(spec.input(&mut vars)?)?;
+            table.memory += acc.mem_usage().saturating_sub(before) + 8;
+        }
+        Ok(())
+    }
+
+    /// Whether groups computed over consecutive parts of the input and folded together in
+    /// input order ([`Accumulator::absorb`]) equal the groups of the whole input: the
+    /// accumulators whose state folds exactly. (`$stdDevPop`/`$stdDevSamp` fold through
+    /// rounded moments; the n-valued ones are left to one thread.)
+    fn parallel_safe(&self) -> bool {
+        const FOLDS: &[&str] = &[
+            "$sum",
+            "$avg",
+            "$count",
+            "$min",
+            "$max",
+            "$first",
+            "$last",
+            "$push",
+            "$addToSet",
+            "$mergeObjects",
+        ];
+        self.accumulators
+            .iter()
+            .all(|(spec, _)| FOLDS.contains(&spec.name.as_str()))
+    }
+
+    /// Groups each part on a thread of its own and folds the parts' tables in input order:
+    /// a key's group takes the place and the `_id` spelling of its first appearance, and
+    /// each accumulator absorbs the later parts' states, so the result is the one thread's.
+    /// Parts that spilled hand over their runs, which merge after the earlier parts' (run
+    /// order is input order, as [`GroupMerge`] needs). The first part's error in input
+    /// order is the error.
+    fn run_parts(&self, parts: Vec<Stream>, ctx: &ExpCtx) -> Result<(Table, Spiller)> {
+        let shared = AtomicUsize::new(0);
+        let results: Vec<Result<(Table, Spiller)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = parts
+                .into_iter()
+                .map(|mut part| {
+                    let shared = &shared;
+                    scope.spawn(move || self.consume(&mut part, ctx, Some(shared)))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::internal("a $group worker panicked")))
+                })
+                .collect()
+        });
+        let mut done = Vec::with_capacity(results.len());
+        for result in results {
+            done.push(result?);
+        }
+        // Runs merge in run order as input order: once a part spilled, every part's table
+        // becomes its last run, and the parts' runs go in part order.
+        let spilled = done.iter().any(|(_, s)| !s.spilled.runs.is_empty());
+        let mut table = Table::default();
+        let mut spiller = Spiller::default();
+        for (mut part, mut part_spiller) in done {
+            if spilled {
+                if !part.groups.is_empty() {
+                    part_spiller.spill(ctx, &mut part)?;
+                }
+                spiller.spilled.extend(part_spiller.spilled);
+                continue;
+            }
+            let mut keys = vec![Vec::new(); part.groups.len()];
+            for (k, i) in part.index {
+                keys[i] = k;
+            }
+            for ((key, accs), bytes) in part.groups.into_iter().zip(keys) {
+                match table.index.get(bytes.as_slice()) {
+                    Some(&i) => {
+                        for (acc, later) in table.groups[i].1.iter_mut().zip(accs) {
+                            acc.absorb(later)?;
+                        }
+                    }
+                    None => {
+                        table.groups.push((key, accs));
+                        table.index.insert(bytes, table.groups.len() - 1);
+                    }
+                }
+            }
+        }
+        Ok((table, spiller))
     }
 
     fn create_accumulators(&self, key: &Bson, ctx: &ExpCtx) -> Result<Vec<Box<dyn Accumulator>>> {

@@ -101,6 +101,7 @@ pub fn open(
                 exec: source.exec.clone(),
                 ctx: ctx.clone(),
                 fields: stages.first().and_then(|s| s.input_fields()),
+                whole: None,
             });
             let counted = Box::new(Counted {
                 inner: stream,
@@ -161,6 +162,18 @@ struct CursorStream {
     ctx: ExpCtx,
     /// The only top-level fields the next stage reads (None: all).
     fields: Option<Vec<String>>,
+    /// A part of a split stream: the executor it was split from, which reports the parts'
+    /// counters (explain, the profiler) as its own.
+    whole: Option<Arc<Mutex<Executor>>>,
+}
+
+impl Drop for CursorStream {
+    fn drop(&mut self) {
+        if let Some(whole) = &self.whole {
+            let part = self.exec.lock();
+            whole.lock().root.common.absorb_part(&part.root.common);
+        }
+    }
 }
 
 impl DocStream for CursorStream {
@@ -188,6 +201,23 @@ impl DocStream for CursorStream {
         }
         Ok(Some(d))
     }
+
+    fn split(&mut self, n: usize) -> Option<Vec<super::Stream>> {
+        let parts = self.exec.lock().split(n)?;
+        Some(
+            parts
+                .into_iter()
+                .map(|exec| {
+                    Box::new(CursorStream {
+                        exec: Arc::new(Mutex::new(exec)),
+                        ctx: self.ctx.clone(),
+                        fields: self.fields.clone(),
+                        whole: Some(self.exec.clone()),
+                    }) as super::Stream
+                })
+                .collect(),
+        )
+    }
 }
 
 impl Opened {
@@ -208,6 +238,7 @@ impl Opened {
         let root = PipelineOutput {
             stream: self.stream,
             ctx: self.ctx,
+            cursor: self.cursor.map(|c| c.exec),
         };
         Executor::new(Stage::new(root), deadline)
     }
@@ -242,12 +273,23 @@ impl StageImpl for RawCursorOutput {
     fn set_deadline(&mut self, deadline: Option<Instant>) {
         self.ctx.set_deadline(deadline);
     }
+
+    fn counter(&self, field: &str) -> Option<i64> {
+        Some(self.exec.lock().root.total(field))
+    }
+
+    fn inner_summary(&self) -> Option<String> {
+        Some(self.exec.lock().root.plan_summary())
+    }
 }
 
-/// The last stage of an aggregation as the find layer sees it.
+/// The last stage of an aggregation as the find layer sees it. Its counters (keys and
+/// documents examined) and plan summary are those of the pipeline's find plan, as the
+/// profiler and the slow-query log report an aggregation's.
 struct PipelineOutput {
     stream: Stream,
     ctx: ExpCtx,
+    cursor: Option<Arc<Mutex<Executor>>>,
 }
 
 impl StageImpl for PipelineOutput {
@@ -268,5 +310,13 @@ impl StageImpl for PipelineOutput {
 
     fn set_deadline(&mut self, deadline: Option<Instant>) {
         self.ctx.set_deadline(deadline);
+    }
+
+    fn counter(&self, field: &str) -> Option<i64> {
+        self.cursor.as_ref().map(|c| c.lock().root.total(field))
+    }
+
+    fn inner_summary(&self) -> Option<String> {
+        self.cursor.as_ref().map(|c| c.lock().root.plan_summary())
     }
 }

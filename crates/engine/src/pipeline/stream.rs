@@ -9,6 +9,12 @@ use std::sync::Arc;
 /// A stage's output: `next` returns the next document, or None at the end.
 pub trait DocStream: Send {
     fn next(&mut self) -> Result<Option<Document>>;
+    /// Splits a stream that has returned nothing yet into at most `n` streams that together
+    /// return its documents, the first's before the second's and so on, each readable on a
+    /// thread of its own (a parallel `$group`). None: it does not split; it is unchanged.
+    fn split(&mut self, _n: usize) -> Option<Vec<Stream>> {
+        None
+    }
 }
 
 pub type Stream = Box<dyn DocStream>;
@@ -56,6 +62,21 @@ impl DocStream for Counted {
             self.count.fetch_add(1, Ordering::Relaxed);
         }
         Ok(d)
+    }
+
+    fn split(&mut self, n: usize) -> Option<Vec<Stream>> {
+        let parts = self.inner.split(n)?;
+        Some(
+            parts
+                .into_iter()
+                .map(|inner| {
+                    Box::new(Counted {
+                        inner,
+                        count: self.count.clone(),
+                    }) as Stream
+                })
+                .collect(),
+        )
     }
 }
 

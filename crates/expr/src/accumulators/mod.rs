@@ -33,13 +33,20 @@ use std::fmt;
 pub const MEMORY_LIMIT_BYTES: usize = 100 * 1024 * 1024;
 
 /// The running state of one accumulator for one group.
-pub trait Accumulator: Send + fmt::Debug {
+pub trait Accumulator: Send + fmt::Debug + std::any::Any {
     /// Feeds the value of the accumulator's argument for one document (`None` = missing).
     fn process(&mut self, v: Value) -> Result<()>;
     /// The state as a value that [`Accumulator::merge`] of another instance accepts.
     fn partial(&self) -> Result<Bson>;
     /// Folds in a partial state produced by [`Accumulator::partial`].
     fn merge(&mut self, partial: Bson) -> Result<()>;
+    /// Folds in another instance of the same accumulator that saw the documents after this
+    /// one's (a parallel `$group`'s later partition). By default through
+    /// [`Accumulator::partial`]; an accumulator whose partial state rounds (`$sum`, `$avg`)
+    /// folds its exact state.
+    fn absorb(&mut self, later: Box<dyn Accumulator>) -> Result<()> {
+        self.merge(later.partial()?)
+    }
     /// The group's result.
     fn finalize(&mut self) -> Result<Bson>;
     /// Approximate memory held, in bytes.

@@ -65,8 +65,37 @@ impl Total {
         true
     }
 
+    /// Adds another running sum's exact state (its integers exactly, its double sum with
+    /// its compensation).
+    fn absorb(&mut self, o: &Total) {
+        self.ty = self.ty.max(o.ty);
+        self.count += o.count;
+        self.int += o.int;
+        self.add_double(o.dbl);
+        self.comp += o.comp;
+        if let Some(d) = &o.dec {
+            self.dec = Some(match &self.dec {
+                Some(acc) => decimal::add(acc, d),
+                None => *d,
+            });
+        }
+    }
+
+    /// The doubles' sum: compensated, unless the compensation turned NaN, which an infinite
+    /// input or an overflow to infinity does; then the plain running sum (`dbl`), which is
+    /// what MongoDB's `DoubleDoubleSummation` returns in that case (`$sum` of `[5, Infinity]`
+    /// is Infinity, of `[Infinity, -Infinity]` NaN).
+    fn doubles(&self) -> f64 {
+        let compensated = self.dbl + self.comp;
+        if compensated.is_nan() {
+            self.dbl
+        } else {
+            compensated
+        }
+    }
+
     fn double_value(&self) -> f64 {
-        self.int as f64 + (self.dbl + self.comp)
+        self.int as f64 + self.doubles()
     }
 
     fn decimal_value(&self) -> Decimal128 {
@@ -78,7 +107,7 @@ impl Total {
             };
             acc = decimal::add(&acc, &i);
         }
-        let d = self.dbl + self.comp;
+        let d = self.doubles();
         if d != 0.0 || d.is_nan() {
             acc = decimal::add(&acc, &decimal::from_f64(d, 34));
         }
@@ -152,6 +181,15 @@ impl Accumulator for Sum {
         Ok(())
     }
 
+    fn absorb(&mut self, later: Box<dyn Accumulator>) -> Result<()> {
+        let any: &dyn std::any::Any = &*later;
+        match any.downcast_ref::<Sum>() {
+            Some(o) => self.total.absorb(&o.total),
+            None => self.merge(later.partial()?)?,
+        }
+        Ok(())
+    }
+
     fn finalize(&mut self) -> Result<Bson> {
         Ok(self.total.value())
     }
@@ -200,6 +238,15 @@ impl Accumulator for Avg {
                     self.total.count += count - 1;
                 }
             }
+        }
+        Ok(())
+    }
+
+    fn absorb(&mut self, later: Box<dyn Accumulator>) -> Result<()> {
+        let any: &dyn std::any::Any = &*later;
+        match any.downcast_ref::<Avg>() {
+            Some(o) => self.total.absorb(&o.total),
+            None => self.merge(later.partial()?)?,
         }
         Ok(())
     }

@@ -137,3 +137,109 @@ fn partial_merge() {
         );
     }
 }
+
+/// Infinities and overflow: the compensation turns NaN, the plain sum is the answer
+/// (MongoDB's `DoubleDoubleSummation`), for `$sum` and `$avg` alike, folded or not.
+#[test]
+fn sums_of_infinities() {
+    let inf = f64::INFINITY;
+    let cases: [(&[f64], f64); 6] = [
+        (&[5.0, inf], inf),
+        (&[inf, 5.0], inf),
+        (&[-inf, 1.0, 2.0], -inf),
+        (&[1e308, 1e308], inf),
+        (&[1e308, 1e308, -1e308], inf),
+        (&[0.5, 0.25, 1.0], 1.75),
+    ];
+    for (values, want) in cases {
+        let docs: Vec<Document> = values.iter().map(|v| doc! {"v": *v}).collect();
+        assert_eq!(
+            run(bson!({"$sum": "$v"}), &docs).expect("sum"),
+            bson!(want),
+            "{values:?}"
+        );
+        let avg = run(bson!({"$avg": "$v"}), &docs).expect("avg");
+        assert_eq!(avg, bson!(want / values.len() as f64), "{values:?}");
+    }
+    for values in [&[inf, -inf][..], &[f64::NAN, 1.0]] {
+        let docs: Vec<Document> = values.iter().map(|v| doc! {"v": *v}).collect();
+        let sum = run(bson!({"$sum": "$v"}), &docs).expect("sum");
+        assert!(
+            matches!(sum, Bson::Double(d) if d.is_nan()),
+            "{values:?}: {sum}"
+        );
+    }
+}
+
+/// A state folded from consecutive parts of the input (a parallel `$group`) finalizes as
+/// the state of the whole input, for every accumulator that folds exactly.
+#[test]
+fn absorb_equals_one_pass() {
+    let ctx = ParseContext::new();
+    let key = doc! {};
+    let mut docs: Vec<Document> = (0..40i64)
+        .map(|i| match i % 5 {
+            0 => doc! {"v": i},
+            1 => doc! {"v": (i as f64) * 0.1},
+            2 => doc! {"v": i64::MAX - i},
+            3 => doc! {"v": {"a": i % 3, "b": i}},
+            _ => doc! {"w": i},
+        })
+        .collect();
+    docs.push(doc! {"v": bson::Decimal128::from_bytes([1; 16])});
+    // A later part whose sum rounds on its own: 1e16 + 1 is not a double, so only a fold of
+    // the exact state (not of the rounded partial value) gives the whole input's 1e16 + 2.
+    let rounding: Vec<Document> = [1.0, 1e16, 1.0].iter().map(|v| doc! {"v": *v}).collect();
+    for name in ["$sum", "$avg"] {
+        let spec = AccumulatorSpec::parse_field("f", &bson!({name: "$v"}), &ctx).expect("spec");
+        let fed = |part: &[Document]| {
+            let mut acc = spec.create(&mut Variables::for_doc(&key)).expect("acc");
+            for d in part {
+                acc.process(spec.input(&mut Variables::for_doc(d)).expect("input"))
+                    .expect("process");
+            }
+            acc
+        };
+        let mut first = fed(&rounding[..1]);
+        first.absorb(fed(&rounding[1..])).expect("absorb");
+        let want = if name == "$sum" {
+            1e16 + 2.0
+        } else {
+            (1e16 + 2.0) / 3.0
+        };
+        assert_eq!(first.finalize().expect("finalize"), bson!(want), "{name}");
+    }
+    for name in [
+        "$sum",
+        "$avg",
+        "$min",
+        "$max",
+        "$first",
+        "$last",
+        "$push",
+        "$addToSet",
+    ] {
+        let spec = AccumulatorSpec::parse_field("f", &bson!({name: "$v"}), &ctx).expect("spec");
+        let create = || spec.create(&mut Variables::for_doc(&key)).expect("acc");
+        let feed = |acc: &mut Box<dyn super::Accumulator>, part: &[Document]| {
+            for d in part {
+                acc.process(spec.input(&mut Variables::for_doc(d)).expect("input"))
+                    .expect("process");
+            }
+        };
+        let mut whole = create();
+        feed(&mut whole, &docs);
+        let want = whole.finalize().expect("finalize");
+        for cut in [1, 13, 27, 40] {
+            let (mut first, mut later) = (create(), create());
+            feed(&mut first, &docs[..cut]);
+            feed(&mut later, &docs[cut..]);
+            first.absorb(later).expect("absorb");
+            assert_eq!(
+                first.finalize().expect("finalize"),
+                want,
+                "{name} cut at {cut}"
+            );
+        }
+    }
+}

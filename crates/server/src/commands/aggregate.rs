@@ -168,6 +168,10 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
     exp.lookup_max_memory =
         limit("internalQuerySlotBasedExecutionHashLookupApproxMemoryUseInBytesBeforeSpill");
     exp.collation = ctx.opt_document("collation")?;
+    // Explain runs on one thread: its counters and spills are those of MongoDB's plan.
+    if !explain && !in_explain {
+        exp.parallelism = cores();
+    }
     exp.set_deadline(ctx.deadline);
     exp.hint = super::find::hint(ctx)?;
     if let Some(repl) = ctx.state.repl.as_ref().filter(|r| !r.writable()) {
@@ -255,4 +259,10 @@ fn starts_with(ctx: &Ctx, stage: &str) -> bool {
         .and_then(|p| p.first())
         .and_then(Bson::as_document)
         .is_some_and(|d| d.contains_key(stage))
+}
+
+/// The cores this process may run on (read once: the call reads cgroup files).
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
