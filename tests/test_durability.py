@@ -37,9 +37,29 @@ def _insert_until_killed(srv, acked: list, stop: threading.Event, errors: list, 
         c.close()
 
 
-@pytest.mark.parametrize("rounds", [3])
-def test_sigkill_loses_no_acknowledged_write(start_nidus, tmp_path, rounds):
-    srv = start_nidus(dbpath=tmp_path / "dur")
+def _wait_writable(srv, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    with srv.client() as c:
+        while time.monotonic() < deadline:
+            if c.admin.command("hello").get("isWritablePrimary"):
+                return
+            time.sleep(0.1)
+    raise AssertionError("the member did not become primary again")
+
+
+# "initiated": a one-member replica set with Raft, where a j:true write is journaled by the
+# synced Raft append of its oplog entry, and the Raft commit and applied indexes are written
+# without syncs of their own (a restart after SIGKILL must recover from whatever of them the
+# WAL kept).
+@pytest.mark.parametrize("rounds,initiated", [(3, False), (2, True)])
+def test_sigkill_loses_no_acknowledged_write(start_nidus, tmp_path, rounds, initiated):
+    extra = ["--replSet", "dur"] if initiated else None
+    srv = start_nidus(dbpath=tmp_path / "dur", extra_args=extra)
+    if initiated:
+        with srv.client() as c:
+            c.admin.command("replSetInitiate", {
+                "_id": "dur", "members": [{"_id": 0, "host": f"127.0.0.1:{srv.port}"}]})
+        _wait_writable(srv)
     all_acked: list[int] = []
     for rnd in range(rounds):
         acked: list[int] = []
@@ -60,6 +80,8 @@ def test_sigkill_loses_no_acknowledged_write(start_nidus, tmp_path, rounds):
         assert len(acked) > 50, f"round {rnd}: only {len(acked)} acknowledged writes in the window (too slow?)"
         all_acked.extend(acked)
         srv.restart()
+        if initiated:
+            _wait_writable(srv)
         with srv.client() as c:
             present = {d["_id"] for d in c.dur.c.find({}, {"_id": 1})}
             missing = [x for x in all_acked if x not in present]
@@ -68,6 +90,12 @@ def test_sigkill_loses_no_acknowledged_write(start_nidus, tmp_path, rounds):
             # indexes and catalog survive crashes too, and the server accepts writes again
             assert c.dur.c.count_documents({}) == len(present)
             c.dur.c.insert_one({"_id": f"after-{rnd}"}, )
+            if initiated:
+                # The oplog holds every acknowledged write once, and the member's Raft state
+                # came back (it is the primary of its set again).
+                ops = c.local.oplog.rs.count_documents({"ns": "dur.c", "op": "i"})
+                assert ops >= len(all_acked) + rnd + 1
+                assert c.admin.command("replSetGetStatus")["myState"] == 1
     assert not srv.panics()
 
 

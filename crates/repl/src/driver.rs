@@ -1190,6 +1190,7 @@ impl Driver {
             election_optime: self.election_optime,
             applied: self.applied,
             durable: self.durable.max_by_ts(self.applied),
+            logged: self.durable,
             committed: self.applied,
             progress,
             member_ts,

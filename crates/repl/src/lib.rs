@@ -61,6 +61,10 @@ pub struct View {
     pub election_optime: OpTime,
     pub applied: OpTime,
     pub durable: OpTime,
+    /// The newest entry this member's own Raft log holds durably (its append was synced;
+    /// `durable` also counts applied entries, which a majority of other members may have
+    /// made durable first).
+    pub logged: OpTime,
     pub committed: OpTime,
     /// On the primary: each member's replicated index and whether it was heard from lately.
     pub progress: BTreeMap<u64, (u64, bool)>,
@@ -85,6 +89,7 @@ impl View {
             election_optime: OpTime::default(),
             applied: OpTime::default(),
             durable: OpTime::default(),
+            logged: OpTime::default(),
             committed: OpTime::default(),
             progress: BTreeMap::new(),
             member_ts: BTreeMap::new(),
@@ -313,6 +318,41 @@ impl Coordinator {
                 .filter(|m| m.votes > 0 && m.build_indexes)
                 .count()
         })
+    }
+
+    /// Waits, at most `max_wait`, until this member's Raft log holds the entry at `ts`
+    /// durably: its append was synced, and with it the WAL's earlier writes, among them the
+    /// write that made the entry. True: the write is journaled (a `j: true` write concern
+    /// needs no WAL sync of its own). False on a member that does not replicate its writes
+    /// through Raft (the implicit set, not the primary) or when the wait runs out.
+    pub fn wait_durable(&self, ts: bson::Timestamp, max_wait: Duration) -> bool {
+        if self.implicit() {
+            return false;
+        }
+        let target = ((ts.time as u64) << 32) | ts.increment as u64;
+        let until = Instant::now() + max_wait;
+        loop {
+            let seen = *self.progress.lock();
+            {
+                let v = self.view.read();
+                if v.state != MemberState::Primary || self.stopping.load(Ordering::SeqCst) {
+                    return false;
+                }
+                let logged = ((v.logged.ts.time as u64) << 32) | v.logged.ts.increment as u64;
+                if logged >= target {
+                    return true;
+                }
+            }
+            let mut g = self.progress.lock();
+            if *g != seen {
+                continue;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return false;
+            }
+            self.progress_changed.wait_for(&mut g, until - now);
+        }
     }
 
     /// Waits until the entry at `ts` is majority-committed (`majority`) or held by `nodes`

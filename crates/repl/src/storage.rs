@@ -2,8 +2,14 @@
 //! kept under the `raft\0` prefix of the catalog keyspace of the member's own RocksDB.
 //!
 //! Every change is one storage transaction followed by a WAL sync, so what Raft is told is
-//! persisted (votes, terms, appended entries) survives a crash before any message that relies
-//! on it is sent.
+//! persisted (votes, terms, appended entries, configurations) survives a crash before any
+//! message that relies on it is sent. Two records are written without a sync of their own, as
+//! Raft allows (raft-rs' `Ready::must_sync` is false for them): a newer commit index alone and
+//! the applied index of entries that changed no configuration. RocksDB recovers a prefix of
+//! its WAL, so the next synced write makes them durable, and a crash loses at most the newest
+//! ones: Raft learns the commit index again from the leader, and entries after the recovered
+//! applied index are applied again (start-up raises a stored commit index below the applied
+//! one).
 //!
 //! Compaction: a member deletes the log up to an index it applied once the log is over its
 //! size bound (`raftLogMaxSizeBytes`, by default the oplog's `--oplogSizeMB`), keeping the
@@ -255,6 +261,12 @@ impl LogStore {
         self.kv.sync_wal().map_err(kv_err)
     }
 
+    /// Commits without a WAL sync: only for what Raft may lose in a crash (see the module
+    /// documentation).
+    fn commit_unsynced(&self, txn: Box<dyn KvTxn>) -> raft::Result<()> {
+        txn.commit().map_err(kv_err)
+    }
+
     /// Starts a set on this member: the snapshot at index 1 holds the first configuration
     /// (`data`) and its voters and learners, so members that join later start from it.
     pub fn bootstrap(
@@ -325,7 +337,11 @@ impl LogStore {
             txn.put(Space::Catalog, CONF_STATE, &encode(cs)?)
                 .map_err(kv_err)?;
         }
-        self.commit(txn)?;
+        if config.is_none() && conf_state.is_none() {
+            self.commit_unsynced(txn)?;
+        } else {
+            self.commit(txn)?;
+        }
         let mut cache = self.cache.write();
         if let Some(cs) = conf_state {
             cache.conf_state = cs.clone();
@@ -500,6 +516,15 @@ impl LogStore {
 
     /// Appends entries (replacing any conflicting suffix) and saves the hard state, durably.
     pub fn append(&self, entries: &[Entry], hard_state: Option<&HardState>) -> raft::Result<()> {
+        self.write_log(entries, hard_state, true)
+    }
+
+    fn write_log(
+        &self,
+        entries: &[Entry],
+        hard_state: Option<&HardState>,
+        sync: bool,
+    ) -> raft::Result<()> {
         let mut cache = self.cache.write();
         let mut txn = self.kv.begin();
         let mut last = cache.last_index;
@@ -535,7 +560,11 @@ impl LogStore {
             txn.put(Space::Catalog, HARD_STATE, &encode(hs)?)
                 .map_err(kv_err)?;
         }
-        self.commit(txn)?;
+        if sync {
+            self.commit(txn)?;
+        } else {
+            self.commit_unsynced(txn)?;
+        }
         cache.last_index = last;
         cache.log_bytes = cache.log_bytes.saturating_sub(removed) + added;
         if let Some(hs) = hard_state {
@@ -544,14 +573,14 @@ impl LogStore {
         Ok(())
     }
 
-    /// Saves a newer commit index (from a light ready).
+    /// Saves a newer commit index (from a light ready), without a sync of its own.
     pub fn set_commit(&self, commit: u64) -> raft::Result<()> {
         let mut hs = self.cache.read().hard_state.clone();
         if hs.commit >= commit {
             return Ok(());
         }
         hs.commit = commit;
-        self.append(&[], Some(&hs))
+        self.write_log(&[], Some(&hs), false)
     }
 
     /// One log entry, when it is in the log.

@@ -773,7 +773,15 @@ fn run_handler(
         }
     }
     if write_concern.journal {
-        state.engine.sync()?;
+        // On a primary the Raft log's synced append of the write's oplog entry journals the
+        // write with it (one WAL): wait for that instead of a second sync.
+        let journaled = match (state.repl.as_ref(), last_write) {
+            (Some(repl), Some(ts)) => repl.wait_durable(ts, Duration::from_secs(1)),
+            _ => false,
+        };
+        if !journaled {
+            state.engine.sync()?;
+        }
     }
     if let Some(wce) = repl_set::wait_for_write_concern(state, &write_concern, last_write, deadline)
     {
