@@ -26,9 +26,11 @@ import threading
 import time
 
 import pymongo
+from bson.codec_options import CodecOptions
+from bson.raw_bson import RawBSONDocument
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import free_port, wait_until  # noqa: E402
+from bench import free_port, sale, wait_until  # noqa: E402
 
 
 def workloads(client):
@@ -105,16 +107,35 @@ def workloads(client):
             if len(out) != 16:
                 raise RuntimeError(f"$group returned {len(out)} groups")
 
+    spill = client["bench"].get_collection(
+        "spill", codec_options=CodecOptions(document_class=RawBSONDocument))
+
+    def sort_spill(n):
+        # bench.py's "$sort of sales beyond the memory limit": n documents sorted, in
+        # aggregations over SPILL_SALES documents with a tenth of bench.py's memory limit for a
+        # tenth of its documents (two spilled runs and a remainder in memory, as there).
+        for _ in range(max(1, n // SPILL_SALES)):
+            got = sum(1 for _ in spill.aggregate([{"$sort": {"r": 1}}], allowDiskUse=True,
+                                                 batchSize=10_000))
+            if got != SPILL_SALES:
+                raise RuntimeError(f"$sort returned {got} documents")
+
     return {"ping": ping, "find_one": find_one, "update_one": update_one,
             "insert_one": insert_one, "insert_many": insert_many, "insert_j1": insert_j1,
-            "insert_j16": insert_j16, "tpcb_txn": tpcb_txn, "agg_group": agg_group}
+            "insert_j16": insert_j16, "tpcb_txn": tpcb_txn, "agg_group": agg_group,
+            "sort_spill": sort_spill}
+
+
+# The spilling sort's collection (bench.py's `sale` documents) and sort memory limit.
+SPILL_SALES = 100_000
+SPILL_MEMORY = 32 * 2**20 // 10
 
 
 # Seconds left for background work before and after each measured window.
 SETTLE_S = 2.0
 
 # Operations each workload counts per call of its function with n (documents for insert_many).
-UNIT = {"insert_many": "document", "agg_group": "document"}
+UNIT = {"insert_many": "document", "agg_group": "document", "sort_spill": "document"}
 
 
 def total_ir(path):
@@ -191,6 +212,12 @@ def main():
         client["bench"]["history"].insert_one({"warm": 1})
         client["bench"]["sales"].insert_many(
             [{"_id": i, "k": i % 16, "v": i % 1000, "s": "x" * 40} for i in range(10000)])
+        if "sort_spill" in args.only.split(","):
+            for start in range(0, SPILL_SALES, 10_000):
+                client["bench"]["spill"].insert_many(
+                    [sale(i, 1_000) for i in range(start, start + 10_000)])
+            client.admin.command({"setParameter": 1,
+                                  "internalQueryMaxBlockingSortMemoryUsageBytes": SPILL_MEMORY})
         dumps = 0
         for name, fn in workloads(client).items():
             if name not in args.only.split(","):

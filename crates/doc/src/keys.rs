@@ -6,7 +6,7 @@
 
 use crate::collation::Collation;
 use crate::compare::{cmp_raw_with, values_equal_bson};
-use crate::path::{array_index, walk, FieldPath};
+use crate::path::{array_index, top_level_value, walk, FieldPath};
 use bson::{Bson, RawBsonRef, RawDocument};
 use nidus_common::{Error, ErrorCode, Result};
 
@@ -49,6 +49,16 @@ pub fn sort_key_value_with<'a>(
     descending: bool,
     collation: Option<&Collation>,
 ) -> RawBsonRef<'a> {
+    // A top-level field holding no array: its value alone is the key (missing: null).
+    if path.len() == 1 {
+        if let Some(found) = path
+            .parts()
+            .next()
+            .and_then(|name| top_level_value(doc, name))
+        {
+            return found.unwrap_or(RawBsonRef::Null);
+        }
+    }
     let vals = path_key_values(doc, path);
     let pick = if descending {
         vals.into_iter()

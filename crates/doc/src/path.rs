@@ -232,6 +232,106 @@ impl<'a> Walker<'_, 'a> {
     }
 }
 
+/// The first top-level element named `name`, as `RawDocument::get` finds it, read straight
+/// from the document's bytes (the element iterator's per-element checks and conversions were
+/// most of a sort key's cost). `Some(None)`: no such field; `None`: this walk does not answer
+/// (the value is an array or a rarer type, or the framing is not what it expects, even if
+/// `get` would read past it), and the caller takes the general way. Keys before the match
+/// are checked to be UTF-8, as the iterator checks them; the matched value is converted as
+/// `get` converts it.
+pub fn top_level_value<'a>(doc: &'a RawDocument, name: &str) -> Option<Option<RawBsonRef<'a>>> {
+    let bytes = doc.as_bytes();
+    // A RawDocument's length prefix equals its byte length and it ends with NUL.
+    let end = bytes.len().checked_sub(1)?;
+    let mut at = 4usize;
+    loop {
+        let tag = *bytes.get(at)?;
+        if tag == 0 {
+            return (at == end).then_some(None);
+        }
+        let key_start = at + 1;
+        let key_len = bytes.get(key_start..end)?.iter().position(|&b| b == 0)?;
+        let key = &bytes[key_start..key_start + key_len];
+        if !key.is_ascii() {
+            std::str::from_utf8(key).ok()?;
+        }
+        let v = key_start + key_len + 1;
+        let len = value_len(bytes, tag, v, end)?;
+        if key == name.as_bytes() {
+            return scalar(tag, bytes.get(v..v + len)?).map(Some);
+        }
+        at = v + len;
+    }
+}
+
+fn i32_at(bytes: &[u8], at: usize) -> Option<i32> {
+    Some(i32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// How many bytes the value of type `tag` at `at` takes; None for types this walk leaves to
+/// the element iterator, or a value running past `end`.
+fn value_len(bytes: &[u8], tag: u8, at: usize, end: usize) -> Option<usize> {
+    let len = match tag {
+        0x06 | 0x0A | 0x7F | 0xFF => 0,
+        0x08 => 1,
+        0x10 => 4,
+        0x01 | 0x09 | 0x11 | 0x12 => 8,
+        0x07 => 12,
+        0x13 => 16,
+        // A string: its length (terminator included, at least 1), then its bytes.
+        0x02 => {
+            4 + usize::try_from(i32_at(bytes, at)?)
+                .ok()
+                .filter(|&n| n >= 1)?
+        }
+        // A document or array: its length (at least the 5 of an empty one) counts itself.
+        0x03 | 0x04 => usize::try_from(i32_at(bytes, at)?)
+            .ok()
+            .filter(|&n| n >= 5)?,
+        // Binary: length, subtype, bytes.
+        0x05 => 5 + usize::try_from(i32_at(bytes, at)?).ok()?,
+        _ => return None,
+    };
+    (at.checked_add(len)? <= end).then_some(len)
+}
+
+/// A scalar or document value from its bytes, as the element iterator converts it; None for
+/// what is left to it (arrays, binary data).
+fn scalar(tag: u8, v: &[u8]) -> Option<RawBsonRef<'_>> {
+    let u64_at = |i: usize| -> Option<[u8; 8]> { v.get(i..i + 8)?.try_into().ok() };
+    Some(match tag {
+        0x01 => RawBsonRef::Double(f64::from_le_bytes(u64_at(0)?)),
+        0x02 => {
+            let (last, s) = v.get(4..)?.split_last()?;
+            if *last != 0 {
+                return None;
+            }
+            RawBsonRef::String(std::str::from_utf8(s).ok()?)
+        }
+        0x03 => RawBsonRef::Document(RawDocument::from_bytes(v).ok()?),
+        0x06 => RawBsonRef::Undefined,
+        0x07 => RawBsonRef::ObjectId(bson::oid::ObjectId::from_bytes(v.try_into().ok()?)),
+        0x08 => match v.first()? {
+            0 => RawBsonRef::Boolean(false),
+            1 => RawBsonRef::Boolean(true),
+            _ => return None,
+        },
+        0x09 => RawBsonRef::DateTime(bson::DateTime::from_millis(i64::from_le_bytes(u64_at(0)?))),
+        0x0A => RawBsonRef::Null,
+        0x10 => RawBsonRef::Int32(i32_at(v, 0)?),
+        0x11 => {
+            let increment = u32::from_le_bytes(v.get(0..4)?.try_into().ok()?);
+            let time = u32::from_le_bytes(v.get(4..8)?.try_into().ok()?);
+            RawBsonRef::Timestamp(bson::Timestamp { time, increment })
+        }
+        0x12 => RawBsonRef::Int64(i64::from_le_bytes(u64_at(0)?)),
+        0x13 => RawBsonRef::Decimal128(bson::Decimal128::from_bytes(v.try_into().ok()?)),
+        0x7F => RawBsonRef::MaxKey,
+        0xFF => RawBsonRef::MinKey,
+        _ => return None,
+    })
+}
+
 /// The value at a dotted path without implicit array traversal: numeric components index
 /// arrays, other components only look into documents.
 pub fn get_path_raw<'a>(doc: &'a RawDocument, path: &str) -> Option<RawBsonRef<'a>> {
@@ -270,6 +370,58 @@ pub fn set_path(doc: &mut bson::Document, path: &str, value: bson::Bson) {
 mod tests {
     use super::*;
     use bson::{rawdoc, Bson, RawDocumentBuf};
+
+    #[test]
+    fn top_level_values_are_what_get_finds() {
+        let d = bson::doc! {
+            "d": 1.5, "s": "é\u{0}x", "e": "", "o": {"x": [1]}, "a": [1, 2], "b": true,
+            "f": false, "u": Bson::Undefined, "n": null, "i": -3, "l": 1i64 << 40,
+            "oid": bson::oid::ObjectId::new(), "t": bson::DateTime::from_millis(-5),
+            "ts": bson::Timestamp { time: 3, increment: 4 },
+            "dec": bson::Decimal128::from_bytes([7; 16]), "min": Bson::MinKey, "max": Bson::MaxKey,
+            "bin": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![1] },
+            "re": bson::Regex { pattern: "x".into(), options: "".into() },
+            "last": "z",
+        };
+        let raw = RawDocumentBuf::from_document(&d).unwrap();
+        let mut answered = 0;
+        for k in d.keys().map(String::as_str).chain(["missing", "", "x"]) {
+            let expected = raw.get(k).unwrap();
+            match top_level_value(&raw, k) {
+                Some(got) => {
+                    answered += 1;
+                    assert_eq!(got, expected, "{k}");
+                }
+                // What the walk leaves to the iterator: arrays, binary data, and anything at
+                // or past the regular expression it does not step over.
+                None => assert!(
+                    ["a", "bin", "re", "last", "missing", "", "x"].contains(&k),
+                    "{k}"
+                ),
+            }
+        }
+        assert_eq!(answered, 16);
+        // The first of a repeated name, as `get`; a missing field.
+        let mut twice = RawDocumentBuf::new();
+        twice.append("i", 1);
+        twice.append("j", "x");
+        twice.append("i", 2);
+        assert_eq!(
+            top_level_value(&twice, "i"),
+            Some(Some(RawBsonRef::Int32(1)))
+        );
+        assert_eq!(top_level_value(&twice, "k"), Some(None));
+        assert_eq!(top_level_value(&RawDocumentBuf::new(), "k"), Some(None));
+        // Truncated or inconsistent framing: no answer, never a panic.
+        let bytes = raw.as_bytes();
+        for cut in 5..bytes.len() {
+            let mut b = bytes[..cut].to_vec();
+            b[..4].copy_from_slice(&(cut as i32).to_le_bytes());
+            if let Ok(doc) = RawDocument::from_bytes(&b) {
+                let _ = top_level_value(doc, "last");
+            }
+        }
+    }
 
     fn values(
         doc: &RawDocumentBuf,

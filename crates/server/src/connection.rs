@@ -884,7 +884,7 @@ fn execute(
                 || !out.send(nidus_wire::encode_reply(
                     next_request_id(),
                     request_id,
-                    &reply.body,
+                    &reply.full_body(),
                 ))
         }
     };
@@ -934,7 +934,14 @@ fn run_msg(
             || (hello_stream && reply.body.get_f64("ok").unwrap_or(0.0) == 1.0);
         let id = next_request_id();
         let flags = if more { nidus_wire::MORE_TO_COME } else { 0 };
-        let frame = nidus_wire::encode_msg(id, response_to, flags, &reply.body, compressor);
+        let frame = nidus_wire::encode_msg_with_batch(
+            id,
+            response_to,
+            flags,
+            &reply.body,
+            &reply.batch,
+            compressor,
+        );
         if !out.send(frame) {
             return true;
         }
@@ -1041,6 +1048,7 @@ fn legacy_query(state: &ServerState, conn: &mut ConnState, q: nidus_wire::OpQuer
 fn legacy_error(msg: &str) -> Reply {
     Reply {
         body: doc! { "$err": msg, "errmsg": msg, "code": 352, "codeName": "UnsupportedOpQueryCommand", "ok": 0.0 },
+        batch: Vec::new(),
         close_connection: false,
     }
 }

@@ -18,10 +18,11 @@ pub use compression::{compress, decompress, wrap_compressed, Compressor};
 pub use error::WireError;
 pub use header::{check_length, MsgHeader, OP_COMPRESSED, OP_MSG, OP_QUERY, OP_REPLY};
 pub use msg::{
-    encode_msg, encode_msg_request, OpMsg, CHECKSUM_PRESENT, EXHAUST_ALLOWED, MORE_TO_COME,
+    encode_msg, encode_msg_request, encode_msg_with_batch, OpMsg, CHECKSUM_PRESENT,
+    EXHAUST_ALLOWED, MORE_TO_COME,
 };
 pub use query::{encode_query_request, encode_reply, OpQuery};
-pub use reader::{MAX_BSON_DEPTH, MAX_INTERNAL_OBJECT_SIZE};
+pub use reader::{with_batch, MAX_BSON_DEPTH, MAX_INTERNAL_OBJECT_SIZE};
 
 /// Largest user document (`maxBsonObjectSize` in `hello`).
 pub const MAX_BSON_OBJECT_SIZE: usize = 16 * 1024 * 1024;

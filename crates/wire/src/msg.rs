@@ -7,7 +7,7 @@
 
 use crate::compression::frame;
 use crate::header::{MsgHeader, OP_MSG};
-use crate::reader::{document_bytes, Reader};
+use crate::reader::{document_bytes, reply_bytes, Reader};
 use crate::HEADER_LEN;
 use crate::{Compressor, WireError};
 use bson::{Bson, Document, RawDocumentBuf};
@@ -228,9 +228,23 @@ pub fn encode_msg(
     body: &Document,
     compressor: Option<Compressor>,
 ) -> Vec<u8> {
+    encode_msg_with_batch(request_id, response_to, flags, body, &[], compressor)
+}
+
+/// `encode_msg` of a cursor reply whose documents are passed as they are: a non-empty
+/// `batch` is written as the body's `cursor.firstBatch`/`cursor.nextBatch`, which `body`
+/// holds as an empty array.
+pub fn encode_msg_with_batch(
+    request_id: i32,
+    response_to: i32,
+    flags: u32,
+    body: &Document,
+    batch: &[RawDocumentBuf],
+    compressor: Option<Compressor>,
+) -> Vec<u8> {
     let mut payload = flags.to_le_bytes().to_vec();
     payload.push(SECTION_BODY);
-    payload.extend_from_slice(&document_bytes(body));
+    payload.extend_from_slice(&reply_bytes(body, batch));
     let message = finish(
         request_id,
         response_to,

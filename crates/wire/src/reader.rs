@@ -4,7 +4,7 @@
 //! unchecked client-supplied length.
 
 use crate::{WireError, MAX_BSON_OBJECT_SIZE};
-use bson::{RawArray, RawBsonRef, RawDocument};
+use bson::{RawArray, RawBsonRef, RawDocument, RawDocumentBuf};
 
 /// MongoDB's `BSONObjMaxInternalSize`: the user limit plus 16 KiB headroom for command
 /// wrappers.
@@ -253,6 +253,30 @@ fn write_element(out: &mut Vec<u8>, key: &str, v: &bson::Bson) -> Result<(), ()>
     Ok(())
 }
 
+/// `doc` with `batch` converted into its `cursor.firstBatch`/`cursor.nextBatch` (the
+/// first one present), as `reply_bytes` writes it.
+pub fn with_batch(doc: &bson::Document, batch: &[RawDocumentBuf]) -> bson::Document {
+    use bson::Bson;
+    let mut doc = doc.clone();
+    if let Ok(cursor) = doc.get_document_mut("cursor") {
+        let field = ["firstBatch", "nextBatch"]
+            .into_iter()
+            .find(|f| cursor.contains_key(*f));
+        if let Some(field) = field {
+            let docs = batch
+                .iter()
+                .map(|d| {
+                    bson::Document::try_from(d.as_ref())
+                        .map(Bson::Document)
+                        .unwrap_or(Bson::Null)
+                })
+                .collect();
+            cursor.insert(field, Bson::Array(docs));
+        }
+    }
+    doc
+}
+
 fn itoa_buf() -> String {
     String::with_capacity(8)
 }
@@ -265,15 +289,87 @@ fn index_key(buf: &mut String, i: usize) -> &str {
     buf.as_str()
 }
 
+/// Writes a cursor reply `doc` whose `cursor.firstBatch` or `cursor.nextBatch` is an empty
+/// array standing for `batch`: that array is written with `batch`'s documents as they are
+/// (no conversion to `Bson` and back). Err when `doc` has no such placeholder, or holds what
+/// `write_document` leaves to `bson::to_vec`.
+fn write_with_batch(
+    out: &mut Vec<u8>,
+    doc: &bson::Document,
+    batch: &[RawDocumentBuf],
+) -> Result<(), ()> {
+    use bson::Bson;
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    let mut spliced = false;
+    for (k, v) in doc {
+        let Bson::Document(cursor) = v else {
+            write_element(out, k, v)?;
+            continue;
+        };
+        if k != "cursor" {
+            write_element(out, k, v)?;
+            continue;
+        }
+        out.push(bson::spec::ElementType::EmbeddedDocument as u8);
+        out.extend_from_slice(k.as_bytes());
+        out.push(0);
+        let cursor_start = out.len();
+        out.extend_from_slice(&[0; 4]);
+        for (ck, cv) in cursor {
+            let placeholder = matches!(cv, Bson::Array(a) if a.is_empty());
+            if !spliced && placeholder && (ck == "firstBatch" || ck == "nextBatch") {
+                out.push(bson::spec::ElementType::Array as u8);
+                out.extend_from_slice(ck.as_bytes());
+                out.push(0);
+                let array_start = out.len();
+                out.extend_from_slice(&[0; 4]);
+                let mut key = itoa_buf();
+                for (i, d) in batch.iter().enumerate() {
+                    out.push(bson::spec::ElementType::EmbeddedDocument as u8);
+                    out.extend_from_slice(index_key(&mut key, i).as_bytes());
+                    out.push(0);
+                    out.extend_from_slice(d.as_bytes());
+                }
+                finish_document(out, array_start)?;
+                spliced = true;
+            } else {
+                write_element(out, ck, cv)?;
+            }
+        }
+        finish_document(out, cursor_start)?;
+    }
+    if !spliced {
+        return Err(());
+    }
+    finish_document(out, start)
+}
+
 /// Serializes a document the server or a test built.
 ///
 /// `Document` serialization fails only for keys or regexes containing NUL, which no parsed
 /// document can hold; should it happen anyway, the peer gets an InternalError reply instead
 /// of a panic or a malformed frame.
 pub(crate) fn document_bytes(doc: &bson::Document) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256);
-    if write_document(&mut out, doc).is_ok() {
+    reply_bytes(doc, &[])
+}
+
+/// Serializes a reply; a non-empty `batch` is the content of the reply's empty
+/// `cursor.firstBatch` or `cursor.nextBatch` array (see `write_with_batch`).
+pub(crate) fn reply_bytes(doc: &bson::Document, batch: &[RawDocumentBuf]) -> Vec<u8> {
+    let mut out =
+        Vec::with_capacity(256 + batch.iter().map(|d| d.as_bytes().len() + 8).sum::<usize>());
+    let written = if batch.is_empty() {
+        write_document(&mut out, doc)
+    } else {
+        write_with_batch(&mut out, doc, batch)
+    };
+    if written.is_ok() {
         return out;
+    }
+    if !batch.is_empty() {
+        // The slow way: the batch converted into the document, then serialized.
+        return document_bytes(&with_batch(doc, batch));
     }
     bson::to_vec(doc).unwrap_or_else(|e| {
         let fallback = bson::doc! {
@@ -329,6 +425,44 @@ mod tests {
         let reply = doc! { "cursor": { "nextBatch": [all.clone(), all], "id": 5i64, "ns": "d.c" },
         "ok": 1.0 };
         assert_eq!(document_bytes(&reply), bson::to_vec(&reply).unwrap());
+    }
+
+    #[test]
+    fn a_batch_passed_raw_is_written_as_the_converted_reply() {
+        let all = every_type();
+        let batch: Vec<RawDocumentBuf> = (0..12)
+            .map(|i| {
+                let mut d = all.clone();
+                d.insert("i", i);
+                RawDocumentBuf::from_document(&d).unwrap()
+            })
+            .collect();
+        for field in ["firstBatch", "nextBatch"] {
+            let reply = doc! {
+                "cursor": { field: [], "id": 5i64, "ns": "d.c", "atClusterTime": bson::Timestamp { time: 1, increment: 2 } },
+                "ok": 1.0, "$clusterTime": { "clusterTime": bson::Timestamp { time: 1, increment: 2 } },
+            };
+            let expected = bson::to_vec(&with_batch(&reply, &batch)).unwrap();
+            assert_eq!(reply_bytes(&reply, &batch), expected, "{field}");
+            let back: Document = bson::from_slice(&expected).unwrap();
+            let docs = back
+                .get_document("cursor")
+                .unwrap()
+                .get_array(field)
+                .unwrap();
+            assert_eq!(docs.len(), 12);
+            assert_eq!(docs[11].as_document().unwrap().get_i32("i").unwrap(), 11);
+            // An empty batch is the reply as it is.
+            assert_eq!(reply_bytes(&reply, &[]), bson::to_vec(&reply).unwrap());
+        }
+        // Without a placeholder, and with what the fast writer leaves to `bson`, the batch
+        // still goes in.
+        let odd = doc! { "cursor": { "nextBatch": [], "id": 0i64 },
+        "re": bson::Regex { pattern: "a".into(), options: "i".into() } };
+        let expected = bson::to_vec(&with_batch(&odd, &batch)).unwrap();
+        assert_eq!(reply_bytes(&odd, &batch), expected);
+        let none = doc! { "cursor": { "id": 0i64 }, "ok": 1.0 };
+        assert_eq!(reply_bytes(&none, &batch), bson::to_vec(&none).unwrap());
     }
 
     #[test]

@@ -49,6 +49,22 @@ fn sort_key(pattern: &SortPattern, doc: &bson::RawDocument) -> SortKey {
     SortKey::Bytes(out)
 }
 
+/// The first 8 bytes of a byte key as a big-endian number, zero-padded (0 for value keys).
+/// Keys whose prefixes differ compare as their prefixes do: at the first differing position
+/// either both keys have a byte there, or the shorter key ended (padding 0, which sorts it
+/// first, as a prefix of the other key sorts first). Equal prefixes say nothing.
+fn key_prefix(key: &SortKey) -> u64 {
+    match key {
+        SortKey::Bytes(b) => {
+            let mut p = [0u8; 8];
+            let n = b.len().min(8);
+            p[..n].copy_from_slice(&b[..n]);
+            u64::from_be_bytes(p)
+        }
+        SortKey::Values(_) => 0,
+    }
+}
+
 fn compare_keys(pattern: &SortPattern, a: &SortKey, b: &SortKey) -> Ordering {
     match (a, b) {
         (SortKey::Bytes(x), SortKey::Bytes(y)) => x.cmp(y),
@@ -124,6 +140,34 @@ impl Sort {
         compare_keys(&self.pattern, &a.0, &b.0).then(a.1.cmp(&b.1))
     }
 
+    /// The positions of `items` in sort order. Sorts (key prefix, position) pairs rather than
+    /// the items themselves (large, so moving them was much of a sort's cost), comparing whole
+    /// keys only where prefixes are equal; the order is total (input sequence numbers are
+    /// distinct), so the unstable sort gives the stable sort's order.
+    fn sorted_order(&self, items: &[Item]) -> Vec<usize> {
+        let mut order: Vec<(u64, usize)> = items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| (key_prefix(&item.0), i))
+            .collect();
+        order.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| self.compare(&items[a.1], &items[b.1]))
+        });
+        let mut order: Vec<usize> = order.into_iter().map(|(_, i)| i).collect();
+        if self.limit > 0 {
+            order.truncate(self.limit as usize);
+        }
+        order
+    }
+
+    /// `items` in sort order, only the first `limit` when there is one.
+    fn in_sort_order(&self, items: Vec<Item>) -> Vec<Item> {
+        let order = self.sorted_order(&items);
+        let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
+        order.iter().filter_map(|&i| slots[i].take()).collect()
+    }
+
     fn add(&mut self, m: Member) -> Result<()> {
         let doc = m.doc()?;
         let key = sort_key(&self.pattern, doc);
@@ -152,15 +196,18 @@ impl Sort {
                 ),
             ));
         };
-        let mut items = std::mem::take(&mut self.buffered);
-        items.sort_by(|a, b| self.compare(a, b));
-        if self.limit > 0 {
-            items.truncate(self.limit as usize);
-        }
-        // Every buffered result has its document (`add` required it).
-        let records = items
-            .iter()
-            .filter_map(|(_, _, m)| m.doc.as_ref().map(|d| (m.rid, d)));
+        let items = std::mem::take(&mut self.buffered);
+        let order = self.sorted_order(&items);
+        // Every buffered result has its document (`add` required it). Byte keys go with
+        // their records; value keys (a collation's) are computed again when merging.
+        let records = order.iter().filter_map(|&i| {
+            let (key, _, m) = &items[i];
+            let key: &[u8] = match key {
+                SortKey::Bytes(b) => b,
+                SortKey::Values(_) => &[],
+            };
+            m.doc.as_ref().map(|d| (m.rid, key, d))
+        });
         let run = SpillRun::write(&dir, records)?;
         self.spilled_bytes += run.bytes;
         self.spills += 1;
@@ -171,9 +218,8 @@ impl Sort {
 
     /// Keeps the best `limit` entries so memory stays proportional to the limit.
     fn truncate_to_limit(&mut self) {
-        let mut items = std::mem::take(&mut self.buffered);
-        items.sort_by(|a, b| self.compare(a, b));
-        items.truncate(self.limit as usize);
+        let buffered = std::mem::take(&mut self.buffered);
+        let items = self.in_sort_order(buffered);
         self.memory = items
             .iter()
             .map(|i| i.2.doc.as_ref().map_or(0, |d| d.as_bytes().len()))
@@ -183,11 +229,8 @@ impl Sort {
 
     /// The child is done: sort what is in memory and, if runs were spilled, merge with them.
     fn finish_input(&mut self) -> Result<()> {
-        let mut items = std::mem::take(&mut self.buffered);
-        items.sort_by(|a, b| self.compare(a, b));
-        if self.limit > 0 {
-            items.truncate(self.limit as usize);
-        }
+        let buffered = std::mem::take(&mut self.buffered);
+        let items = self.in_sort_order(buffered);
         self.output = Some(if self.runs.is_empty() {
             Output::Memory(items.into_iter())
         } else {
@@ -210,8 +253,13 @@ impl Merge {
     /// The next result of `source` (a run, or the memory remainder after the runs).
     fn pull(&mut self, source: usize, pattern: &SortPattern) -> Result<Option<(SortKey, Member)>> {
         if let Some(run) = self.runs.get_mut(source) {
-            return Ok(run.next()?.map(|(rid, doc)| {
-                let key = sort_key(pattern, &doc);
+            let mut key = Vec::new();
+            return Ok(run.next_keyed(&mut key)?.map(|(rid, doc)| {
+                let key = if pattern.collation.is_some() {
+                    sort_key(pattern, &doc)
+                } else {
+                    SortKey::Bytes(key)
+                };
                 (key, Member::with_doc(rid, doc))
             }));
         }
@@ -323,6 +371,171 @@ mod tests {
                 subtype: bson::spec::BinarySubtype::Generic,
                 bytes: vec![(i % 3) as u8; (i % 2) as usize + 1],
             }),
+        }
+    }
+
+    /// The SORT stage's explain statistics in the plan under `stage`.
+    fn sort_stats(stage: &crate::exec::Stage) -> Option<Document> {
+        if stage.name() == "SORT" {
+            return Some(stage.specific_stats());
+        }
+        stage.children().into_iter().find_map(sort_stats)
+    }
+
+    /// A reference sort key, computed apart from SORT's: per field, the path's values
+    /// (`path_key_values`), the smallest ascending or the largest descending by
+    /// `nidus_doc::compare`.
+    fn reference_key<'a>(
+        doc: &'a bson::RawDocument,
+        fields: &[(&str, bool)],
+        collation: Option<&nidus_doc::collation::Collation>,
+    ) -> Vec<bson::RawBsonRef<'a>> {
+        fields
+            .iter()
+            .map(|(path, descending)| {
+                let path = nidus_doc::path::FieldPath::parse(path);
+                let vals = nidus_doc::keys::path_key_values(doc, &path);
+                let cmp = |a: &bson::RawBsonRef, b: &bson::RawBsonRef| {
+                    nidus_doc::compare::cmp_raw_with(*a, *b, collation)
+                };
+                let pick = if *descending {
+                    vals.into_iter().max_by(cmp)
+                } else {
+                    vals.into_iter().min_by(cmp)
+                };
+                pick.expect("a path has at least one key value")
+            })
+            .collect()
+    }
+
+    /// Differential: random documents (mixed types, arrays, missing fields, many equal keys)
+    /// sorted by SORT in memory, with one spill and with many, with and without a limit
+    /// and a collation, against a stable sort by reference keys.
+    #[test]
+    fn spilling_sorts_give_the_reference_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kv = Arc::new(RocksEngine::open(dir.path()).expect("rocks"));
+        let e = Engine::open(kv).expect("engine");
+        let ns = Namespace::new("test", "diff");
+        let coll = e.ensure_collection(&ns).expect("collection");
+        let mut docs = Vec::new();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut total_bytes = 0;
+        for id in 0..700 {
+            let r = next();
+            let mut d = doc! {"_id": id};
+            match r % 7 {
+                0 => {}
+                1 => {
+                    let n = (r >> 3) % 4;
+                    d.insert(
+                        "a",
+                        (0..n).map(|j| value(r >> (8 + j * 5))).collect::<Vec<_>>(),
+                    );
+                }
+                _ => {
+                    d.insert("a", value(r >> 8));
+                }
+            }
+            // Few distinct values: many ties, which must keep input order.
+            if r % 11 != 0 {
+                d.insert("b", ((r >> 30) % 4) as i32);
+            }
+            if r % 5 != 0 {
+                let s = ["x", "X", "y", "ä"][(r >> 50) as usize % 4];
+                d.insert("c", doc! {"d": value(r >> 40), "s": s});
+            }
+            let raw = RawDocumentBuf::from_document(&d).expect("raw");
+            total_bytes += raw.as_bytes().len();
+            e.insert_one(
+                &coll,
+                &prepare_insert(&raw).expect("prepare"),
+                &WriteOpts::default(),
+            )
+            .expect("insert");
+            docs.push(raw);
+        }
+        let specs: Vec<(Document, Vec<(&str, bool)>)> = vec![
+            (doc! {"a": 1}, vec![("a", false)]),
+            (doc! {"a": -1}, vec![("a", true)]),
+            (doc! {"b": 1}, vec![("b", false)]),
+            (doc! {"b": -1, "a": 1}, vec![("b", true), ("a", false)]),
+            (doc! {"c.d": 1, "b": -1}, vec![("c.d", false), ("b", true)]),
+            (doc! {"c.s": -1, "a": -1}, vec![("c.s", true), ("a", true)]),
+            (doc! {"c": 1}, vec![("c", false)]),
+        ];
+        let collation_spec = doc! {"locale": "en", "strength": 2};
+        let collation = nidus_doc::collation::Collation::parse(&collation_spec)
+            .expect("collation")
+            .expect("not simple");
+        for (sort, fields) in &specs {
+            for with_collation in [false, true] {
+                let coll_ref = with_collation.then_some(&collation);
+                let mut expected: Vec<(Vec<bson::RawBsonRef>, usize)> = docs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| (reference_key(d, fields, coll_ref), i))
+                    .collect();
+                expected.sort_by(|(ka, _), (kb, _)| {
+                    for ((x, y), (_, descending)) in ka.iter().zip(kb).zip(fields) {
+                        let o = nidus_doc::compare::cmp_raw_with(*x, *y, coll_ref);
+                        let o = if *descending { o.reverse() } else { o };
+                        if o != std::cmp::Ordering::Equal {
+                            return o;
+                        }
+                    }
+                    std::cmp::Ordering::Equal
+                });
+                let expected: Vec<usize> = expected.into_iter().map(|(_, i)| i).collect();
+                // No spill, one spill, many spills.
+                for (memory, spills) in [
+                    (None, 0..=0),
+                    (Some(total_bytes * 3 / 5), 1..=1),
+                    (Some(300), 20..=700),
+                ] {
+                    for limit in [0u64, 1, 37] {
+                        let spec = FindSpec {
+                            sort: Some(sort.clone()),
+                            sort_memory_limit: memory,
+                            allow_disk_use: true,
+                            limit,
+                            collation: with_collation.then(|| collation_spec.clone()),
+                            ..FindSpec::default()
+                        };
+                        let mut exec = e.plan_find(Some(&coll), &spec).expect("plan");
+                        let mut got = Vec::new();
+                        while let Some(d) = exec.next_doc().expect("next") {
+                            let id = d.get_i32("_id").expect("_id") as usize;
+                            assert_eq!(d, docs[id], "the document comes back as stored");
+                            got.push(id);
+                        }
+                        let want = if limit > 0 {
+                            &expected[..limit as usize]
+                        } else {
+                            &expected[..]
+                        };
+                        let what = format!("sort {sort}, memory {memory:?}, limit {limit}, collation {with_collation}");
+                        assert_eq!(got, want, "{what}");
+                        let stats = sort_stats(&exec.root).expect("a SORT stage");
+                        let n = stats.get_i64("spills").expect("spills");
+                        // A top-k sort keeps only `limit` results in memory.
+                        if limit == 0 || memory == Some(300) {
+                            assert!(spills.contains(&n), "{what}: {n} spills");
+                        }
+                        assert_eq!(
+                            stats.get_bool("usedDisk").expect("usedDisk"),
+                            n > 0,
+                            "{what}"
+                        );
+                    }
+                }
+            }
         }
     }
 

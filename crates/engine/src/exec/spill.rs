@@ -2,6 +2,10 @@
 //! use (MongoDB's external sorter): each run is a temporary file of records in sort order,
 //! read back one record at a time while the runs are merged. A run's file is removed when the
 //! run is dropped.
+//!
+//! A record is the record id (u64, `NO_RID` for none), the lengths of the sort key and of the
+//! document (u32 each), the key's bytes (empty when the writer keeps none), then the
+//! document's: a SORT keeps each result's key so that merging does not compute it again.
 
 use bson::RawDocumentBuf;
 use nidus_common::{Error, Result};
@@ -12,6 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Record ids are written as-is; this one stands for "no record id".
 const NO_RID: u64 = u64::MAX;
+/// A record's fixed part: record id, key length, document length.
+const HEAD_LEN: usize = 16;
+/// Bytes read or written per system call.
+const IO_BUFFER: usize = 64 * 1024;
 
 pub struct SpillRun {
     path: PathBuf,
@@ -44,7 +52,7 @@ impl SpillWriter {
     pub fn create(dir: &Path) -> Result<SpillWriter> {
         std::fs::create_dir_all(dir).map_err(io)?;
         let path = run_path(dir);
-        let out = BufWriter::new(File::create(&path).map_err(io)?);
+        let out = BufWriter::with_capacity(IO_BUFFER, File::create(&path).map_err(io)?);
         Ok(SpillWriter {
             path,
             out: Some(out),
@@ -53,16 +61,30 @@ impl SpillWriter {
     }
 
     pub fn append(&mut self, rid: Option<u64>, doc: &RawDocumentBuf) -> Result<()> {
+        self.append_keyed(rid, &[], doc)
+    }
+
+    /// Appends a record with its sort key (read back by `SpillRun::next_keyed`).
+    pub fn append_keyed(
+        &mut self,
+        rid: Option<u64>,
+        key: &[u8],
+        doc: &RawDocumentBuf,
+    ) -> Result<()> {
         let Some(out) = self.out.as_mut() else {
             return Err(Error::internal("spill file already finished"));
         };
         let data = doc.as_bytes();
-        out.write_all(&rid.unwrap_or(NO_RID).to_le_bytes())
-            .map_err(io)?;
-        out.write_all(&(data.len() as u32).to_le_bytes())
-            .map_err(io)?;
+        let len =
+            |n: usize| u32::try_from(n).map_err(|_| Error::internal("sort spill record too large"));
+        let mut head = [0u8; HEAD_LEN];
+        head[..8].copy_from_slice(&rid.unwrap_or(NO_RID).to_le_bytes());
+        head[8..12].copy_from_slice(&len(key.len())?.to_le_bytes());
+        head[12..].copy_from_slice(&len(data.len())?.to_le_bytes());
+        out.write_all(&head).map_err(io)?;
+        out.write_all(key).map_err(io)?;
         out.write_all(data).map_err(io)?;
-        self.bytes += 12 + data.len() as u64;
+        self.bytes += (HEAD_LEN + key.len() + data.len()) as u64;
         Ok(())
     }
 
@@ -71,7 +93,7 @@ impl SpillWriter {
             out.flush().map_err(io)?;
         }
         let path = std::mem::take(&mut self.path);
-        let reader = BufReader::new(File::open(&path).map_err(io)?);
+        let reader = BufReader::with_capacity(IO_BUFFER, File::open(&path).map_err(io)?);
         Ok(SpillRun {
             path,
             reader,
@@ -90,28 +112,41 @@ impl Drop for SpillWriter {
 }
 
 impl SpillRun {
-    /// Writes `(record id, document)` pairs, already in sort order, as one run in `dir`.
+    /// Writes `(record id, sort key, document)` records, already in sort order, as one run
+    /// in `dir`.
     pub fn write<'a>(
         dir: &Path,
-        items: impl Iterator<Item = (Option<u64>, &'a RawDocumentBuf)>,
+        items: impl Iterator<Item = (Option<u64>, &'a [u8], &'a RawDocumentBuf)>,
     ) -> Result<SpillRun> {
         let mut w = SpillWriter::create(dir)?;
-        for (rid, doc) in items {
-            w.append(rid, doc)?;
+        for (rid, key, doc) in items {
+            w.append_keyed(rid, key, doc)?;
         }
         w.finish()
     }
 
     /// The next record of the run, or None at its end.
     pub fn next(&mut self) -> Result<Option<(Option<u64>, RawDocumentBuf)>> {
-        let mut head = [0u8; 12];
+        self.next_keyed(&mut Vec::new())
+    }
+
+    /// The next record of the run with its sort key (into `key`, replacing what it held).
+    pub fn next_keyed(
+        &mut self,
+        key: &mut Vec<u8>,
+    ) -> Result<Option<(Option<u64>, RawDocumentBuf)>> {
+        let mut head = [0u8; HEAD_LEN];
         match self.reader.read_exact(&mut head) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
             Err(e) => return Err(io(e)),
         }
         let rid = u64::from_le_bytes(head[..8].try_into().unwrap_or([0; 8]));
-        let len = u32::from_le_bytes(head[8..].try_into().unwrap_or([0; 4])) as usize;
+        let key_len = u32::from_le_bytes(head[8..12].try_into().unwrap_or([0; 4])) as usize;
+        let len = u32::from_le_bytes(head[12..].try_into().unwrap_or([0; 4])) as usize;
+        key.clear();
+        key.resize(key_len, 0);
+        self.reader.read_exact(key).map_err(io)?;
         let mut data = vec![0u8; len];
         self.reader.read_exact(&mut data).map_err(io)?;
         let doc = RawDocumentBuf::from_bytes(data).map_err(|e| Error::internal(e.to_string()))?;

@@ -174,7 +174,8 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
     if id != 0 {
         ctx.op.extra.lock().cursor_id = Some(id);
     }
-    Ok(batch_reply(&ns, id, "firstBatch", batch))
+    ctx.batch = batch;
+    Ok(batch_reply(&ns, id, "firstBatch", Vec::new()))
 }
 
 pub(super) fn register(ctx: &Ctx, mut cursor: Cursor) -> i64 {
@@ -374,7 +375,8 @@ pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
     } else {
         id
     };
-    Ok(batch_reply(&ns, id, "nextBatch", batch))
+    ctx.batch = batch;
+    Ok(batch_reply(&ns, id, "nextBatch", Vec::new()))
 }
 
 /// How long an awaitData `getMore` without `maxTimeMS` waits for inserts.

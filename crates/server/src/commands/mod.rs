@@ -62,6 +62,9 @@ pub struct Ctx<'a> {
     pub snapshot: Option<crate::read_concern::SnapshotRead>,
     /// The operation as `currentOp` and the profiler see it.
     pub op: std::sync::Arc<crate::curop::ActiveOp>,
+    /// A cursor reply's documents, left out of the handler's reply document (see
+    /// `Reply::batch`; the handler leaves its batch array empty).
+    pub batch: Vec<RawDocumentBuf>,
 }
 
 type Handler = fn(&mut Ctx) -> Result<Document>;
@@ -473,7 +476,10 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
     }
     let error = result.as_ref().err().cloned();
     let mut reply = match result {
-        Ok(body) => Reply::ok(body),
+        Ok((body, batch)) => Reply {
+            batch,
+            ..Reply::ok(body)
+        },
         Err(e) => Reply::error(transaction::label(e, name, kind)),
     };
     if let Some(wce) = injection.and_then(|i| i.write_concern_error) {
@@ -521,7 +527,7 @@ fn finish_op(
         nreturned: extra.nreturned,
         cursor_id: extra.cursor_id,
         cursor_exhausted: extra.cursor_exhausted,
-        response_length: bson::to_vec(&reply.body).ok().map(|v| v.len() as i64),
+        response_length: reply.encoded_len(),
         millis,
         error,
         statement: false,
@@ -671,7 +677,7 @@ fn run_handler(
     req: SharedRequest,
     close_connection: &mut bool,
     active: &std::sync::Arc<crate::curop::ActiveOp>,
-) -> Result<Document> {
+) -> Result<(Document, Vec<RawDocumentBuf>)> {
     let db = match req.body.get("$db") {
         Some(Bson::String(db)) => db.clone(),
         Some(_) => {
@@ -720,7 +726,7 @@ fn run_handler(
     )?;
     if let Some(stored) = session.as_ref().and_then(|s| s.stored_reply.clone()) {
         // A retried write whose first attempt completed: its reply, not a second execution.
-        return Ok(stored);
+        return Ok((stored, Vec::new()));
     }
     transaction::check_statement(session.as_ref(), name, &req.body)?;
     let injection = match &session {
@@ -731,7 +737,7 @@ fn run_handler(
     };
     if injection == Some(WriteInjection::FailBeforeCommit) {
         *close_connection = true;
-        return Ok(Document::new());
+        return Ok((Document::new(), Vec::new()));
     }
     *close_connection = injection == Some(WriteInjection::CloseAfterCommit);
     let txn = session.as_ref().and_then(|s| s.txn.clone());
@@ -752,6 +758,7 @@ fn run_handler(
         txn,
         snapshot,
         op: active.clone(),
+        batch: Vec::new(),
     };
     let outcome =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (command.handler)(&mut ctx)));
@@ -795,7 +802,7 @@ fn run_handler(
         // Writing to (or dropping) the auth collections directly changes users or roles too.
         state.auth.invalidate();
     }
-    Ok(body)
+    Ok((body, ctx.batch))
 }
 
 /// How many statements a write command carries (documents, updates, deletes or operations).
@@ -964,6 +971,10 @@ impl WriteConcern {
 /// What the connection does with a command's outcome.
 pub struct Reply {
     pub body: Document,
+    /// A cursor reply's documents, written as they are into the body's empty
+    /// `cursor.firstBatch`/`cursor.nextBatch` when the reply is encoded
+    /// (`nidus_wire::encode_msg_with_batch`); empty otherwise.
+    pub batch: Vec<RawDocumentBuf>,
     pub close_connection: bool,
 }
 
@@ -972,6 +983,7 @@ impl Reply {
         body.insert("ok", 1.0);
         Reply {
             body,
+            batch: Vec::new(),
             close_connection: false,
         }
     }
@@ -979,6 +991,7 @@ impl Reply {
     pub fn error(e: Error) -> Reply {
         Reply {
             body: e.to_reply(),
+            batch: Vec::new(),
             close_connection: false,
         }
     }
@@ -986,8 +999,31 @@ impl Reply {
     pub fn close() -> Reply {
         Reply {
             body: Document::new(),
+            batch: Vec::new(),
             close_connection: true,
         }
+    }
+
+    /// The body with the batch in it: what the client receives, as one document.
+    pub fn full_body(&self) -> std::borrow::Cow<'_, Document> {
+        if self.batch.is_empty() {
+            std::borrow::Cow::Borrowed(&self.body)
+        } else {
+            std::borrow::Cow::Owned(nidus_wire::with_batch(&self.body, &self.batch))
+        }
+    }
+
+    /// The encoded reply's length in bytes (`responseLength`).
+    fn encoded_len(&self) -> Option<i64> {
+        let body = bson::to_vec(&self.body).ok()?.len();
+        // The placeholder `[]` (5 bytes) becomes the array of the batch's documents, each
+        // with its element type byte and index key.
+        let mut array = 5usize;
+        for (i, d) in self.batch.iter().enumerate() {
+            array += 1 + i.to_string().len() + 1 + d.as_bytes().len();
+        }
+        let extra = if self.batch.is_empty() { 0 } else { array - 5 };
+        Some((body + extra) as i64)
     }
 }
 
