@@ -72,7 +72,8 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
             .cursors
             .register(cursor, ctx.conn.auth.owner(), super::find::session_id(ctx))
     };
-    Ok(batch_reply(&req.cursor_ns, id, "firstBatch", batch))
+    ctx.batch = batch;
+    Ok(batch_reply(&req.cursor_ns, id, "firstBatch", Vec::new()))
 }
 
 /// `explain` of an `aggregate` (the `explain` command with the aggregate as `ctx.body`).

@@ -139,7 +139,8 @@ pub fn find(
     } else {
         register(ctx, cursor)
     };
-    Ok(batch_reply(ns, id, "firstBatch", batch))
+    ctx.batch = batch;
+    Ok(batch_reply(ns, id, "firstBatch", Vec::new()))
 }
 
 pub fn count(ctx: &mut Ctx, ns: &Namespace, spec: &FindSpec) -> Result<Document> {
