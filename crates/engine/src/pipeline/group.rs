@@ -186,25 +186,12 @@ impl Group {
     }
 
     /// Whether groups computed over consecutive parts of the input and folded together in
-    /// input order ([`Accumulator::absorb`]) equal the groups of the whole input: the
-    /// accumulators whose state folds exactly. (`$stdDevPop`/`$stdDevSamp` fold through
-    /// rounded moments; the n-valued ones are left to one thread.)
+    /// input order equal the groups of the whole input.
     fn parallel_safe(&self) -> bool {
-        const FOLDS: &[&str] = &[
-            "$sum",
-            "$avg",
-            "$count",
-            "$min",
-            "$max",
-            "$first",
-            "$last",
-            "$push",
-            "$addToSet",
-            "$mergeObjects",
-        ];
+        let folds = nidus_expr::accumulators::FOLD_EXACTLY;
         self.accumulators
             .iter()
-            .all(|(spec, _)| FOLDS.contains(&spec.name.as_str()))
+            .all(|(spec, _)| folds.contains(&spec.name.as_str()))
     }
 
     /// Groups each part on a thread of its own and folds the parts' tables in input order:

@@ -87,6 +87,23 @@ const SIMPLE: &[&str] = &[
     "$stdDevSamp",
 ];
 
+/// The accumulators whose state, folded from consecutive parts of the input in input order
+/// ([`Accumulator::absorb`]), equals the state of the whole input: a parallel `$group` may
+/// use them. (`$stdDevPop`/`$stdDevSamp` fold through rounded moments; the n-valued ones are
+/// not folded.)
+pub const FOLD_EXACTLY: &[&str] = &[
+    "$sum",
+    "$avg",
+    "$count",
+    "$min",
+    "$max",
+    "$first",
+    "$last",
+    "$push",
+    "$addToSet",
+    "$mergeObjects",
+];
+
 /// One `$group` output field: `{<field>: {<$acc>: <argument>}}`.
 #[derive(Debug, Clone)]
 pub struct AccumulatorSpec {
