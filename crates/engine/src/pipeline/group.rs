@@ -72,12 +72,14 @@ impl Group {
     /// large collection scan is read by up to `ctx.parallelism` threads (see
     /// [`Group::run_parts`]).
     fn run(&self, mut input: Stream, ctx: &ExpCtx) -> Result<Stream> {
+        // Only with disk use: the parts count a key once each, so together they may pass the
+        // memory limit where one thread would not, and must then spill rather than fail.
         let parts = if ctx.parallelism > 1 && self.parallel_safe() && ctx.allow_disk_use {
             input.split(ctx.parallelism)
         } else {
             None
         };
-        let (table, mut spiller) = match parts {
+        let (mut table, mut spiller) = match parts {
             Some(parts) => self.run_parts(parts, ctx)?,
             None => self.consume(&mut input, ctx, None)?,
         };
@@ -96,7 +98,6 @@ impl Group {
             return Ok(VecStream::boxed(out));
         }
         // The remainder becomes the last run, so every group merges from disk in key order.
-        let mut table = table;
         if !table.groups.is_empty() {
             spiller.spill(ctx, &mut table)?;
         }
