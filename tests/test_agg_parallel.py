@@ -1,8 +1,8 @@
-"""A `$group` straight over a large collection scan is read by several threads (the scan
-split into RecordId ranges, the parts' groups folded in input order). What a client sees
-must be what one thread gives: the same groups in the same order, the same first and last
-values and pushed arrays, the same errors, and the profiler's counters of the one plan.
-Explain runs on one thread."""
+"""A `$group` or a spilling `$sort` straight over a large collection scan is read by several
+threads (the scan split into RecordId ranges; the parts' groups folded, their sorted runs
+merged, in input order). What a client sees must be what one thread gives: the same groups
+in the same order, the same first and last values and pushed arrays, the same order of ties,
+the same errors, and the profiler's counters of the one plan. Explain runs on one thread."""
 
 from __future__ import annotations
 
@@ -101,3 +101,64 @@ def test_the_first_error_in_input_order_is_reported(sales):
     with pytest.raises(OperationFailure) as e:
         list(sales.aggregate([{"$group": {"_id": {"$toInt": bad}}}]))
     assert "x25000" in str(e.value.details["errmsg"])
+
+
+@pytest.mark.parametrize("memory", [None, 300_000])
+def test_parallel_sort_is_one_threads_order(sales, client, db, memory):
+    """Ties (`w` has 9 values, `v` 1,000) keep input order; with a low memory limit every
+    part spills several runs, which merge in input order."""
+    param = "internalQueryMaxBlockingSortMemoryUsageBytes"
+    before = client.admin.command("getParameter", 1, **{param: 1})[param]
+    if memory:
+        client.admin.command("setParameter", 1, **{param: memory})
+    docs = [sale(i) for i in range(N)]
+    db.command("profile", 2)
+    try:
+        by_w = list(sales.aggregate([{"$sort": {"w": -1}}], allowDiskUse=True))
+        by_v = list(sales.aggregate([{"$match": {"w": {"$lt": 7}}}, {"$sort": {"v": 1, "w": -1}},
+                                     {"$project": {"v": 1, "w": 1}}], allowDiskUse=True))
+        top = list(sales.aggregate([{"$sort": {"v": -1}}, {"$limit": 25}], allowDiskUse=True))
+    finally:
+        db.command("profile", 0)
+        client.admin.command("setParameter", 1, **{param: before})
+    assert by_w == sorted(docs, key=lambda d: -d["w"])  # Python's sort is stable
+    want = sorted((d for d in docs if d["w"] < 7), key=lambda d: (d["v"], -d["w"]))
+    assert by_v == [{"_id": d["_id"], "v": d["v"], "w": d["w"]} for d in want]
+    assert top == sorted(docs, key=lambda d: -d["v"])[:25]
+    entries = list(db.system.profile.find({"command.aggregate": "sales"}).sort("ts", 1))
+    assert [e["docsExamined"] for e in entries] == [N, N, N]
+    assert [e["planSummary"] for e in entries] == ["COLLSCAN"] * 3
+
+    # Explain (one thread) spills as MongoDB's one SORT would.
+    if memory:
+        client.admin.command("setParameter", 1, **{param: memory})
+    try:
+        ex = db.command({"explain": {"aggregate": "sales", "pipeline": [{"$sort": {"w": -1}}],
+                                     "allowDiskUse": True, "cursor": {}},
+                         "verbosity": "executionStats"})
+    finally:
+        client.admin.command("setParameter", 1, **{param: before})
+    stats = ex["stages"][0]["$cursor"]["executionStats"] if "stages" in ex else ex["executionStats"]
+    assert stats["totalDocsExamined"] == N and stats["nReturned"] == N
+    sort = stats["executionStages"]
+    while sort["stage"] != "SORT":
+        sort = sort["inputStage"]
+    assert sort["usedDisk"] is bool(memory)
+
+
+def test_parallel_sort_without_disk_use_fails_as_one_thread(sales, client):
+    param = "internalQueryMaxBlockingSortMemoryUsageBytes"
+    before = client.admin.command("getParameter", 1, **{param: 1})[param]
+    client.admin.command("setParameter", 1, **{param: 300_000})
+    try:
+        with pytest.raises(OperationFailure) as e:
+            list(sales.aggregate([{"$sort": {"v": 1}}], allowDiskUse=False))
+    finally:
+        client.admin.command("setParameter", 1, **{param: before})
+    assert e.value.code == 292  # QueryExceededMemoryLimitNoDiskUseAllowed
+
+
+def test_parallel_sort_honours_max_time_ms(sales):
+    with pytest.raises(OperationFailure) as e:
+        list(sales.aggregate([{"$sort": {"v": 1}}], allowDiskUse=True, maxTimeMS=1))
+    assert e.value.code == 50  # MaxTimeMSExpired

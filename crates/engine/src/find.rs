@@ -51,6 +51,9 @@ pub struct FindSpec {
     pub allow_disk_use: bool,
     /// `internalQueryMaxBlockingSortMemoryUsageBytes` (None: MongoDB's 100 MB default).
     pub sort_memory_limit: Option<usize>,
+    /// How many threads a blocking SORT that may spill reads a collection scan with (0 or
+    /// 1: one; an aggregation's `$sort` outside explain uses the cores).
+    pub parallelism: usize,
     /// Where the query reads: a transaction, a snapshot read's snapshot (None: the latest
     /// committed data).
     pub source: Option<ReadSource>,
@@ -230,6 +233,8 @@ impl Engine {
             sort_limits: SortLimits {
                 max_memory: spec.sort_memory_limit.unwrap_or(MAX_SORT_MEMORY_BYTES),
                 spill_dir: spec.allow_disk_use.then(|| self.spill_dir()),
+                parallelism: spec.parallelism,
+                deadline: spec.deadline,
             },
             src: self.read_source(spec.source.as_ref()),
             cluster_key: None,

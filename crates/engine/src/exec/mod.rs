@@ -279,6 +279,24 @@ impl Stage {
         self.imp.name()
     }
 
+    /// Splits a stage that has not run into at most `n` stages (see [`StageImpl::split`]),
+    /// whose counters start at zero; [`CommonStats::absorb_part`] adds them back.
+    pub fn split(&mut self, n: usize) -> Option<Vec<Stage>> {
+        if self.common.works > 0 {
+            return None;
+        }
+        let parts = self.imp.split(n)?;
+        Some(
+            parts
+                .into_iter()
+                .map(|imp| Stage {
+                    imp,
+                    common: CommonStats::default(),
+                })
+                .collect(),
+        )
+    }
+
     pub fn work(&mut self) -> Result<StageState> {
         self.common.works += 1;
         let state = self.imp.work()?;
@@ -337,6 +355,19 @@ impl Stage {
 }
 
 /// Drives a plan to produce documents, enforcing `maxTimeMS`.
+/// Fails once `deadline` passed (MaxTimeMSExpired) or the thread's operation was killed
+/// (Interrupted).
+pub fn check_deadline(deadline: Option<Instant>) -> Result<()> {
+    crate::opctx::check_interrupt()?;
+    match deadline {
+        Some(d) if Instant::now() >= d => Err(Error::new(
+            ErrorCode::MaxTimeMSExpired,
+            "operation exceeded time limit",
+        )),
+        _ => Ok(()),
+    }
+}
+
 pub struct Executor {
     pub root: Stage,
     deadline: Option<Instant>,
@@ -410,17 +441,11 @@ impl Executor {
         if self.root.common.works > 0 || !self.buffered.is_empty() {
             return None;
         }
-        let parts = self.root.imp.split(n)?;
+        let parts = self.root.split(n)?;
         Some(
             parts
                 .into_iter()
-                .map(|imp| {
-                    let root = Stage {
-                        imp,
-                        common: CommonStats::default(),
-                    };
-                    Executor::new(root, self.deadline)
-                })
+                .map(|root| Executor::new(root, self.deadline))
                 .collect(),
         )
     }
@@ -457,14 +482,7 @@ impl Executor {
     /// Fails once the deadline passed (MaxTimeMSExpired) or the operation running the plan
     /// was killed (Interrupted).
     pub fn check_deadline(&self) -> Result<()> {
-        crate::opctx::check_interrupt()?;
-        match self.deadline {
-            Some(d) if Instant::now() >= d => Err(Error::new(
-                ErrorCode::MaxTimeMSExpired,
-                "operation exceeded time limit",
-            )),
-            _ => Ok(()),
-        }
+        check_deadline(self.deadline)
     }
 
     pub fn is_eof(&self) -> bool {

@@ -1,10 +1,11 @@
 use super::spill::SpillRun;
-use super::{Member, Stage, StageImpl, StageState};
+use super::{check_deadline, Member, Stage, StageImpl, StageState};
 use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_query::sort::SortPattern;
 use std::cmp::Ordering;
 use std::path::PathBuf;
+use std::time::Instant;
 
 /// MongoDB's `internalQueryMaxBlockingSortMemoryUsageBytes` default.
 pub const MAX_SORT_MEMORY_BYTES: usize = 100 * 1024 * 1024;
@@ -15,6 +16,12 @@ pub const MAX_SORT_MEMORY_BYTES: usize = 100 * 1024 * 1024;
 pub struct SortLimits {
     pub max_memory: usize,
     pub spill_dir: Option<PathBuf>,
+    /// How many threads may read a SORT's input when it may spill (a collection scan splits
+    /// into RecordId ranges); 0 or 1: the command's thread alone, as explain runs.
+    pub parallelism: usize,
+    /// The plan's deadline, which the threads of a parallel SORT check (the executor checks
+    /// it between works; a root SORT hears each `getMore`'s through `set_deadline`).
+    pub deadline: Option<Instant>,
 }
 
 impl Default for SortLimits {
@@ -22,6 +29,8 @@ impl Default for SortLimits {
         SortLimits {
             max_memory: MAX_SORT_MEMORY_BYTES,
             spill_dir: None,
+            parallelism: 1,
+            deadline: None,
         }
     }
 }
@@ -75,66 +84,14 @@ fn compare_keys(pattern: &SortPattern, a: &SortKey, b: &SortKey) -> Ordering {
     }
 }
 
-/// `SORT`: consumes its child, then returns results in sort order. With a limit it keeps only
-/// the best `limit` results (top-k), as MongoDB's SORT with `limitAmount` does. Over its
-/// memory limit it writes sorted runs to disk when allowed and merges them at the end.
-pub struct Sort {
-    child: Box<Stage>,
+/// What orders a SORT's results and bounds what it holds.
+struct Order {
     pattern: SortPattern,
-    pattern_doc: Document,
     limit: u64,
     limits: SortLimits,
-    buffered: Vec<Item>,
-    output: Option<Output>,
-    returned: u64,
-    memory: usize,
-    data_size_sorted: usize,
-    seq: u64,
-    runs: Vec<SpillRun>,
-    spills: i64,
-    spilled_bytes: u64,
 }
 
-/// The sorted results: from memory, or merged from the runs on disk and what stayed in memory.
-enum Output {
-    Memory(std::vec::IntoIter<Item>),
-    Merge(Merge),
-}
-
-/// One waiting result per source (each run, then the memory remainder); the smallest goes
-/// first, ties to the earlier source, which holds the earlier input.
-struct Merge {
-    runs: Vec<SpillRun>,
-    memory: std::vec::IntoIter<Item>,
-    heads: Vec<Option<(SortKey, Member)>>,
-}
-
-impl Sort {
-    pub fn new(
-        child: Stage,
-        pattern: SortPattern,
-        pattern_doc: Document,
-        limit: u64,
-        limits: SortLimits,
-    ) -> Sort {
-        Sort {
-            child: Box::new(child),
-            pattern,
-            pattern_doc,
-            limit,
-            limits,
-            buffered: Vec::new(),
-            output: None,
-            returned: 0,
-            memory: 0,
-            data_size_sorted: 0,
-            seq: 0,
-            runs: Vec::new(),
-            spills: 0,
-            spilled_bytes: 0,
-        }
-    }
-
+impl Order {
     fn compare(&self, a: &Item, b: &Item) -> Ordering {
         // Ties keep input order, as MongoDB's stable sort does.
         compare_keys(&self.pattern, &a.0, &b.0).then(a.1.cmp(&b.1))
@@ -167,40 +124,57 @@ impl Sort {
         let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
         order.iter().filter_map(|&i| slots[i].take()).collect()
     }
+}
 
-    fn add(&mut self, m: Member) -> Result<()> {
+/// What a SORT, or one part of a parallel SORT, took in: the results it holds, the runs it
+/// spilled (in input order), and explain's counters.
+#[derive(Default)]
+struct Intake {
+    buffered: Vec<Item>,
+    memory: usize,
+    data_size_sorted: usize,
+    seq: u64,
+    runs: Vec<SpillRun>,
+    spills: i64,
+    spilled_bytes: u64,
+}
+
+impl Intake {
+    /// Takes `m` in, spilling what it holds once that passes `budget` bytes.
+    fn add(&mut self, order: &Order, m: Member, budget: usize) -> Result<()> {
         let doc = m.doc()?;
-        let key = sort_key(&self.pattern, doc);
+        let key = sort_key(&order.pattern, doc);
         let size = doc.as_bytes().len();
         self.memory += size;
         self.data_size_sorted += size;
         self.buffered.push((key, self.seq, m));
         self.seq += 1;
-        if self.limit > 0 && self.buffered.len() as u64 >= self.limit.saturating_mul(2).max(64) {
-            self.truncate_to_limit();
+        if order.limit > 0 && self.buffered.len() as u64 >= order.limit.saturating_mul(2).max(64)
+        {
+            self.truncate_to_limit(order);
         }
-        if self.memory > self.limits.max_memory {
-            self.spill()?;
+        if self.memory > budget {
+            self.spill(order)?;
         }
         Ok(())
     }
 
     /// Writes what is buffered to disk as one sorted run, or fails without `allowDiskUse`.
-    fn spill(&mut self) -> Result<()> {
-        let Some(dir) = self.limits.spill_dir.clone() else {
+    fn spill(&mut self, order: &Order) -> Result<()> {
+        let Some(dir) = &order.limits.spill_dir else {
             return Err(Error::new(
                 ErrorCode::QueryExceededMemoryLimitNoDiskUseAllowed,
                 format!(
                     "Sort exceeded memory limit of {} bytes, but did not opt in to external sorting.",
-                    self.limits.max_memory
+                    order.limits.max_memory
                 ),
             ));
         };
         let items = std::mem::take(&mut self.buffered);
-        let order = self.sorted_order(&items);
+        let sorted = order.sorted_order(&items);
         // Every buffered result has its document (`add` required it). Byte keys go with
         // their records; value keys (a collation's) are computed again when merging.
-        let records = order.iter().filter_map(|&i| {
+        let records = sorted.iter().filter_map(|&i| {
             let (key, _, m) = &items[i];
             let key: &[u8] = match key {
                 SortKey::Bytes(b) => b,
@@ -208,7 +182,7 @@ impl Sort {
             };
             m.doc.as_ref().map(|d| (m.rid, key, d))
         });
-        let run = SpillRun::write(&dir, records)?;
+        let run = SpillRun::write(dir, records)?;
         self.spilled_bytes += run.bytes;
         self.spills += 1;
         self.runs.push(run);
@@ -217,9 +191,9 @@ impl Sort {
     }
 
     /// Keeps the best `limit` entries so memory stays proportional to the limit.
-    fn truncate_to_limit(&mut self) {
+    fn truncate_to_limit(&mut self, order: &Order) {
         let buffered = std::mem::take(&mut self.buffered);
-        let items = self.in_sort_order(buffered);
+        let items = order.in_sort_order(buffered);
         self.memory = items
             .iter()
             .map(|i| i.2.doc.as_ref().map_or(0, |d| d.as_bytes().len()))
@@ -227,43 +201,205 @@ impl Sort {
         self.buffered = items;
     }
 
+    /// Reads `input` to its end (a part of a parallel SORT, on a thread of its own), each
+    /// part within its share of the memory limit, and sorts what stayed in memory.
+    fn consume(
+        order: &Order,
+        input: &mut Stage,
+        budget: usize,
+        deadline: Option<Instant>,
+    ) -> Result<Intake> {
+        let mut intake = Intake::default();
+        loop {
+            if input.common.works.is_multiple_of(128) {
+                check_deadline(deadline)?;
+            }
+            match input.work()? {
+                StageState::Advanced(m) => intake.add(order, m, budget)?,
+                StageState::NeedTime => {}
+                StageState::IsEof => break,
+            }
+        }
+        let buffered = std::mem::take(&mut intake.buffered);
+        intake.buffered = order.in_sort_order(buffered);
+        Ok(intake)
+    }
+
+    /// Adds a later part's counters.
+    fn count(&mut self, part: &Intake) {
+        self.data_size_sorted += part.data_size_sorted;
+        self.spills += part.spills;
+        self.spilled_bytes += part.spilled_bytes;
+    }
+}
+
+/// `SORT`: consumes its child, then returns results in sort order. With a limit it keeps only
+/// the best `limit` results (top-k), as MongoDB's SORT with `limitAmount` does. Over its
+/// memory limit it writes sorted runs to disk when allowed and merges them at the end. When
+/// it may spill and its child is a scan that splits, the parts are read and sorted by
+/// threads of their own (see [`Sort::consume_parts`]).
+pub struct Sort {
+    child: Box<Stage>,
+    order: Order,
+    pattern_doc: Document,
+    intake: Intake,
+    started: bool,
+    output: Option<Output>,
+    returned: u64,
+}
+
+/// The sorted results: from memory, or merged from sorted sources (runs on disk and what
+/// stayed in memory).
+enum Output {
+    Memory(std::vec::IntoIter<Item>),
+    Merge(Merge),
+}
+
+/// A sorted source of a merge.
+enum Source {
+    Run(SpillRun),
+    Memory(std::vec::IntoIter<Item>),
+}
+
+/// One waiting result per source; the smallest goes first, ties to the earlier source. The
+/// sources are in input order (a part's runs, then what it held in memory, then the next
+/// part's), so ties keep input order.
+struct Merge {
+    sources: Vec<Source>,
+    heads: Vec<Option<(SortKey, Member)>>,
+}
+
+impl Sort {
+    pub fn new(
+        child: Stage,
+        pattern: SortPattern,
+        pattern_doc: Document,
+        limit: u64,
+        limits: SortLimits,
+    ) -> Sort {
+        Sort {
+            child: Box::new(child),
+            order: Order {
+                pattern,
+                limit,
+                limits,
+            },
+            pattern_doc,
+            intake: Intake::default(),
+            started: false,
+            output: None,
+            returned: 0,
+        }
+    }
+
+    /// The child split for a parallel sort, if it may spill (so no part's share of the
+    /// memory limit fails what one thread would finish) and the child splits.
+    fn parallel_parts(&mut self) -> Option<Vec<Stage>> {
+        let limits = &self.order.limits;
+        if limits.parallelism < 2 || limits.spill_dir.is_none() {
+            return None;
+        }
+        self.child.split(limits.parallelism)
+    }
+
+    /// Reads and sorts each part on a thread of its own (the first on this one), each within
+    /// an equal share of the memory limit, then merges the parts' runs and remainders in
+    /// part order, which is input order, so the result is the one thread's. The first
+    /// part's error in input order is the error.
+    fn consume_parts(&mut self, parts: Vec<Stage>) -> Result<()> {
+        let order = &self.order;
+        let budget = order.limits.max_memory / parts.len();
+        let deadline = order.limits.deadline;
+        // The later threads run as the command's operation, so killOp stops them too.
+        let op = crate::opctx::current();
+        let results: Vec<Result<(Intake, Stage)>> = std::thread::scope(|scope| {
+            let mut parts = parts.into_iter();
+            let first = parts.next();
+            let later: Vec<_> = parts
+                .map(|mut part| {
+                    let op = op.clone();
+                    std::thread::Builder::new()
+                        .name("sort-part".into())
+                        .spawn_scoped(scope, move || {
+                            let _op = op.map(crate::opctx::enter);
+                            Intake::consume(order, &mut part, budget, deadline).map(|i| (i, part))
+                        })
+                        .map_err(|e| e.to_string())
+                })
+                .collect();
+            let mut results = Vec::with_capacity(later.len() + 1);
+            if let Some(mut part) = first {
+                results.push(
+                    Intake::consume(order, &mut part, budget, deadline).map(|i| (i, part)),
+                );
+            }
+            for handle in later {
+                results.push(match handle {
+                    Ok(h) => h
+                        .join()
+                        .unwrap_or_else(|_| Err(Error::internal("a SORT thread panicked"))),
+                    Err(e) => Err(Error::internal(format!("starting a SORT thread: {e}"))),
+                });
+            }
+            results
+        });
+        let mut sources = Vec::new();
+        for result in results {
+            let (mut part, stage) = result?;
+            self.child.common.absorb_part(&stage.common);
+            self.intake.count(&part);
+            sources.extend(part.runs.drain(..).map(Source::Run));
+            sources.push(Source::Memory(part.buffered.into_iter()));
+        }
+        self.output = Some(Output::Merge(Merge::new(sources, &self.order.pattern)?));
+        Ok(())
+    }
+
     /// The child is done: sort what is in memory and, if runs were spilled, merge with them.
     fn finish_input(&mut self) -> Result<()> {
-        let buffered = std::mem::take(&mut self.buffered);
-        let items = self.in_sort_order(buffered);
-        self.output = Some(if self.runs.is_empty() {
+        let buffered = std::mem::take(&mut self.intake.buffered);
+        let items = self.order.in_sort_order(buffered);
+        self.output = Some(if self.intake.runs.is_empty() {
             Output::Memory(items.into_iter())
         } else {
-            let mut merge = Merge {
-                runs: std::mem::take(&mut self.runs),
-                memory: items.into_iter(),
-                heads: Vec::new(),
-            };
-            for source in 0..=merge.runs.len() {
-                let head = merge.pull(source, &self.pattern)?;
-                merge.heads.push(head);
-            }
-            Output::Merge(merge)
+            let mut sources: Vec<Source> =
+                self.intake.runs.drain(..).map(Source::Run).collect();
+            sources.push(Source::Memory(items.into_iter()));
+            Output::Merge(Merge::new(sources, &self.order.pattern)?)
         });
         Ok(())
     }
 }
 
 impl Merge {
-    /// The next result of `source` (a run, or the memory remainder after the runs).
-    fn pull(&mut self, source: usize, pattern: &SortPattern) -> Result<Option<(SortKey, Member)>> {
-        if let Some(run) = self.runs.get_mut(source) {
-            let mut key = Vec::new();
-            return Ok(run.next_keyed(&mut key)?.map(|(rid, doc)| {
-                let key = if pattern.collation.is_some() {
-                    sort_key(pattern, &doc)
-                } else {
-                    SortKey::Bytes(key)
-                };
-                (key, Member::with_doc(rid, doc))
-            }));
+    fn new(sources: Vec<Source>, pattern: &SortPattern) -> Result<Merge> {
+        let mut merge = Merge {
+            heads: Vec::with_capacity(sources.len()),
+            sources,
+        };
+        for source in 0..merge.sources.len() {
+            let head = merge.pull(source, pattern)?;
+            merge.heads.push(head);
         }
-        Ok(self.memory.next().map(|(key, _, m)| (key, m)))
+        Ok(merge)
+    }
+
+    /// The next result of `source`.
+    fn pull(&mut self, source: usize, pattern: &SortPattern) -> Result<Option<(SortKey, Member)>> {
+        match &mut self.sources[source] {
+            Source::Run(run) => {
+                let mut key = Vec::new();
+                Ok(run.next_keyed(&mut key)?.map(|(rid, doc)| {
+                    let key = if pattern.collation.is_some() {
+                        sort_key(pattern, &doc)
+                    } else {
+                        SortKey::Bytes(key)
+                    };
+                    (key, Member::with_doc(rid, doc))
+                }))
+            }
+            Source::Memory(items) => Ok(items.next().map(|(key, _, m)| (key, m))),
+        }
     }
 
     fn next(&mut self, pattern: &SortPattern) -> Result<Option<Member>> {
@@ -292,12 +428,12 @@ impl StageImpl for Sort {
 
     fn work(&mut self) -> Result<StageState> {
         if let Some(out) = &mut self.output {
-            if self.limit > 0 && self.returned >= self.limit {
+            if self.order.limit > 0 && self.returned >= self.order.limit {
                 return Ok(StageState::IsEof);
             }
             let next = match out {
                 Output::Memory(it) => it.next().map(|(_, _, m)| m),
-                Output::Merge(merge) => merge.next(&self.pattern)?,
+                Output::Merge(merge) => merge.next(&self.order.pattern)?,
             };
             return Ok(match next {
                 Some(m) => {
@@ -307,9 +443,17 @@ impl StageImpl for Sort {
                 None => StageState::IsEof,
             });
         }
+        if !self.started {
+            self.started = true;
+            if let Some(parts) = self.parallel_parts() {
+                self.consume_parts(parts)?;
+                return Ok(StageState::NeedTime);
+            }
+        }
         match self.child.work()? {
             StageState::Advanced(m) => {
-                self.add(m)?;
+                let budget = self.order.limits.max_memory;
+                self.intake.add(&self.order, m, budget)?;
                 Ok(StageState::NeedTime)
             }
             StageState::NeedTime => Ok(StageState::NeedTime),
@@ -320,18 +464,24 @@ impl StageImpl for Sort {
         }
     }
 
+    fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.order.limits.deadline = deadline;
+    }
+
     fn specific_stats(&self) -> Document {
+        let limits = &self.order.limits;
+        let intake = &self.intake;
         let mut d = Document::new();
         d.insert("sortPattern", self.pattern_doc.clone());
-        d.insert("memLimit", self.limits.max_memory as i64);
-        if self.limit > 0 {
-            d.insert("limitAmount", self.limit as i64);
+        d.insert("memLimit", limits.max_memory as i64);
+        if self.order.limit > 0 {
+            d.insert("limitAmount", self.order.limit as i64);
         }
         d.insert("type", "simple");
-        d.insert("totalDataSizeSorted", self.data_size_sorted as i64);
-        d.insert("usedDisk", self.spills > 0);
-        d.insert("spills", self.spills);
-        d.insert("spilledDataStorageSize", self.spilled_bytes as i64);
+        d.insert("totalDataSizeSorted", intake.data_size_sorted as i64);
+        d.insert("usedDisk", intake.spills > 0);
+        d.insert("spills", intake.spills);
+        d.insert("spilledDataStorageSize", intake.spilled_bytes as i64);
         d
     }
 
@@ -600,5 +750,91 @@ mod tests {
                 assert_eq!(got, expected, "sort {sort}, memory {memory:?}");
             }
         }
+    }
+
+    /// Differential: a SORT whose collection scan splits into parts sorted by threads of
+    /// their own returns what one thread returns (ties in input order, spilled or not, top-k,
+    /// with a collation, over a filtered scan), and counts the same documents examined.
+    #[test]
+    fn parallel_sorts_return_what_one_thread_returns() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kv = Arc::new(RocksEngine::open(dir.path()).expect("rocks"));
+        let e = Engine::open(kv).expect("engine");
+        let ns = Namespace::new("test", "par");
+        let coll = e.ensure_collection(&ns).expect("collection");
+        const N: u64 = 50_000;
+        let opts = WriteOpts::default();
+        let mut x = 0x1234_5678_9ABC_DEF1u64;
+        for start in (0..N).step_by(1000) {
+            let batch: Vec<RawDocumentBuf> = (start..start + 1000)
+                .map(|id| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let mut d = doc! {"_id": id as i64, "b": (x % 5) as i32};
+                    if x % 17 != 0 {
+                        d.insert("a", value(x >> 8));
+                    }
+                    let s = ["x", "X", "y", "ä"][(x >> 40) as usize % 4];
+                    d.insert("s", s);
+                    prepare_insert(&RawDocumentBuf::from_document(&d).expect("raw"))
+                        .expect("prepare")
+                })
+                .collect();
+            let batch: Vec<_> = batch.iter().map(|r| (r.as_ref(), &opts)).collect();
+            e.insert_batch(&coll, &batch).expect("insert");
+        }
+        let collation = doc! {"locale": "en", "strength": 2};
+        let cases: Vec<(Document, Document, bool)> = vec![
+            (doc! {"a": 1}, doc! {}, false),
+            (doc! {"a": -1}, doc! {}, false),
+            (doc! {"b": 1}, doc! {}, false),
+            (doc! {"b": -1, "a": 1}, doc! {"b": {"$gte": 1}}, false),
+            (doc! {"s": 1}, doc! {}, true),
+            (doc! {"s": -1, "b": 1}, doc! {"a": {"$exists": true}}, true),
+        ];
+        for (sort, filter, with_collation) in &cases {
+            for memory in [None, Some(512 * 1024)] {
+                for limit in [0u64, 37] {
+                    let run = |parallelism: usize| {
+                        let spec = FindSpec {
+                            filter: filter.clone(),
+                            sort: Some(sort.clone()),
+                            sort_memory_limit: memory,
+                            allow_disk_use: true,
+                            limit,
+                            parallelism,
+                            collation: with_collation.then(|| collation.clone()),
+                            ..FindSpec::default()
+                        };
+                        let mut exec = e.plan_find(Some(&coll), &spec).expect("plan");
+                        let mut got = Vec::new();
+                        while let Some(d) = exec.next_doc().expect("next") {
+                            got.push(d.get_i64("_id").expect("_id"));
+                        }
+                        let sort_works = find_stage(&exec.root, "SORT").expect("SORT").common.works;
+                        (got, exec.root.total("docsExamined"), sort_works)
+                    };
+                    let what = format!("sort {sort}, filter {filter}, memory {memory:?}, limit {limit}");
+                    let (want, examined, serial_works) = run(1);
+                    let (got, par_examined, par_works) = run(4);
+                    assert_eq!(got.len(), want.len(), "{what}");
+                    assert!(got == want, "{what}: the parallel order is the one thread's");
+                    assert_eq!(par_examined, N as i64, "{what}");
+                    assert_eq!(examined, N as i64, "{what}");
+                    // One thread works once per input result; the parallel SORT takes all of
+                    // its input in one work.
+                    assert!(serial_works > N, "{what}");
+                    assert!(par_works < N / 2, "{what}: the SORT ran in parallel");
+                }
+            }
+        }
+    }
+
+    fn find_stage<'a>(stage: &'a crate::exec::Stage, name: &str) -> Option<&'a crate::exec::Stage> {
+        if stage.name() == name {
+            return Some(stage);
+        }
+        stage.children().into_iter().find_map(|c| find_stage(c, name))
     }
 }

@@ -207,8 +207,8 @@ pub struct ExpCtx {
     /// the primary through it (MongoDB's ReplicaSetNodeProcessInterface) and read only
     /// locally. None: they write through `engine`.
     pub primary: Option<Arc<dyn PrimaryWrites>>,
-    /// How many threads a stage may read its input with (a `$group` straight over a
-    /// collection scan splits the scan). 1: everything runs on the command's thread, as
+    /// How many threads a stage may read its input with (a `$group` or a spilling `$sort`
+    /// straight over a collection scan splits the scan). 1: everything runs on the command's thread, as
     /// explain does, so its counters are one plan's.
     pub parallelism: usize,
     interrupt: Arc<Interrupt>,

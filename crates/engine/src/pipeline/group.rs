@@ -204,6 +204,8 @@ impl Group {
     fn run_parts(&self, parts: Vec<Stream>, ctx: &ExpCtx) -> Result<(Table, Spiller)> {
         let shared = AtomicUsize::new(0);
         let shared = &shared;
+        // The later threads run as the command's operation, so killOp stops them too.
+        let op = crate::opctx::current();
         let results: Vec<Result<(Table, Spiller)>> = std::thread::scope(|scope| {
             let mut parts = parts.into_iter();
             let first = parts.next();
@@ -211,9 +213,13 @@ impl Group {
             // the system cannot start fails the command, as a connection's would).
             let later: Vec<_> = parts
                 .map(|mut part| {
+                    let op = op.clone();
                     std::thread::Builder::new()
                         .name("group-part".into())
-                        .spawn_scoped(scope, move || self.consume(&mut part, ctx, Some(shared)))
+                        .spawn_scoped(scope, move || {
+                            let _op = op.map(crate::opctx::enter);
+                            self.consume(&mut part, ctx, Some(shared))
+                        })
                         .map_err(|e| e.to_string())
                 })
                 .collect();

@@ -84,6 +84,7 @@ pub fn open(
             // A `$sort` handed to the find plan keeps the aggregate's memory rules.
             spec.allow_disk_use = ctx.allow_disk_use;
             spec.sort_memory_limit = Some(ctx.sort_max_memory);
+            spec.parallelism = ctx.parallelism;
             if taken {
                 rewrites.push(optimize::cursor_pushdown::NAME);
             }
