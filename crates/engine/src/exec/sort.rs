@@ -248,10 +248,99 @@ pub struct Sort {
 }
 
 /// The sorted results: from memory, or merged from sorted sources (runs on disk and what
-/// stayed in memory).
+/// stayed in memory), here or ahead on a thread of its own.
 enum Output {
     Memory(std::vec::IntoIter<Item>),
     Merge(Merge),
+    Ahead(MergeAhead),
+}
+
+/// Results per chunk a [`MergeAhead`] hands over, and the most bytes of documents per chunk.
+const AHEAD_CHUNK: usize = 1024;
+const AHEAD_CHUNK_BYTES: usize = 1024 * 1024;
+/// Chunks that may wait: the merge runs at most this far ahead of the reader (16 MiB).
+const AHEAD_CHUNKS: usize = 16;
+
+/// A merge that runs on a thread of its own while the cursor's reader is busy elsewhere (the
+/// client reading the previous batch), handing over chunks of results in order through a
+/// bounded channel, then its error if it fails. Its results are the merge's: the sources
+/// are files and memory the SORT owns, read by no one else. Dropping it (the cursor closed)
+/// disconnects the channel, which stops the thread, and joins it.
+struct MergeAhead {
+    rx: Option<std::sync::mpsc::Receiver<Result<Vec<Member>>>>,
+    chunk: std::vec::IntoIter<Member>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MergeAhead {
+    fn start(mut merge: Merge, pattern: SortPattern) -> Result<MergeAhead> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(AHEAD_CHUNKS);
+        let thread = std::thread::Builder::new()
+            .name("sort-merge".into())
+            .spawn(move || loop {
+                let mut chunk = Vec::with_capacity(AHEAD_CHUNK);
+                let mut bytes = 0;
+                let end = loop {
+                    match merge.next(&pattern) {
+                        Ok(Some(m)) => {
+                            bytes += m.doc.as_ref().map_or(0, |d| d.as_bytes().len());
+                            chunk.push(m);
+                            if chunk.len() == AHEAD_CHUNK || bytes >= AHEAD_CHUNK_BYTES {
+                                break None;
+                            }
+                        }
+                        Ok(None) => break Some(Ok(())),
+                        Err(e) => break Some(Err(e)),
+                    }
+                };
+                if !chunk.is_empty() && tx.send(Ok(chunk)).is_err() {
+                    return;
+                }
+                match end {
+                    None => {}
+                    Some(Ok(())) => return,
+                    Some(Err(e)) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| Error::internal(format!("starting a SORT thread: {e}")))?;
+        Ok(MergeAhead {
+            rx: Some(rx),
+            chunk: Vec::new().into_iter(),
+            thread: Some(thread),
+        })
+    }
+
+    fn next(&mut self) -> Result<Option<Member>> {
+        loop {
+            if let Some(m) = self.chunk.next() {
+                return Ok(Some(m));
+            }
+            let Some(rx) = &self.rx else {
+                return Ok(None);
+            };
+            match rx.recv() {
+                Ok(Ok(chunk)) => self.chunk = chunk.into_iter(),
+                Ok(Err(e)) => {
+                    self.rx = None;
+                    return Err(e);
+                }
+                // The thread finished and dropped its end.
+                Err(_) => self.rx = None,
+            }
+        }
+    }
+}
+
+impl Drop for MergeAhead {
+    fn drop(&mut self) {
+        self.rx = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// A sorted source of a merge.
@@ -349,8 +438,21 @@ impl Sort {
             sources.extend(part.runs.drain(..).map(Source::Run));
             sources.push(Source::Memory(part.buffered.into_iter()));
         }
-        self.output = Some(Output::Merge(Merge::new(sources, &self.order.pattern)?));
+        self.output = Some(self.merged(sources)?);
         Ok(())
+    }
+
+    /// The output merging `sources`: ahead on a thread of its own where the SORT may use
+    /// more threads and returns every result (not a top-k's few), else here.
+    fn merged(&self, sources: Vec<Source>) -> Result<Output> {
+        let merge = Merge::new(sources, &self.order.pattern)?;
+        Ok(
+            if self.order.limits.parallelism > 1 && self.order.limit == 0 {
+                Output::Ahead(MergeAhead::start(merge, self.order.pattern.clone())?)
+            } else {
+                Output::Merge(merge)
+            },
+        )
     }
 
     /// The child is done: sort what is in memory and, if runs were spilled, merge with them.
@@ -362,7 +464,7 @@ impl Sort {
         } else {
             let mut sources: Vec<Source> = self.intake.runs.drain(..).map(Source::Run).collect();
             sources.push(Source::Memory(items.into_iter()));
-            Output::Merge(Merge::new(sources, &self.order.pattern)?)
+            self.merged(sources)?
         });
         Ok(())
     }
@@ -431,6 +533,7 @@ impl StageImpl for Sort {
             let next = match out {
                 Output::Memory(it) => it.next().map(|(_, _, m)| m),
                 Output::Merge(merge) => merge.next(&self.order.pattern)?,
+                Output::Ahead(ahead) => ahead.next()?,
             };
             return Ok(match next {
                 Some(m) => {
@@ -831,6 +934,45 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// A parallel SORT's merge runs ahead on a thread of its own: a cursor closed after a few
+    /// results (the thread blocked on its full channel) stops and joins it.
+    #[test]
+    fn a_sort_closed_early_stops_its_merge() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kv = Arc::new(RocksEngine::open(dir.path()).expect("rocks"));
+        let e = Engine::open(kv).expect("engine");
+        let ns = Namespace::new("test", "early");
+        let coll = e.ensure_collection(&ns).expect("collection");
+        let opts = WriteOpts::default();
+        let docs: Vec<RawDocumentBuf> = (0..60_000i64)
+            .map(|i| {
+                let d = doc! {"_id": i, "k": (i * 7919) % 60_000};
+                prepare_insert(&RawDocumentBuf::from_document(&d).expect("raw")).expect("prep")
+            })
+            .collect();
+        for chunk in docs.chunks(1000) {
+            let batch: Vec<_> = chunk.iter().map(|r| (r.as_ref(), &opts)).collect();
+            e.insert_batch(&coll, &batch).expect("insert");
+        }
+        for memory in [None, Some(256 * 1024)] {
+            let spec = FindSpec {
+                sort: Some(doc! {"k": -1}),
+                sort_memory_limit: memory,
+                allow_disk_use: true,
+                parallelism: 2,
+                ..FindSpec::default()
+            };
+            let mut exec = e.plan_find(Some(&coll), &spec).expect("plan");
+            for want in (60_000 - 5..60_000).rev() {
+                let d = exec.next_doc().expect("next").expect("a result");
+                assert_eq!(d.get_i64("k").expect("k"), want, "memory {memory:?}");
+            }
+            // Let the merge fill its channel, then close the cursor.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            drop(exec);
         }
     }
 
