@@ -174,6 +174,45 @@ pub fn check_interrupt() -> Result<()> {
     })
 }
 
+/// Runs `work` on each part of a split input (a parallel `$group` or SORT): the first on
+/// this thread, the later ones on threads of their own named `name`, all as this thread's
+/// operation, so killOp stops every part. The results come back in part order; a thread the
+/// system cannot start fails its part, as a connection's would.
+pub fn run_parts<P: Send, T: Send>(
+    name: &str,
+    parts: Vec<P>,
+    work: impl Fn(P) -> Result<T> + Sync,
+) -> Vec<Result<T>> {
+    let op = current();
+    let work = &work;
+    std::thread::scope(|scope| {
+        let mut parts = parts.into_iter();
+        let first = parts.next();
+        let later: Vec<_> = parts
+            .map(|part| {
+                let op = op.clone();
+                std::thread::Builder::new()
+                    .name(name.into())
+                    .spawn_scoped(scope, move || {
+                        let _op = op.map(enter);
+                        work(part)
+                    })
+            })
+            .collect();
+        let mut results = Vec::with_capacity(later.len() + 1);
+        results.extend(first.map(work));
+        for handle in later {
+            results.push(match handle {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err(Error::internal(format!("a {name} thread panicked")))),
+                Err(e) => Err(Error::internal(format!("starting a {name} thread: {e}"))),
+            });
+        }
+        results
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +234,25 @@ mod tests {
         let s = op.take();
         assert_eq!(s.write_conflicts, 1);
         assert_eq!(op.take().write_conflicts, 0);
+    }
+
+    /// Every part runs as the caller's operation and the results keep part order; a kill
+    /// reaches the parts on other threads.
+    #[test]
+    fn parts_run_as_the_operation_in_order() {
+        let op = OpCtx::new();
+        let _g = enter(op.clone());
+        let got = run_parts("test-part", (0..4).collect(), |i: usize| {
+            let same = current().is_some_and(|o| Arc::ptr_eq(&o, &op));
+            let named = std::thread::current().name().map(str::to_string);
+            Ok((i, same, i == 0 || named.as_deref() == Some("test-part")))
+        });
+        let got: Vec<_> = got.into_iter().map(|r| r.expect("part")).collect();
+        assert_eq!(got, (0..4).map(|i| (i, true, true)).collect::<Vec<_>>());
+        op.kill();
+        let got = run_parts("test-part", (0..3).collect(), |_: usize| check_interrupt());
+        assert!(got
+            .iter()
+            .all(|r| r.as_ref().is_err_and(|e| e.code == ErrorCode::Interrupted)));
     }
 }

@@ -398,37 +398,8 @@ impl Sort {
         let order = &self.order;
         let budget = order.limits.max_memory / parts.len();
         let deadline = order.limits.deadline;
-        // The later threads run as the command's operation, so killOp stops them too.
-        let op = crate::opctx::current();
-        let results: Vec<Result<(Intake, Stage)>> = std::thread::scope(|scope| {
-            let mut parts = parts.into_iter();
-            let first = parts.next();
-            let later: Vec<_> = parts
-                .map(|mut part| {
-                    let op = op.clone();
-                    std::thread::Builder::new()
-                        .name("sort-part".into())
-                        .spawn_scoped(scope, move || {
-                            let _op = op.map(crate::opctx::enter);
-                            Intake::consume(order, &mut part, budget, deadline).map(|i| (i, part))
-                        })
-                        .map_err(|e| e.to_string())
-                })
-                .collect();
-            let mut results = Vec::with_capacity(later.len() + 1);
-            if let Some(mut part) = first {
-                results
-                    .push(Intake::consume(order, &mut part, budget, deadline).map(|i| (i, part)));
-            }
-            for handle in later {
-                results.push(match handle {
-                    Ok(h) => h
-                        .join()
-                        .unwrap_or_else(|_| Err(Error::internal("a SORT thread panicked"))),
-                    Err(e) => Err(Error::internal(format!("starting a SORT thread: {e}"))),
-                });
-            }
-            results
+        let results = crate::opctx::run_parts("sort-part", parts, |mut part| {
+            Intake::consume(order, &mut part, budget, deadline).map(|intake| (intake, part))
         });
         let mut sources = Vec::new();
         for result in results {

@@ -204,38 +204,8 @@ impl Group {
     fn run_parts(&self, parts: Vec<Stream>, ctx: &ExpCtx) -> Result<(Table, Spiller)> {
         let shared = AtomicUsize::new(0);
         let shared = &shared;
-        // The later threads run as the command's operation, so killOp stops them too.
-        let op = crate::opctx::current();
-        let results: Vec<Result<(Table, Spiller)>> = std::thread::scope(|scope| {
-            let mut parts = parts.into_iter();
-            let first = parts.next();
-            // The first part on this thread, the later ones on threads of their own (a thread
-            // the system cannot start fails the command, as a connection's would).
-            let later: Vec<_> = parts
-                .map(|mut part| {
-                    let op = op.clone();
-                    std::thread::Builder::new()
-                        .name("group-part".into())
-                        .spawn_scoped(scope, move || {
-                            let _op = op.map(crate::opctx::enter);
-                            self.consume(&mut part, ctx, Some(shared))
-                        })
-                        .map_err(|e| e.to_string())
-                })
-                .collect();
-            let mut results = Vec::with_capacity(later.len() + 1);
-            if let Some(mut part) = first {
-                results.push(self.consume(&mut part, ctx, Some(shared)));
-            }
-            for handle in later {
-                results.push(match handle {
-                    Ok(h) => h
-                        .join()
-                        .unwrap_or_else(|_| Err(Error::internal("a $group thread panicked"))),
-                    Err(e) => Err(Error::internal(format!("starting a $group thread: {e}"))),
-                });
-            }
-            results
+        let results = crate::opctx::run_parts("group-part", parts, |mut part| {
+            self.consume(&mut part, ctx, Some(shared))
         });
         let mut done = Vec::with_capacity(results.len());
         for result in results {
