@@ -354,7 +354,6 @@ impl Stage {
     }
 }
 
-/// Drives a plan to produce documents, enforcing `maxTimeMS`.
 /// Fails once `deadline` passed (MaxTimeMSExpired) or the thread's operation was killed
 /// (Interrupted).
 pub fn check_deadline(deadline: Option<Instant>) -> Result<()> {
@@ -368,6 +367,7 @@ pub fn check_deadline(deadline: Option<Instant>) -> Result<()> {
     }
 }
 
+/// Drives a plan to produce documents, enforcing `maxTimeMS`.
 pub struct Executor {
     pub root: Stage,
     deadline: Option<Instant>,
@@ -438,7 +438,7 @@ impl Executor {
     /// Splits a plan that has not run into at most `n` executors (see [`StageImpl::split`]);
     /// only a plan whose root splits does.
     pub fn split(&mut self, n: usize) -> Option<Vec<Executor>> {
-        if self.root.common.works > 0 || !self.buffered.is_empty() {
+        if !self.buffered.is_empty() {
             return None;
         }
         let parts = self.root.split(n)?;

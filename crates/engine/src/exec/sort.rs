@@ -200,14 +200,24 @@ impl Intake {
         self.buffered = items;
     }
 
+    /// What was taken in as sorted sources in input order: the runs, then what stayed in
+    /// memory, sorted. The counters stay.
+    fn take_sources(&mut self, order: &Order) -> Vec<Source> {
+        let items = order.in_sort_order(std::mem::take(&mut self.buffered));
+        let mut sources: Vec<Source> = self.runs.drain(..).map(Source::Run).collect();
+        sources.push(Source::Memory(items.into_iter()));
+        sources
+    }
+
     /// Reads `input` to its end (a part of a parallel SORT, on a thread of its own), each
-    /// part within its share of the memory limit, and sorts what stayed in memory.
+    /// part within its share of the memory limit, and sorts what stayed in memory: the
+    /// part's counters and sources.
     fn consume(
         order: &Order,
         input: &mut Stage,
         budget: usize,
         deadline: Option<Instant>,
-    ) -> Result<Intake> {
+    ) -> Result<(Intake, Vec<Source>)> {
         let mut intake = Intake::default();
         loop {
             if input.common.works.is_multiple_of(128) {
@@ -219,9 +229,8 @@ impl Intake {
                 StageState::IsEof => break,
             }
         }
-        let buffered = std::mem::take(&mut intake.buffered);
-        intake.buffered = order.in_sort_order(buffered);
-        Ok(intake)
+        let sources = intake.take_sources(order);
+        Ok((intake, sources))
     }
 
     /// Adds a later part's counters.
@@ -399,15 +408,14 @@ impl Sort {
         let budget = order.limits.max_memory / parts.len();
         let deadline = order.limits.deadline;
         let results = crate::opctx::run_parts("sort-part", parts, |mut part| {
-            Intake::consume(order, &mut part, budget, deadline).map(|intake| (intake, part))
+            Intake::consume(order, &mut part, budget, deadline).map(|taken| (taken, part))
         });
         let mut sources = Vec::new();
         for result in results {
-            let (mut part, stage) = result?;
+            let ((part, part_sources), stage) = result?;
             self.child.common.absorb_part(&stage.common);
             self.intake.count(&part);
-            sources.extend(part.runs.drain(..).map(Source::Run));
-            sources.push(Source::Memory(part.buffered.into_iter()));
+            sources.extend(part_sources);
         }
         self.output = Some(self.merged(sources)?);
         Ok(())
@@ -428,13 +436,11 @@ impl Sort {
 
     /// The child is done: sort what is in memory and, if runs were spilled, merge with them.
     fn finish_input(&mut self) -> Result<()> {
-        let buffered = std::mem::take(&mut self.intake.buffered);
-        let items = self.order.in_sort_order(buffered);
         self.output = Some(if self.intake.runs.is_empty() {
-            Output::Memory(items.into_iter())
+            let buffered = std::mem::take(&mut self.intake.buffered);
+            Output::Memory(self.order.in_sort_order(buffered).into_iter())
         } else {
-            let mut sources: Vec<Source> = self.intake.runs.drain(..).map(Source::Run).collect();
-            sources.push(Source::Memory(items.into_iter()));
+            let sources = self.intake.take_sources(&self.order);
             self.merged(sources)?
         });
         Ok(())
@@ -565,6 +571,7 @@ impl StageImpl for Sort {
 mod tests {
     //! SORT's byte keys against the pattern's value comparison, in memory and spilled.
 
+    use crate::catalog::CollectionRef;
     use crate::find::FindSpec;
     use crate::namespace::Namespace;
     use crate::write::{prepare_insert, WriteOpts};
@@ -595,12 +602,40 @@ mod tests {
         }
     }
 
-    /// The SORT stage's explain statistics in the plan under `stage`.
-    fn sort_stats(stage: &crate::exec::Stage) -> Option<Document> {
-        if stage.name() == "SORT" {
-            return Some(stage.specific_stats());
+    /// An engine in a temporary directory with an empty collection `test.<name>`.
+    fn collection(name: &str) -> (tempfile::TempDir, Arc<Engine>, CollectionRef) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kv = Arc::new(RocksEngine::open(dir.path()).expect("rocks"));
+        let e = Engine::open(kv).expect("engine");
+        let coll = e
+            .ensure_collection(&Namespace::new("test", name))
+            .expect("collection");
+        (dir, e, coll)
+    }
+
+    /// Inserts `docs`, a thousand per storage batch.
+    fn insert_all(e: &Engine, coll: &CollectionRef, docs: impl Iterator<Item = Document>) {
+        let opts = WriteOpts::default();
+        let prepared: Vec<RawDocumentBuf> = docs
+            .map(|d| {
+                prepare_insert(&RawDocumentBuf::from_document(&d).expect("raw")).expect("prepare")
+            })
+            .collect();
+        for chunk in prepared.chunks(1000) {
+            let batch: Vec<_> = chunk.iter().map(|r| (r.as_ref(), &opts)).collect();
+            e.insert_batch(coll, &batch).expect("insert");
         }
-        stage.children().into_iter().find_map(sort_stats)
+    }
+
+    /// The first stage named `name` in the plan under `stage`.
+    fn find_stage<'a>(stage: &'a crate::exec::Stage, name: &str) -> Option<&'a crate::exec::Stage> {
+        if stage.name() == name {
+            return Some(stage);
+        }
+        stage
+            .children()
+            .into_iter()
+            .find_map(|c| find_stage(c, name))
     }
 
     /// A reference sort key, computed apart from SORT's: per field, the path's values
@@ -634,11 +669,7 @@ mod tests {
     /// and a collation, against a stable sort by reference keys.
     #[test]
     fn spilling_sorts_give_the_reference_order() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let kv = Arc::new(RocksEngine::open(dir.path()).expect("rocks"));
-        let e = Engine::open(kv).expect("engine");
-        let ns = Namespace::new("test", "diff");
-        let coll = e.ensure_collection(&ns).expect("collection");
+        let (_dir, e, coll) = collection("diff");
         let mut docs = Vec::new();
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = || {
@@ -743,7 +774,9 @@ mod tests {
                         };
                         let what = format!("sort {sort}, memory {memory:?}, limit {limit}, collation {with_collation}");
                         assert_eq!(got, want, "{what}");
-                        let stats = sort_stats(&exec.root).expect("a SORT stage");
+                        let stats = find_stage(&exec.root, "SORT")
+                            .expect("a SORT stage")
+                            .specific_stats();
                         let n = stats.get_i64("spills").expect("spills");
                         // A top-k sort keeps only `limit` results in memory.
                         if limit == 0 || memory == Some(300) {
@@ -762,11 +795,7 @@ mod tests {
 
     #[test]
     fn byte_keys_sort_as_the_values_compare() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let kv = Arc::new(RocksEngine::open(dir.path()).expect("rocks"));
-        let e = Engine::open(kv).expect("engine");
-        let ns = Namespace::new("test", "s");
-        let coll = e.ensure_collection(&ns).expect("collection");
+        let (_dir, e, coll) = collection("s");
         let mut docs = Vec::new();
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         for id in 0..600 {
@@ -828,33 +857,21 @@ mod tests {
     /// with a collation, over a filtered scan), and counts the same documents examined.
     #[test]
     fn parallel_sorts_return_what_one_thread_returns() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let kv = Arc::new(RocksEngine::open(dir.path()).expect("rocks"));
-        let e = Engine::open(kv).expect("engine");
-        let ns = Namespace::new("test", "par");
-        let coll = e.ensure_collection(&ns).expect("collection");
+        let (_dir, e, coll) = collection("par");
         const N: u64 = 50_000;
-        let opts = WriteOpts::default();
         let mut x = 0x1234_5678_9ABC_DEF1u64;
-        for start in (0..N).step_by(1000) {
-            let batch: Vec<RawDocumentBuf> = (start..start + 1000)
-                .map(|id| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let mut d = doc! {"_id": id as i64, "b": (x % 5) as i32};
-                    if !x.is_multiple_of(17) {
-                        d.insert("a", value(x >> 8));
-                    }
-                    let s = ["x", "X", "y", "ä"][(x >> 40) as usize % 4];
-                    d.insert("s", s);
-                    prepare_insert(&RawDocumentBuf::from_document(&d).expect("raw"))
-                        .expect("prepare")
-                })
-                .collect();
-            let batch: Vec<_> = batch.iter().map(|r| (r.as_ref(), &opts)).collect();
-            e.insert_batch(&coll, &batch).expect("insert");
-        }
+        let docs = (0..N).map(|id| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut d = doc! {"_id": id as i64, "b": (x % 5) as i32};
+            if !x.is_multiple_of(17) {
+                d.insert("a", value(x >> 8));
+            }
+            d.insert("s", ["x", "X", "y", "ä"][(x >> 40) as usize % 4]);
+            d
+        });
+        insert_all(&e, &coll, docs);
         let collation = doc! {"locale": "en", "strength": 2};
         let cases: Vec<(Document, Document, bool)> = vec![
             (doc! {"a": 1}, doc! {}, false),
@@ -912,22 +929,12 @@ mod tests {
     /// results (the thread blocked on its full channel) stops and joins it.
     #[test]
     fn a_sort_closed_early_stops_its_merge() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let kv = Arc::new(RocksEngine::open(dir.path()).expect("rocks"));
-        let e = Engine::open(kv).expect("engine");
-        let ns = Namespace::new("test", "early");
-        let coll = e.ensure_collection(&ns).expect("collection");
-        let opts = WriteOpts::default();
-        let docs: Vec<RawDocumentBuf> = (0..60_000i64)
-            .map(|i| {
-                let d = doc! {"_id": i, "k": (i * 7919) % 60_000};
-                prepare_insert(&RawDocumentBuf::from_document(&d).expect("raw")).expect("prep")
-            })
-            .collect();
-        for chunk in docs.chunks(1000) {
-            let batch: Vec<_> = chunk.iter().map(|r| (r.as_ref(), &opts)).collect();
-            e.insert_batch(&coll, &batch).expect("insert");
-        }
+        let (_dir, e, coll) = collection("early");
+        insert_all(
+            &e,
+            &coll,
+            (0..60_000i64).map(|i| doc! {"_id": i, "k": (i * 7919) % 60_000}),
+        );
         for memory in [None, Some(256 * 1024)] {
             let spec = FindSpec {
                 sort: Some(doc! {"k": -1}),
@@ -945,15 +952,5 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(50));
             drop(exec);
         }
-    }
-
-    fn find_stage<'a>(stage: &'a crate::exec::Stage, name: &str) -> Option<&'a crate::exec::Stage> {
-        if stage.name() == name {
-            return Some(stage);
-        }
-        stage
-            .children()
-            .into_iter()
-            .find_map(|c| find_stage(c, name))
     }
 }
