@@ -31,6 +31,7 @@ from bson.raw_bson import RawBSONDocument
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import free_port, sale, wait_until  # noqa: E402
+from scale import documents as make_docs_range  # noqa: E402
 
 
 def workloads(client):
@@ -60,6 +61,17 @@ def workloads(client):
         many = client["bench"]["many"]
         for _ in range(max(1, n // 100)):
             many.insert_many([{"k": i, "s": "x" * 100} for i in range(100)])
+
+    bulk = client["bench"]["bulk"]
+    bulk.create_index("k")
+    bulk_next = [0]
+
+    def bulk_insert(n):
+        # bench.py's bulk insert row: its documents, an index on `k`, 100 per insert_many.
+        for _ in range(max(1, n // 100)):
+            lo = bulk_next[0]
+            bulk_next[0] += 100
+            bulk.insert_many(make_docs_range(lo, lo + 100))
 
     def insert_j1(n):
         ins = client["bench"].get_collection("insj", write_concern=wc_j)
@@ -121,7 +133,8 @@ def workloads(client):
                 raise RuntimeError(f"$sort returned {got} documents")
 
     return {"ping": ping, "find_one": find_one, "update_one": update_one,
-            "insert_one": insert_one, "insert_many": insert_many, "insert_j1": insert_j1,
+            "insert_one": insert_one, "insert_many": insert_many, "bulk_insert": bulk_insert,
+            "insert_j1": insert_j1,
             "insert_j16": insert_j16, "tpcb_txn": tpcb_txn, "agg_group": agg_group,
             "sort_spill": sort_spill}
 
@@ -135,7 +148,7 @@ SPILL_MEMORY = 32 * 2**20 // 10
 SETTLE_S = 2.0
 
 # Operations each workload counts per call of its function with n (documents for insert_many).
-UNIT = {"insert_many": "document", "agg_group": "document", "sort_spill": "document"}
+UNIT = {"insert_many": "document", "bulk_insert": "document", "agg_group": "document", "sort_spill": "document"}
 
 
 def total_ir(path):

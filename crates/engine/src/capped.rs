@@ -140,7 +140,7 @@ impl Engine {
                 let mut txn = self.kv.begin();
                 let rid = coll.allocate_record_id();
                 for (ix, ks) in meta.write_indexes().zip(keys) {
-                    index::insert_keys(txn.as_mut(), coll, ix, ks, rid)?;
+                    index::insert_new_record_keys(txn.as_mut(), coll, ix, ks, rid)?;
                 }
                 if widened {
                     let entry = crate::catalog::entry_document(coll.id, &coll.ns, meta);

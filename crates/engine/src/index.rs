@@ -207,6 +207,32 @@ pub fn insert_keys(
     Ok(())
 }
 
+/// Inserts the keys of a record whose id this transaction has just allocated (an insert's).
+/// A non-unique index's entry key ends with the record id, which nobody else has seen, so no
+/// other transaction can write that key: it goes in without a lock or a snapshot check
+/// ([`KvTxn::put_new`]), as the record itself does. Unique indexes (their keys carry no
+/// record id) and indexes being built (the build writes entries of its own) go through
+/// [`insert_keys`].
+pub fn insert_new_record_keys(
+    txn: &mut dyn KvTxn,
+    coll: &Collection,
+    ix: &IndexMeta,
+    keys_to_add: &IndexKeySet,
+    rid: u64,
+) -> Result<()> {
+    if ix.unique || ix.build.is_some() {
+        return insert_keys(txn, coll, ix, keys_to_add, rid);
+    }
+    for (ks, (_, type_bits)) in keys_to_add {
+        txn.put_new(
+            Space::Indexes,
+            &entry_key(ix, ks, rid),
+            &entry_value(ix, type_bits, rid),
+        )?;
+    }
+    Ok(())
+}
+
 pub fn remove_keys(
     txn: &mut dyn KvTxn,
     ix: &IndexMeta,

@@ -414,7 +414,7 @@ impl Engine {
         self.write_unit(opts, |txn, ops| {
             let rid = coll.allocate_record_id();
             for (ix, ks) in meta.write_indexes().zip(&keys) {
-                index::insert_keys(txn, coll, ix, ks, rid)?;
+                index::insert_new_record_keys(txn, coll, ix, ks, rid)?;
             }
             if widened {
                 write_catalog_entry(txn, coll, &meta)?;
@@ -476,7 +476,7 @@ impl Engine {
                 for ((doc, opts), doc_keys) in docs.iter().zip(&all_keys) {
                     let rid = coll.allocate_record_id();
                     for (ix, ks) in meta.write_indexes().zip(doc_keys) {
-                        index::insert_keys(txn.as_mut(), coll, ix, ks, rid)?;
+                        index::insert_new_record_keys(txn.as_mut(), coll, ix, ks, rid)?;
                     }
                     txn.put_new(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
                     self.log_op(&mut ops, coll, &meta, opts, (None, None), || {
