@@ -188,6 +188,11 @@ def run_threads(n_threads, fn):
 
 
 def make_docs(n):
+    return make_doc_range(0, n)
+
+
+def make_doc_range(lo, hi):
+    """The documents with `_id` lo..hi (bench/scale.py loads large sizes a batch at a time)."""
     colors = ["red", "green", "blue", "cyan", "magenta"]
     return [
         {
@@ -199,7 +204,7 @@ def make_docs(n):
             "nested": {"a": i % 1000, "b": "xyz", "c": i % 2 == 0},
             "tags": [colors[i % 5], colors[(i + 1) % 5], colors[(i + 2) % 5]],
         }
-        for i in range(n)
+        for i in range(lo, hi)
     ]
 
 

@@ -31,7 +31,7 @@ from bson.raw_bson import RawBSONDocument
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import free_port, sale, wait_until  # noqa: E402
-from scale import documents as make_docs_range  # noqa: E402
+from bench import make_doc_range  # noqa: E402
 
 
 def workloads(client):
@@ -71,7 +71,7 @@ def workloads(client):
         for _ in range(max(1, n // 100)):
             lo = bulk_next[0]
             bulk_next[0] += 100
-            bulk.insert_many(make_docs_range(lo, lo + 100))
+            bulk.insert_many(make_doc_range(lo, lo + 100))
 
     def insert_j1(n):
         ins = client["bench"].get_collection("insj", write_concern=wc_j)

@@ -31,6 +31,7 @@ import os
 import random
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -40,25 +41,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import (HERE, ROOT, Nidus, Postgres, log, proc_cpu,  # noqa: E402
                    run_threads)
+from bench import make_doc_range as documents  # noqa: E402
 
 BATCH = 1000
-
-
-def documents(lo, hi):
-    """bench.py's `make_docs` documents with `_id` lo..hi, built a batch at a time."""
-    colors = ["red", "green", "blue", "cyan", "magenta"]
-    return [
-        {
-            "_id": i,
-            "k": i,
-            "grp": i % 100,
-            "name": f"user{i:07d}",
-            "n": 0,
-            "nested": {"a": i % 1000, "b": "xyz", "c": i % 2 == 0},
-            "tags": [colors[i % 5], colors[(i + 1) % 5], colors[(i + 2) % 5]],
-        }
-        for i in range(lo, hi)
-    ]
 
 
 class NidusSide:
@@ -329,6 +314,12 @@ def main():
     if args.runs < 1 or not args.sizes or not args.clients:
         p.error("--runs, --sizes and --clients need at least one value")
 
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    # SIGTERM and SIGHUP unwind like Ctrl-C, so the servers started are stopped.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
     rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=10", "HEAD"],
                          capture_output=True, text=True).stdout.strip() or "unknown"
     started = dt.datetime.now(dt.timezone.utc)

@@ -476,6 +476,12 @@ pub struct Oplog {
     max_bytes: AtomicI64,
     /// Set when the oplog may be over its size; the truncation thread waits on it.
     over: Mutex<bool>,
+    /// Every entry with a `ts` (as u64) below this is deleted: truncation scans from here.
+    /// From the collection's start it would step over the tombstone of every entry it ever
+    /// deleted that compaction has not dropped yet, so each batch cost more than the last
+    /// (10,000,000 inserts kept a core busy truncating for minutes). Only `truncate_after`
+    /// lets older entries back in, and it lowers the mark.
+    truncated_below: AtomicU64,
     over_cv: Condvar,
     /// The optime of the last entry of each retryable write (session id bytes and
     /// txnNumber), for the `prevOpTime` chain.
@@ -520,6 +526,7 @@ impl Oplog {
             term: AtomicI64::new(term),
             max_bytes: AtomicI64::new(max_bytes),
             over: Mutex::new(false),
+            truncated_below: AtomicU64::new(0),
             over_cv: Condvar::new(),
             chains: Mutex::new(Default::default()),
         }
@@ -752,6 +759,9 @@ impl Oplog {
         after: Timestamp,
     ) -> Result<usize> {
         let start = ts_to_u64(after).saturating_add(1);
+        // Entries from `start` on will be written again (an initial sync empties the oplog
+        // and refills it with the source's): truncation must see them.
+        self.truncated_below.fetch_min(start, Ordering::AcqRel);
         let mut keys = Vec::new();
         let mut bytes = 0i64;
         {
@@ -1202,13 +1212,16 @@ impl Engine {
     /// kept go with them.
     fn truncate_oplog(&self, oplog: &Oplog) -> Result<()> {
         let coll = &oplog.coll;
-        while coll.data_size.load(Ordering::Relaxed) > oplog.max_bytes() {
+        while coll.data_size.load(Ordering::Relaxed) > oplog.max_bytes()
+            && !self.stopping.load(Ordering::Acquire)
+        {
             let excess = coll.data_size.load(Ordering::Relaxed) - oplog.max_bytes();
             let visible = oplog.visible_u64();
+            let from = oplog.truncated_below.load(Ordering::Acquire);
             let mut txn = self.kv.begin();
             let (mut n, mut bytes, mut last) = (0i64, 0i64, None);
             {
-                let mut c = txn.cursor(Space::Records, &keys::u64_be(coll.id), &oplog.key(visible));
+                let mut c = txn.cursor(Space::Records, &oplog.key(from), &oplog.key(visible));
                 c.seek_to_first();
                 let mut victims = Vec::new();
                 while c.valid() && bytes < excess && victims.len() < TRUNCATE_BATCH {
@@ -1229,6 +1242,9 @@ impl Engine {
             }
             txn.commit()?;
             if let Some(last) = last {
+                oplog
+                    .truncated_below
+                    .store(last.saturating_add(1), Ordering::Release);
                 self.delete_images_through(u64_to_ts(last))?;
             }
             coll.adjust_stats(-n, -bytes);
@@ -1449,5 +1465,82 @@ mod tests {
         }
         assert_eq!(seen.len(), 800);
         assert_eq!(oplog.last_visible(engine.kv()).expect("last").ts, after);
+    }
+
+    /// Truncation keeps the oplog within its bound from the oldest entry on, batch after
+    /// batch, and still finds entries written again below where it stopped (an initial sync
+    /// empties the oplog and refills it with the source's older entries).
+    #[test]
+    fn truncation_keeps_the_bound_and_sees_entries_written_again() {
+        let (_dir, engine) = engine();
+        let oplog = engine.enable_oplog(1).expect("oplog").clone();
+        let coll = engine
+            .ensure_collection(&Namespace::new("t", "c"))
+            .expect("coll");
+        let pad = "x".repeat(10_000);
+        let oldest = |oplog: &Oplog| {
+            let first = oplog
+                .read_after(engine.kv(), u64_to_ts(0), 1)
+                .expect("read")
+                .pop()
+                .expect("an entry");
+            match first.get("ts").expect("ts") {
+                Some(bson::RawBsonRef::Timestamp(ts)) => (ts_to_u64(ts), first),
+                _ => panic!("no ts"),
+            }
+        };
+        // The truncation thread brings the oplog back within its bound.
+        let within_bound = |oplog: &Oplog| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while oplog.coll.data_size.load(Ordering::Relaxed) > oplog.max_bytes()
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            oplog.coll.data_size.load(Ordering::Relaxed) <= oplog.max_bytes()
+        };
+        for round in 0..3 {
+            for i in 0..100 {
+                let doc = prepare_insert(
+                    &RawDocumentBuf::from_document(&doc! { "_id": round * 100 + i, "pad": &pad })
+                        .expect("doc"),
+                )
+                .expect("prepare");
+                engine
+                    .insert_one(&coll, &doc, &WriteOpts::default())
+                    .expect("insert");
+            }
+            assert!(within_bound(&oplog), "round {round}");
+        }
+        // ~3 MB logged, 1 MB kept: the oldest entry left is one of the last third's.
+        let (_, first) = oldest(&oplog);
+        let id = first
+            .get_document("o")
+            .expect("o")
+            .get_i32("_id")
+            .expect("_id");
+        assert!((150..299).contains(&id), "oldest entry left: _id {id}");
+
+        // Emptied, then refilled with entries older than any truncated so far.
+        oplog
+            .truncate_after(engine.kv(), u64_to_ts(0))
+            .expect("empty");
+        for i in 0..200u64 {
+            let ts = u64_to_ts((1 << 32) + i);
+            let entry = OplogEntry::command("t", None, doc! { "create": "c", "pad": &pad })
+                .to_document(OpTime { ts, t: 1 }, bson::DateTime::now(), None);
+            let raw = RawDocumentBuf::from_document(&entry).expect("raw");
+            let mut txn = engine.kv().begin();
+            oplog.append_replicated(txn.as_mut(), &raw).expect("append");
+            txn.commit().expect("commit");
+            oplog.replicated_committed(ts, 1, raw.as_bytes().len() as i64);
+        }
+        oplog.wake_truncation();
+        assert!(within_bound(&oplog));
+        let (ts, _) = oldest(&oplog);
+        assert!(
+            ts > (1 << 32) + 50 && ts < (1 << 32) + 199,
+            "oldest ts {ts}"
+        );
     }
 }
