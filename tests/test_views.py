@@ -190,6 +190,12 @@ def test_capped_max_evicts_oldest_in_order(db):
     # Deletes are allowed (MongoDB 5.0+).
     db.log.delete_one({"_id": 5})
     assert [d["_id"] for d in db.log.find()] == [4, 6]
+    # Eviction goes on from the oldest document left, past the ones deleted.
+    db.log.insert_many([{"_id": 7}, {"_id": 8}, {"_id": 9}])
+    assert [d["_id"] for d in db.log.find()] == [7, 8, 9]
+    db.log.delete_one({"_id": 9})
+    db.log.insert_many([{"_id": 10}, {"_id": 11}])
+    assert [d["_id"] for d in db.log.find()] == [8, 10, 11]
 
 
 def test_capped_size_evicts_by_bytes(db):

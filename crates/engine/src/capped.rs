@@ -25,7 +25,7 @@ use bson::{Bson, Document, RawDocument};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_storage::{keys, KvTxn, Space};
 use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// `size` and `max` of a capped collection's options.
@@ -75,6 +75,11 @@ pub fn option_number(n: i64) -> Bson {
 #[derive(Debug, Default)]
 pub struct CappedState {
     writes: Mutex<()>,
+    /// Every record with an id below this was evicted (ids only grow): eviction scans from
+    /// here, not over the tombstones of every record it deleted that compaction has not
+    /// dropped yet (from the collection's start each eviction would cost more than the last).
+    /// Written under `writes`, after the eviction's commit.
+    evicted_below: AtomicU64,
     generation: Mutex<u64>,
     inserted: Condvar,
 }
@@ -131,7 +136,7 @@ impl Engine {
             ));
         }
         let _serial = coll.capped.writes.lock();
-        let (n, bytes) = with_write_conflict_retry(
+        let ((n, bytes), next_mark) = with_write_conflict_retry(
             opts.deadline,
             || {
                 self.metrics.write_conflicts.fetch_add(1, Ordering::Relaxed);
@@ -149,8 +154,8 @@ impl Engine {
                 }
                 txn.put_new(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
                 crate::write::record_insert(txn.as_mut(), opts, doc)?;
-                let (evicted, victims) = if crate::oplog::applying_replicated() {
-                    ((0, 0), Vec::new())
+                let (evicted, victims, next_mark) = if crate::oplog::applying_replicated() {
+                    ((0, 0), Vec::new(), None)
                 } else {
                     evict(
                         txn.as_mut(),
@@ -178,9 +183,12 @@ impl Engine {
                     )?;
                 }
                 self.commit_logged(txn, ops)?;
-                Ok(evicted)
+                Ok((evicted, next_mark))
             },
         )?;
+        if let Some(mark) = next_mark {
+            coll.capped.evicted_below.store(mark, Ordering::Release);
+        }
         coll.adjust_stats(1 - n, len - bytes);
         coll.capped.notify();
         Ok(())
@@ -261,8 +269,10 @@ impl Engine {
 }
 
 /// Deletes the oldest records (before `new_rid`) until the collection, with the document
-/// just written, is within its limits. Returns the number and bytes deleted, and the
-/// deleted documents when `logged` (for their oplog entries).
+/// just written, is within its limits. Returns the number and bytes deleted, the deleted
+/// documents when `logged` (for their oplog entries), and the eviction mark once this
+/// transaction commits (one past the newest record it deletes).
+#[allow(clippy::type_complexity)]
 fn evict(
     txn: &mut dyn KvTxn,
     coll: &CollectionRef,
@@ -270,16 +280,17 @@ fn evict(
     limits: CappedLimits,
     (new_len, new_rid): (i64, u64),
     logged: bool,
-) -> Result<((i64, i64), Vec<Document>)> {
+) -> Result<((i64, i64), Vec<Document>, Option<u64>)> {
     let mut count = coll.count.load(Ordering::Relaxed) + 1;
     let mut size = coll.data_size.load(Ordering::Relaxed) + new_len;
     if !limits.over(count, size) {
-        return Ok(((0, 0), Vec::new()));
+        return Ok(((0, 0), Vec::new(), None));
     }
+    let from = coll.capped.evicted_below.load(Ordering::Acquire);
     let victims: Vec<u64> = {
         let mut c = txn.cursor(
             Space::Records,
-            &keys::u64_be(coll.id),
+            &keys::with_id(coll.id, from),
             &keys::with_id(coll.id, new_rid),
         );
         c.seek_to_first();
@@ -293,6 +304,7 @@ fn evict(
         c.status()?;
         out
     };
+    let mark = victims.last().map(|rid| rid.saturating_add(1));
     let (mut n, mut bytes) = (0i64, 0i64);
     let mut deleted = Vec::with_capacity(victims.len());
     for rid in victims {
@@ -311,5 +323,5 @@ fn evict(
             deleted.push(Document::try_from(raw).map_err(|e| Error::internal(e.to_string()))?);
         }
     }
-    Ok(((n, bytes), deleted))
+    Ok(((n, bytes), deleted, mark))
 }

@@ -903,9 +903,14 @@ impl Oplog {
         self.over_cv.notify_one();
     }
 
+    /// Counts entries written, and wakes the truncation thread once the oplog is over its
+    /// bound by a 64th of it: woken at every entry over the bound, it ran a transaction and a
+    /// scan per write to delete one entry. Below that slack its once-a-second round
+    /// truncates, so the oplog is back within its bound within about a second.
     pub(crate) fn note_written(&self, n: i64, bytes: i64) {
         self.coll.adjust_stats(n, bytes);
-        if self.coll.data_size.load(Ordering::Relaxed) > self.max_bytes() {
+        let max = self.max_bytes();
+        if self.coll.data_size.load(Ordering::Relaxed) > max.saturating_add(max / 64) {
             *self.over.lock() = true;
             self.over_cv.notify_one();
         }
