@@ -1247,9 +1247,14 @@ impl Engine {
             }
             txn.commit()?;
             if let Some(last) = last {
-                oplog
-                    .truncated_below
-                    .store(last.saturating_add(1), Ordering::Release);
+                // Unless `truncate_after` lowered the mark meanwhile: entries below it may
+                // be written again, and the next round must scan from there.
+                let _ = oplog.truncated_below.compare_exchange(
+                    from,
+                    last.saturating_add(1),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
                 self.delete_images_through(u64_to_ts(last))?;
             }
             coll.adjust_stats(-n, -bytes);
