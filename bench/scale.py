@@ -8,8 +8,8 @@ indexes (`_id` and `k`; Nidus `insert_many` of 1,000, PostgreSQL `COPY` of 1,000
 system at a time, each left to finish the load's background work (flushes and compactions,
 autovacuum) before anything else runs; that work's CPU is reported with the load. Then,
 `--runs` times with the systems interleaved: `find_one` by a random `_id` from 1, 2, 4, 8
-and 16 clients, and `insert_one` of new documents from one client (w:1; PostgreSQL
-`synchronous_commit=off`). Each measurement records the rate, the server's and the client's
+and 16 clients, `update_one` `$inc` by a random `_id` and `insert_one` of new documents from
+one client (w:1; PostgreSQL `synchronous_commit=off`). Each measurement records the rate, the server's and the client's
 CPU per operation and, for Nidus, RocksDB's block-cache data misses per operation (a block
 read from a file, from the OS page cache here). Both caches are 256 MiB (Nidus's default
 block cache, PostgreSQL's shared_buffers): at 10,000,000 documents neither holds the data.
@@ -78,6 +78,13 @@ class NidusSide:
         run_threads(len(ids_per_client), work)
         return sum(map(len, ids_per_client)), None
 
+    def updates(self, ids):
+        c = self.coll
+        for i in ids:
+            if c.update_one({"_id": i}, {"$inc": {"n": 1}}).matched_count != 1:
+                raise RuntimeError(f"nidus: update of {i} matched nothing")
+        return len(ids), None
+
     def inserts(self, ids):
         c = self.coll
         for i in ids:
@@ -129,6 +136,10 @@ class PostgresSide:
             for c in conns:
                 c.close()
         return sum(map(len, ids_per_client)), None
+
+    def updates(self, ids):
+        self.s.update_inc(ids)
+        return len(ids), None
 
     def inserts(self, ids):
         from psycopg.types.json import Jsonb
@@ -200,7 +211,7 @@ def run_size(args, n, tmp, rng):
     log(f"size {n:,}: starting nidus and postgres")
     sides = {"nidus": NidusSide(args.nidus, os.path.join(tmp, "n")),
              "postgres": PostgresSide(os.path.join(tmp, "p"))}
-    out = {"docs": n, "load": {}, "reads": {}, "inserts": {}}
+    out = {"docs": n, "load": {}, "reads": {}, "updates": {}, "inserts": {}}
     try:
         for name, side in sides.items():
             side.prepare()
@@ -238,6 +249,17 @@ def run_size(args, n, tmp, rng):
                     out["reads"].setdefault(str(clients), {}).setdefault(name, []).append(rec)
                 log(f"size {n:,} run {r + 1}: reads x{clients}: " + ", ".join(
                     f"{k}={out['reads'][str(clients)][k][-1]['rate']:.0f}/s" for k in sides))
+            seed = rng.randrange(1 << 30)
+            ids = [rng.randrange(n) for _ in range(args.updates)]
+            for name, side in sides.items():
+                if go:
+                    fn = (lambda s=side, sd=seed:
+                          go.run(s, "update_one", args.updates, 1, 0, n, sd))
+                else:
+                    fn = lambda s=side, i=ids: s.updates(i)  # noqa: E731
+                out["updates"].setdefault(name, []).append(measure(side, fn))
+            log(f"size {n:,} run {r + 1}: updates: " + ", ".join(
+                f"{k}={out['updates'][k][-1]['rate']:.0f}/s" for k in sides))
             for name, side in sides.items():
                 if go:
                     fn = lambda s=side, lo=next_id: go.run(s, "insert_one", args.inserts, 1, lo)  # noqa: E731,E501
@@ -279,6 +301,8 @@ def table(rep):
             f"{ld['postgres'].get('settle_cpu_us_per_doc', 0):.0f} | – | – |")
         rows = [(f"find_one by _id, {c} client{'s' if c != '1' else ''}", recs)
                 for c, recs in size["reads"].items()]
+        if "updates" in size:
+            rows.append(("update_one $inc by _id, 1 client", size["updates"]))
         rows.append(("insert_one, 1 client", size["inserts"]))
         for label, recs in rows:
             nr, pr = med(recs["nidus"], "rate"), med(recs["postgres"], "rate")
@@ -303,6 +327,7 @@ def main():
     p.add_argument("--reads", type=int, default=20000, help="point reads per measurement")
     p.add_argument("--settle-max", type=float, default=900,
                    help="seconds to wait at most for background work after a load")
+    p.add_argument("--updates", type=int, default=3000, help="updates per measurement")
     p.add_argument("--inserts", type=int, default=3000, help="inserts per measurement")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--client", choices=["go", "python"], default="go",

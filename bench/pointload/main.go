@@ -3,10 +3,11 @@
 // than the Python drivers (pymongo spends about three times psycopg's client CPU on a point
 // read). bench/scale.py runs it and measures the server's CPU around it.
 //
-//	pointload -system nidus|postgres -uri URI -op find_one|insert_one -n N -clients C
-//	          -lo L -hi H [-seed S]
+//	pointload -system nidus|postgres -uri URI -op find_one|update_one|insert_one -n N
+//	          -clients C -lo L -hi H [-seed S]
 //
-// find_one reads random ids in [lo, hi) and fails if one is missing; insert_one inserts
+// find_one reads random ids in [lo, hi) and fails if one is missing; update_one increments
+// `n` of random ids in [lo, hi) (bench.py's update row) and fails unless one matches; insert_one inserts
 // bench.py's document shape with ids lo, lo+1, ... (n of them, spread over the clients).
 // Prints one JSON line: {"ops": N, "seconds": S}.
 package main
@@ -75,6 +76,17 @@ func nidusWorker(ctx context.Context, uri string, clients int, op string) (worke
 			}
 			return nil
 		}, closer, nil
+	case "update_one":
+		inc := bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}
+		return func(ctx context.Context, _ int, ids []int64) error {
+			for _, id := range ids {
+				res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, inc)
+				if err != nil || res.MatchedCount != 1 {
+					return fmt.Errorf("nidus: update of %d: %v", id, err)
+				}
+			}
+			return nil
+		}, closer, nil
 	case "insert_one":
 		return func(ctx context.Context, _ int, ids []int64) error {
 			for _, id := range ids {
@@ -118,6 +130,17 @@ func postgresWorker(ctx context.Context, uri string, clients int, op string) (wo
 			}
 			return nil
 		}, closer, nil
+	case "update_one":
+		return func(ctx context.Context, client int, ids []int64) error {
+			for _, id := range ids {
+				tag, err := conns[client].Exec(ctx, "UPDATE docs SET doc = jsonb_set(doc, '{n}', "+
+					"to_jsonb((doc->>'n')::bigint + 1)) WHERE id = $1", id)
+				if err != nil || tag.RowsAffected() != 1 {
+					return fmt.Errorf("postgres: update of %d: %v", id, err)
+				}
+			}
+			return nil
+		}, closer, nil
 	case "insert_one":
 		return func(ctx context.Context, client int, ids []int64) error {
 			for _, id := range ids {
@@ -137,7 +160,7 @@ func postgresWorker(ctx context.Context, uri string, clients int, op string) (wo
 func main() {
 	system := flag.String("system", "", "nidus or postgres")
 	uri := flag.String("uri", "", "connection string")
-	op := flag.String("op", "find_one", "find_one or insert_one")
+	op := flag.String("op", "find_one", "find_one, update_one or insert_one")
 	n := flag.Int("n", 5000, "operations in all")
 	clients := flag.Int("clients", 1, "concurrent clients")
 	lo := flag.Int64("lo", 0, "first id")
@@ -174,9 +197,9 @@ func main() {
 	for c := range shares {
 		shares[c] = make([]int64, per)
 		for i := range shares[c] {
-			if *op == "find_one" {
+			if *op != "insert_one" {
 				if *hi <= *lo {
-					fail(fmt.Errorf("find_one needs lo < hi"))
+					fail(fmt.Errorf("%s needs lo < hi", *op))
 				}
 				shares[c][i] = *lo + rng.Int63n(*hi-*lo)
 			} else {
