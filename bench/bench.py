@@ -318,14 +318,16 @@ def jsonable(doc):
 class Nidus:
     name = "nidus"
 
-    def __init__(self, binary, tmp):
+    def __init__(self, binary, tmp, cache_gb="0.25"):
         self.port = free_port()
         self.dbpath = os.path.join(tmp, "nidus")
         os.makedirs(self.dbpath)
         self.logf = open(os.path.join(tmp, "nidus.log"), "wb")
         self.proc = subprocess.Popen(
+            # The block cache as the peers' caches (256 MiB), not mongod's default share of
+            # memory: the rows compare engines with equal caches (None: the default).
             [binary, "--port", str(self.port), "--bind_ip", "127.0.0.1", "--dbpath", self.dbpath,
-             "--replSet", "rs0"],
+             "--replSet", "rs0"] + (["--cacheSizeGB", cache_gb] if cache_gb else []),
             stdout=self.logf, stderr=subprocess.STDOUT, start_new_session=True)
         self.uri = f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
         self.client = pymongo.MongoClient(self.uri, maxPoolSize=64)

@@ -11,8 +11,9 @@ autovacuum) before anything else runs; that work's CPU is reported with the load
 and 16 clients, `update_one` `$inc` by a random `_id` and `insert_one` of new documents from
 one client (w:1; PostgreSQL `synchronous_commit=off`). Each measurement records the rate, the server's and the client's
 CPU per operation and, for Nidus, RocksDB's block-cache data misses per operation (a block
-read from a file, from the OS page cache here). Both caches are 256 MiB (Nidus's default
-block cache, PostgreSQL's shared_buffers): at 10,000,000 documents neither holds the data.
+read from a file, from the OS page cache here). Both caches are 256 MiB (Nidus's block cache,
+as bench.py starts it, and PostgreSQL's shared_buffers): at 10,000,000 documents neither holds
+the data.
 
 The clients are bench/pointload, in Go (the MongoDB Go driver and pgx: compiled clients of
 similar cost, so the servers are compared; it needs Go). `--client python` uses pymongo and
@@ -49,8 +50,8 @@ BATCH = 1000
 class NidusSide:
     name = "nidus"
 
-    def __init__(self, binary, tmp):
-        self.s = Nidus(binary, tmp)
+    def __init__(self, binary, tmp, cache_gb):
+        self.s = Nidus(binary, tmp, cache_gb)
         self.uri = self.s.uri
         self.coll = self.s.db["docs"]
 
@@ -63,6 +64,11 @@ class NidusSide:
 
     def count(self):
         return self.coll.estimated_document_count()
+
+    def warm(self):
+        # A scan of the records and one of the `_id` index, server-side.
+        self.coll.count_documents({})
+        self.coll.count_documents({"_id": {"$gte": 0}})
 
     def block_misses(self):
         rocks = self.s.client.admin.command("serverStatus").get("rocksdb", {})
@@ -119,6 +125,10 @@ class PostgresSide:
 
     def block_misses(self):
         return None
+
+    def warm(self):
+        self.s.conn.execute("SELECT count(*) FROM docs").fetchone()
+        self.s.conn.execute("SELECT count(*) FROM docs WHERE id >= 0").fetchone()
 
     def reads(self, ids_per_client):
         conns = [self.s.connect() for _ in ids_per_client]
@@ -209,7 +219,7 @@ def settle(side, limit):
 
 def run_size(args, n, tmp, rng):
     log(f"size {n:,}: starting nidus and postgres")
-    sides = {"nidus": NidusSide(args.nidus, os.path.join(tmp, "n")),
+    sides = {"nidus": NidusSide(args.nidus, os.path.join(tmp, "n"), args.nidus_cache_gb),
              "postgres": PostgresSide(os.path.join(tmp, "p"))}
     out = {"docs": n, "load": {}, "reads": {}, "updates": {}, "inserts": {}}
     try:
@@ -232,6 +242,11 @@ def run_size(args, n, tmp, rng):
                 "settle_cpu_us_per_doc": (proc_cpu(side.s.pids) - c1) / n * 1e6}
             log(f"size {n:,}: {name} loaded at {n / elapsed:,.0f} docs/s, "
                 f"background work settled after {settled:.0f} s")
+            if args.warm:
+                t0 = time.perf_counter()
+                side.warm()
+                log(f"size {n:,}: {name} read its table and `_id` index in "
+                    f"{time.perf_counter() - t0:.0f} s (--warm)")
         go = GoClient(tmp) if args.client == "go" else None
         next_id = n
         for r in range(args.runs):
@@ -325,6 +340,13 @@ def main():
     p.add_argument("--clients", default="1,2,4,8,16",
                    type=lambda v: [int(x) for x in v.split(",") if x])
     p.add_argument("--reads", type=int, default=20000, help="point reads per measurement")
+    p.add_argument("--nidus-cache-gb", default="0.25",
+                   type=lambda v: None if v == "default" else v,
+                   help="Nidus's --cacheSizeGB (default 0.25, PostgreSQL's shared_buffers); "
+                        "'default': none, mongod's rule (half of memory less 1 GiB)")
+    p.add_argument("--warm", action="store_true",
+                   help="after the load, scan each system's records and `_id` index once, so "
+                        "reads start with what the caches can hold")
     p.add_argument("--settle-max", type=float, default=900,
                    help="seconds to wait at most for background work after a load")
     p.add_argument("--updates", type=int, default=3000, help="updates per measurement")

@@ -402,12 +402,27 @@ def test_get_parameter_details_and_log_components(client):
         client.admin.command("setParameter", 1, logComponentVerbosity={"storage": {"verbosity": -1}})
 
 
+def memory_limit():
+    """The machine's memory, or the cgroup's limit if lower (what mongod sizes its cache by)."""
+    with open("/proc/meminfo") as f:
+        total = next(int(l.split()[1]) * 1024 for l in f if l.startswith("MemTotal:"))
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                return min(total, int(f.read().strip()))
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 def test_server_status_sections_and_list_databases(client, db):
     db.c.insert_one({})
     st = client.admin.command("serverStatus")
     cat = st["catalogStats"]
     assert cat["collections"] >= 1 and "views" in cat and "internalCollections" in cat
-    assert "nidus" in st and st["nidus"]["cache"]["maximum bytes configured"] == 256 << 20
+    # WiredTiger's default: the larger of 50% of (memory - 1 GiB) and 256 MiB.
+    assert "nidus" in st and st["nidus"]["cache"]["maximum bytes configured"] == max(
+        256 << 20, (memory_limit() - (1 << 30)) // 2)
     names = client.list_database_names()
     assert {"admin", "config", "local", db.name} <= set(names)
     assert names == sorted(names)

@@ -386,10 +386,44 @@ impl Config {
         out
     }
 
-    /// The block cache size in bytes (`--cacheSizeGB`), if set.
-    pub fn cache_bytes(&self) -> Option<usize> {
-        self.cache_size_gb
-            .map(|gb| (gb * (1u64 << 30) as f64) as usize)
+    /// The block cache size in bytes: `--cacheSizeGB`, else WiredTiger's default, the larger
+    /// of 50% of (memory − 1 GiB) and 256 MiB, where memory is the machine's or the cgroup's
+    /// limit if lower (as mongod sizes its cache in a container).
+    pub fn cache_bytes(&self) -> usize {
+        match self.cache_size_gb {
+            Some(gb) => (gb * (1u64 << 30) as f64) as usize,
+            None => default_cache_bytes(memory_limit_bytes()),
+        }
+    }
+}
+
+/// WiredTiger's default cache for `memory` bytes (256 MiB when memory is unknown).
+pub fn default_cache_bytes(memory: Option<u64>) -> usize {
+    const FLOOR: u64 = 256 << 20;
+    let half = memory.map_or(0, |m| m.saturating_sub(1 << 30) / 2);
+    usize::try_from(half.max(FLOOR)).unwrap_or(usize::MAX)
+}
+
+/// The memory this process may use: `/proc/meminfo`'s MemTotal, or the cgroup's limit
+/// (v2 `memory.max`, v1 `memory.limit_in_bytes`) when that is lower.
+fn memory_limit_bytes() -> Option<u64> {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+        s.lines()
+            .find(|l| l.starts_with("MemTotal:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    });
+    let cgroup = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .filter_map(|p| std::fs::read_to_string(p).ok())
+    .find_map(|s| s.trim().parse::<u64>().ok());
+    match (total, cgroup) {
+        (Some(t), Some(c)) => Some(t.min(c)),
+        (t, c) => t.or(c),
     }
 }
 
@@ -439,6 +473,16 @@ fn parse_sample_rate(v: &str) -> Result<f64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_cache_is_wiredtigers() {
+        let gib = 1u64 << 30;
+        assert_eq!(default_cache_bytes(None), 256 << 20);
+        assert_eq!(default_cache_bytes(Some(gib)), 256 << 20);
+        assert_eq!(default_cache_bytes(Some(gib + (256 << 20))), 256 << 20);
+        assert_eq!(default_cache_bytes(Some(2 * gib)), 512 << 20);
+        assert_eq!(default_cache_bytes(Some(24 * gib)), (23 * gib / 2) as usize);
+    }
 
     fn args(a: &[&str]) -> Vec<String> {
         std::iter::once("nidus")

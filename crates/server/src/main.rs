@@ -154,13 +154,8 @@ fn run(config: Config) -> Result<(), String> {
             );
         }
     }
-    let kv = RocksEngine::open_with_cache(
-        &config.dbpath,
-        config
-            .cache_bytes()
-            .unwrap_or(nidus_storage_rocks::DEFAULT_CACHE_BYTES),
-    )
-    .map_err(|e| e.to_string())?;
+    let kv = RocksEngine::open_with_cache(&config.dbpath, config.cache_bytes())
+        .map_err(|e| e.to_string())?;
     let engine = Engine::open(Arc::new(kv)).map_err(|e| e.to_string())?;
     // Spilled sort runs go where mongod keeps them; leftovers of a crash are removed.
     let spill = config.dbpath.join("_tmp");

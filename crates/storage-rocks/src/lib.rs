@@ -115,7 +115,7 @@ fn cf_options(cache: &Cache, space: Space, point_lookups: bool) -> Options {
 /// reports a real conflict at once, as MongoDB does.
 const LOCK_TIMEOUT_MS: i64 = 1;
 
-/// The block cache size without `--cacheSizeGB`.
+/// The block cache of [`RocksEngine::open`] (the server sizes its own, as WiredTiger does).
 pub const DEFAULT_CACHE_BYTES: usize = 256 << 20;
 
 impl RocksEngine {

@@ -65,10 +65,7 @@ pub fn server_status(ctx: &mut Ctx) -> Result<Document> {
         "nidus": {
             "walSyncs": st.engine.wal_syncs() as i64,
             "cache": {
-                "maximum bytes configured": st
-                    .config
-                    .cache_bytes()
-                    .unwrap_or(nidus_storage_rocks::DEFAULT_CACHE_BYTES) as i64,
+                "maximum bytes configured": st.config.cache_bytes() as i64,
             },
         },
         "catalogStats": catalog_stats(ctx),
