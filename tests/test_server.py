@@ -142,6 +142,11 @@ def test_host_info(client):
     r = client.admin.command("hostInfo")
     assert r["ok"] == 1
     assert "system" in r and "os" in r
+    with open("/proc/meminfo") as f:
+        total_kb = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
+    assert r["system"]["memSizeMB"] == total_kb // 1024
+    # The cgroup's limit when lower, as mongod reports it.
+    assert 0 < r["system"]["memLimitMB"] <= r["system"]["memSizeMB"]
 
 
 def test_server_status(client, db):

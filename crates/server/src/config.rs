@@ -404,16 +404,20 @@ pub fn default_cache_bytes(memory: Option<u64>) -> usize {
     usize::try_from(half.max(FLOOR)).unwrap_or(usize::MAX)
 }
 
-/// The memory this process may use: `/proc/meminfo`'s MemTotal, or the cgroup's limit
-/// (v2 `memory.max`, v1 `memory.limit_in_bytes`) when that is lower.
-fn memory_limit_bytes() -> Option<u64> {
-    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+/// The machine's memory (`/proc/meminfo`'s MemTotal).
+pub fn memory_total_bytes() -> Option<u64> {
+    std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
         s.lines()
             .find(|l| l.starts_with("MemTotal:"))
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|kb| kb.parse::<u64>().ok())
             .map(|kb| kb * 1024)
-    });
+    })
+}
+
+/// The memory this process may use: the machine's, or the cgroup's limit (v2 `memory.max`,
+/// v1 `memory.limit_in_bytes`) when that is lower.
+pub fn memory_limit_bytes() -> Option<u64> {
     let cgroup = [
         "/sys/fs/cgroup/memory.max",
         "/sys/fs/cgroup/memory/memory.limit_in_bytes",
@@ -421,7 +425,7 @@ fn memory_limit_bytes() -> Option<u64> {
     .iter()
     .filter_map(|p| std::fs::read_to_string(p).ok())
     .find_map(|s| s.trim().parse::<u64>().ok());
-    match (total, cgroup) {
+    match (memory_total_bytes(), cgroup) {
         (Some(t), Some(c)) => Some(t.min(c)),
         (t, c) => t.or(c),
     }

@@ -157,17 +157,9 @@ pub fn get_cmd_line_opts(ctx: &mut Ctx) -> Result<Document> {
     Ok(doc! { "argv": cfg.argv.clone(), "parsed": parsed })
 }
 
-fn mem_total_mb() -> i64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<i64>().ok())
-        })
-        .map(|kb| kb / 1024)
-        .unwrap_or(0)
+/// Bytes in MiB, as `hostInfo` reports memory (0 when unknown).
+fn mib(bytes: Option<u64>) -> i64 {
+    bytes.map_or(0, |b| i64::try_from(b >> 20).unwrap_or(i64::MAX))
 }
 
 pub fn host_info(_ctx: &mut Ctx) -> Result<Document> {
@@ -179,7 +171,8 @@ pub fn host_info(_ctx: &mut Ctx) -> Result<Document> {
             "currentTime": bson::DateTime::now(),
             "hostname": nidus_common::hostname(),
             "cpuAddrSize": 64,
-            "memSizeMB": mem_total_mb(),
+            "memSizeMB": mib(crate::config::memory_total_bytes()),
+            "memLimitMB": mib(crate::config::memory_limit_bytes()),
             "numCores": cores,
             "cpuArch": std::env::consts::ARCH,
         },
