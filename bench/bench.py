@@ -323,9 +323,9 @@ class Nidus:
         self.dbpath = os.path.join(tmp, "nidus")
         os.makedirs(self.dbpath)
         self.logf = open(os.path.join(tmp, "nidus.log"), "wb")
+        # The block cache as the peers' caches (256 MiB), not mongod's default share of
+        # memory: the rows compare engines with equal caches (`cache_gb=None`: the default).
         self.proc = subprocess.Popen(
-            # The block cache as the peers' caches (256 MiB), not mongod's default share of
-            # memory: the rows compare engines with equal caches (None: the default).
             [binary, "--port", str(self.port), "--bind_ip", "127.0.0.1", "--dbpath", self.dbpath,
              "--replSet", "rs0"] + (["--cacheSizeGB", cache_gb] if cache_gb else []),
             stdout=self.logf, stderr=subprocess.STDOUT, start_new_session=True)

@@ -30,8 +30,7 @@ from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import free_port, sale, wait_until  # noqa: E402
-from bench import make_doc_range  # noqa: E402
+from bench import free_port, make_doc_range, sale, wait_until  # noqa: E402
 
 
 def workloads(client):
@@ -148,7 +147,8 @@ SPILL_MEMORY = 32 * 2**20 // 10
 SETTLE_S = 2.0
 
 # Operations each workload counts per call of its function with n (documents for insert_many).
-UNIT = {"insert_many": "document", "bulk_insert": "document", "agg_group": "document", "sort_spill": "document"}
+UNIT = {"insert_many": "document", "bulk_insert": "document", "agg_group": "document",
+        "sort_spill": "document"}
 
 
 def total_ir(path):

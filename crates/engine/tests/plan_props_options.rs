@@ -23,7 +23,7 @@ use nidus_query::sort::SortPattern;
 use proptest::prelude::*;
 
 mod common;
-use common::{cases, ids, open};
+use common::{cases, ids, loaded, raw};
 
 /// Values of several type brackets: numbers, strings (compared under a collation or not),
 /// null, booleans.
@@ -358,16 +358,14 @@ fn check(
 
 fn run_case(docs: Vec<Document>, queries: Vec<Query>) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let e = open(dir.path());
-    let ns = Namespace::new("db", "c");
     let specs = index_specs();
-    e.create_indexes(&ns, &specs).expect("indexes");
-    let coll = e.ensure_collection(&ns).expect("collection");
+    let (e, ns) = loaded(dir.path(), &specs, &[]);
+    let coll = e.collection(&ns).expect("collection");
     // The first half goes in as one batch (one storage transaction), the rest one at a time:
     // both insert paths write the index entries the queries below read.
     let raws: Vec<RawDocumentBuf> = docs
         .iter()
-        .map(|d| prepare_insert(&RawDocumentBuf::from_document(d).expect("raw")).expect("prepare"))
+        .map(|d| prepare_insert(&raw(d)).expect("prepare"))
         .collect();
     let opts = WriteOpts::default();
     let (batch, single) = raws.split_at(raws.len() / 2);
@@ -437,11 +435,8 @@ fn racing_inserts_and_deletes_keep_every_index_exact() {
     const THREADS: i32 = 4;
     const PER_THREAD: i32 = 240;
     let dir = tempfile::tempdir().expect("tempdir");
-    let e = open(dir.path());
-    let ns = Namespace::new("db", "c");
-    let specs = index_specs();
-    e.create_indexes(&ns, &specs).expect("indexes");
-    let coll = e.ensure_collection(&ns).expect("collection");
+    let (e, ns) = loaded(dir.path(), &index_specs(), &[]);
+    let coll = e.collection(&ns).expect("collection");
     let doc_of = |t: i32, i: i32| {
         // `u` collides across threads for one document in four (unique indexes refuse all
         // but one); `a` is an array for one in three (multikey entries).
@@ -456,7 +451,7 @@ fn racing_inserts_and_deletes_keep_every_index_exact() {
         if n % 5 != 0 {
             d.insert("b", n % 6);
         }
-        prepare_insert(&RawDocumentBuf::from_document(&d).expect("raw")).expect("prepare")
+        prepare_insert(&raw(&d)).expect("prepare")
     };
     std::thread::scope(|scope| {
         for t in 0..THREADS {

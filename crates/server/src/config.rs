@@ -388,11 +388,13 @@ impl Config {
 
     /// The block cache size in bytes: `--cacheSizeGB`, else WiredTiger's default, the larger
     /// of 50% of (memory − 1 GiB) and 256 MiB, where memory is the machine's or the cgroup's
-    /// limit if lower (as mongod sizes its cache in a container).
+    /// limit if lower (as mongod sizes its cache in a container). The default is read once
+    /// per process, so `serverStatus` reports the size the cache was opened with.
     pub fn cache_bytes(&self) -> usize {
+        static DEFAULT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
         match self.cache_size_gb {
             Some(gb) => (gb * (1u64 << 30) as f64) as usize,
-            None => default_cache_bytes(memory_limit_bytes()),
+            None => *DEFAULT.get_or_init(|| default_cache_bytes(memory_limit_bytes())),
         }
     }
 }
