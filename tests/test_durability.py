@@ -47,14 +47,32 @@ def _wait_writable(srv, timeout=30.0):
     raise AssertionError("the member did not become primary again")
 
 
+def _fill_until_a_wal_file_is_reused(srv, dbpath, limit_mb=1200):
+    """Writes until RocksDB writes its WAL into a reused file (the LOG says so), whose old
+    records past the new ones must not be replayed after a crash."""
+    log = dbpath / "LOG"
+    pad = "f" * 60_000
+    with srv.client() as c:
+        coll = c.dur.get_collection("fill", write_concern=WriteConcern(w=1, j=False))
+        for batch in range(limit_mb // 6):  # 100 documents of 60 KB
+            coll.insert_many([{"b": batch, "pad": pad} for _ in range(100)])
+            if batch % 5 == 4 and "from recycle list" in log.read_text(errors="replace"):
+                return
+    raise AssertionError(f"no WAL file was reused after {limit_mb} MB of writes")
+
+
 # "initiated": a one-member replica set with Raft, where a j:true write is journaled by the
 # synced Raft append of its oplog entry, and the Raft commit and applied indexes are written
 # without syncs of their own (a restart after SIGKILL must recover from whatever of them the
-# WAL kept).
-@pytest.mark.parametrize("rounds,initiated", [(3, False), (2, True)])
-def test_sigkill_loses_no_acknowledged_write(start_nidus, tmp_path, rounds, initiated):
+# WAL kept). "reused_wal": the first crash comes while the WAL is a reused file (RocksDB keeps
+# WAL files it no longer needs and overwrites them), its tail still holding older records.
+@pytest.mark.parametrize("rounds,initiated,reused_wal", [(3, False, False), (2, True, False),
+                                                         (1, False, True)])
+def test_sigkill_loses_no_acknowledged_write(start_nidus, tmp_path, rounds, initiated, reused_wal):
     extra = ["--replSet", "dur"] if initiated else None
     srv = start_nidus(dbpath=tmp_path / "dur", extra_args=extra)
+    if reused_wal:
+        _fill_until_a_wal_file_is_reused(srv, tmp_path / "dur")
     if initiated:
         with srv.client() as c:
             c.admin.command("replSetInitiate", {
