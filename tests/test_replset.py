@@ -608,3 +608,66 @@ def test_create_indexes_commit_quorum(rs, client):
         with pytest.raises(ExecutionTimeout):
             create("e", "votingMembers", maxTimeMS=1000)
         assert create("f", "majority")["commitQuorum"] == "majority"
+
+
+def test_retry_on_a_primary_elected_again_finds_what_the_other_primary_ran(rs):
+    """A member that knew sessions at an older txnNumber, then stepped down while another
+    primary ran the sessions' next retryable writes, must find those writes' records when it
+    is primary again and the client retries them there: each statement applied once, the
+    first attempt's reply returned. One session per statement (only a session's latest
+    number may be retried)."""
+    import uuid
+
+    from bson import Binary, Int64
+    from pymongo import WriteConcern
+
+    primary = initiated(rs)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    majority = {"w": "majority", "wtimeout": 15000}
+
+    def run(member, lsid, txn_number, command):
+        sock = wire.connect(member.port)
+        try:
+            return wire.command(sock, dict(command, lsid=lsid, txnNumber=Int64(txn_number),
+                                           writeConcern=majority, **{"$db": "test"}))
+        finally:
+            sock.close()
+
+    # (command, the reply fields a retry must repeat)
+    statements = [
+        ({"insert": "r", "documents": [{"_id": 1, "n": 0}, {"_id": 2, "n": 0}]}, {"n": 2}),
+        ({"update": "r", "updates": [{"q": {"_id": 1}, "u": {"$inc": {"n": 1}}}]},
+         {"n": 1, "nModified": 1}),
+        ({"findAndModify": "r", "query": {"_id": 2}, "update": {"$inc": {"n": 10}}, "new": True},
+         {"value": {"_id": 2, "n": 10}}),
+        ({"delete": "r", "deletes": [{"q": {"_id": 0}, "limit": 1}]}, {"n": 1}),
+        ({"insert": "r", "documents": [{"_id": 3}]}, {"n": 1}),
+    ]
+    sessions = [{"id": Binary(uuid.uuid4().bytes, 4)} for _ in statements]
+    # The first primary learns every session at txnNumber 1.
+    for i, lsid in enumerate(sessions):
+        reply = run(primary, lsid, 1, {"insert": "seen", "documents": [{"_id": i}]})
+        assert reply["ok"] == 1.0 and reply["n"] == 1, reply
+    with primary.client() as c:
+        c.test.get_collection("r", write_concern=WriteConcern(w="majority")).insert_one({"_id": 0})
+        c.admin.command("replSetStepDown", 5, secondaryCatchUpPeriodSecs=4)
+    other = rs.wait_for_primary(10, exclude=primary)
+    first = []
+    for lsid, (command, _) in zip(sessions, statements):
+        reply = run(other, lsid, 2, command)
+        assert reply["ok"] == 1.0 and "writeErrors" not in reply, reply
+        first.append(reply)
+    rs.wait_for_state(primary, "PRIMARY", 30)
+    for lsid, (command, expected), was in zip(sessions, statements, first):
+        reply = run(primary, lsid, 2, command)
+        assert reply["ok"] == 1.0 and "writeErrors" not in reply, (command, reply)
+        for field, value in expected.items():
+            assert reply[field] == value == was[field], (command, field, reply)
+    with primary.client() as c:
+        assert list(c.test.r.find({}, sort=[("_id", 1)])) == [
+            {"_id": 1, "n": 1}, {"_id": 2, "n": 10}, {"_id": 3}]
+        # A number new to the session runs.
+        reply = run(primary, sessions[1], 3, statements[1][0])
+        assert reply["nModified"] == 1, reply
+        assert c.test.r.find_one({"_id": 1})["n"] == 2

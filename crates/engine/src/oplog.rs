@@ -203,6 +203,10 @@ pub struct OplogEntry {
     /// A retryable write's session and statement number.
     pub session: Option<SessionInfo>,
     pub stmt_id: Option<i32>,
+    /// A findAndModify statement's `needsRetryImage` (`preImage` or `postImage`): a member
+    /// applying the entry keeps the document images in the statement's record, so a retry
+    /// on it once it is primary gets the first attempt's `value`.
+    pub needs_retry_image: Option<&'static str>,
     /// The document before the change, kept for change streams' `fullDocumentBeforeChange`
     /// on collections with `changeStreamPreAndPostImages` (not part of the entry).
     pub pre_image: Option<Document>,
@@ -220,6 +224,7 @@ impl OplogEntry {
             o2: None,
             session: None,
             stmt_id: None,
+            needs_retry_image: None,
             pre_image: None,
             post_image: None,
         }
@@ -281,6 +286,7 @@ impl OplogEntry {
             o2: None,
             session: None,
             stmt_id: None,
+            needs_retry_image: None,
             pre_image: None,
             post_image: None,
         }
@@ -318,6 +324,9 @@ impl OplogEntry {
         d.insert("wall", wall);
         if let Some(prev) = prev {
             d.insert("prevOpTime", prev.to_document());
+        }
+        if let Some(image) = self.needs_retry_image {
+            d.insert("needsRetryImage", image);
         }
         d
     }
@@ -363,6 +372,9 @@ impl OplogEntry {
             p.timestamp("ts", prev.ts);
             p.i64("t", prev.t);
             w.document("prevOpTime", &p.finish());
+        }
+        if let Some(image) = self.needs_retry_image {
+            w.string("needsRetryImage", image);
         }
         RawDocumentBuf::from_bytes(w.finish()).map_err(|e| Error::internal(e.to_string()))
     }

@@ -34,6 +34,9 @@ pub struct StatementId {
     pub session: Option<crate::oplog::SessionInfo>,
     /// The oplog's `stmtId`.
     pub stmt_id: i32,
+    /// The oplog's `needsRetryImage` of the statement's update or delete (findAndModify's
+    /// `new` picks which image its reply shows).
+    pub retry_image: Option<&'static str>,
 }
 
 impl StatementId {
@@ -46,6 +49,7 @@ impl StatementId {
             images,
             session: Some(crate::oplog::SessionInfo::new(lsid, txn_number)),
             stmt_id: stmt as i32,
+            retry_image: None,
         }
     }
 }
@@ -55,6 +59,15 @@ fn session_prefix(lsid: &[u8]) -> Vec<u8> {
     key.push(lsid.len() as u8);
     key.extend_from_slice(lsid);
     key
+}
+
+/// The keys of every record of the session: after its prefix come at most 12 bytes (the
+/// statement index, or txnNumber and index in records of earlier versions).
+fn session_range(lsid: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let lower = session_prefix(lsid);
+    let mut upper = lower.clone();
+    upper.extend_from_slice(&[0xff; 13]);
+    (lower, upper)
 }
 
 /// What an executed statement did, as much as a retry's reply needs.
@@ -245,13 +258,26 @@ impl Engine {
         Ok(false)
     }
 
+    /// The highest txnNumber among the session's records (`None`: it has none; `i64::MAX`
+    /// for a record this cannot read, so the caller looks its statements up one by one).
+    pub fn latest_statement_number(&self, lsid: &[u8]) -> Result<Option<i64>> {
+        let (lower, upper) = session_range(lsid);
+        let snapshot = self.kv.snapshot();
+        let mut c = snapshot.cursor(Space::Catalog, &lower, &upper);
+        c.seek_to_first();
+        let mut latest = None;
+        while c.valid() {
+            let n = Executed::txn_number(c.value()).unwrap_or(i64::MAX);
+            latest = Some(latest.map_or(n, |l: i64| l.max(n)));
+            c.next();
+        }
+        c.status()?;
+        Ok(latest)
+    }
+
     /// Deletes every record of the session (it expired).
     pub fn forget_session(&self, lsid: &[u8]) -> Result<usize> {
-        let lower = session_prefix(lsid);
-        // Past every key of the session: after the prefix come at most 12 bytes (the
-        // statement index, or txnNumber and index in records of earlier versions).
-        let mut upper = lower.clone();
-        upper.extend_from_slice(&[0xff; 13]);
+        let (lower, upper) = session_range(lsid);
         self.delete_statement_range(&lower, &upper, |_| true)
     }
 

@@ -342,6 +342,8 @@ impl Engine {
         if let Some(s) = opts.statement.as_ref().filter(|_| opts.txn.is_none()) {
             e.session = s.session.clone();
             e.stmt_id = s.session.as_ref().map(|_| s.stmt_id);
+            // An upsert's insert entry holds the whole document: no image to ask for.
+            e.needs_retry_image = s.retry_image.filter(|_| e.op != "i");
         }
         if crate::preimages::enabled(&meta.options) {
             e.pre_image = pre.cloned();

@@ -126,7 +126,8 @@ fn apply_op(engine: &Engine, entry: &Document) -> Result<()> {
 
 /// The retryable-write statement an entry records (`lsid`, `txnNumber`, `stmtId`): applied
 /// with its record, as on the primary, so a driver that retries the write on this member once
-/// it is primary gets the first attempt's result instead of running it again.
+/// it is primary gets the first attempt's result instead of running it again (with the
+/// document images when the entry says a findAndModify's reply needs them).
 fn statement_of(entry: &Document) -> Option<nidus_engine::stmt_record::StatementId> {
     let lsid = match entry.get_document("lsid").ok()?.get("id")? {
         Bson::Binary(b) => b.bytes.clone(),
@@ -134,8 +135,9 @@ fn statement_of(entry: &Document) -> Option<nidus_engine::stmt_record::Statement
     };
     let txn_number = entry.get_i64("txnNumber").ok()?;
     let stmt = u32::try_from(entry.get_i32("stmtId").ok()?).ok()?;
+    let images = entry.get_str("needsRetryImage").is_ok();
     Some(nidus_engine::stmt_record::StatementId::new(
-        &lsid, txn_number, stmt, false,
+        &lsid, txn_number, stmt, images,
     ))
 }
 

@@ -435,6 +435,18 @@ impl Coordinator {
         self.implicit() || self.view.read().writable
     }
 
+    /// While this member accepts writes, what tells its reign apart from every other
+    /// primary's: the term (one primary per term, and a member elected again gets a new one),
+    /// or `i64::MIN` for the implicit set, which applies nobody else's writes. `None` while it
+    /// accepts none.
+    pub fn writer_term(&self) -> Option<i64> {
+        if self.implicit() {
+            return Some(i64::MIN);
+        }
+        let v = self.view.read();
+        v.writable.then_some(v.term)
+    }
+
     /// Reads are served (primary or secondary, or the implicit set).
     pub fn readable_state(&self) -> bool {
         self.implicit() || self.view.read().state.readable()

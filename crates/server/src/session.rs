@@ -88,6 +88,9 @@ struct SessionState {
     last_use: Instant,
     /// The highest transaction number the session has seen.
     txn_number: Option<i64>,
+    /// The reign (`Coordinator::writer_term`) in which this member, accepting writes, set
+    /// `txn_number`; `None` when it did so while accepting none.
+    number_known_in: Option<i64>,
     txn: TxnState,
     /// The reply of the retryable write numbered `.0`.
     stored: Option<(i64, Document)>,
@@ -134,6 +137,9 @@ pub struct Binding {
     /// A retryable write whose first attempt already replied: this is that reply.
     pub stored_reply: Option<Document>,
     retryable_write: bool,
+    /// The command's txnNumber is new to the session in this member's current reign, so no
+    /// earlier attempt of its statements can have a record to look up.
+    fresh: bool,
 }
 
 impl Drop for Binding {
@@ -207,10 +213,12 @@ fn parse_args(body: &Document) -> Result<SessionArgs> {
 impl Sessions {
     /// Checks the command's session fields against the session's state and checks the
     /// session out. None when the command carries no session.
+    /// `writer_term` is [`nidus_repl::Coordinator::writer_term`] (`None` on a standalone).
     pub fn bind(
         &self,
         engine: &Engine,
         replica_set: bool,
+        writer_term: Option<i64>,
         command: &str,
         body: &Document,
     ) -> Result<Option<Binding>> {
@@ -281,6 +289,7 @@ impl Sessions {
             txn: None,
             stored_reply: None,
             retryable_write: false,
+            fresh: false,
         };
         let mut st = session.state.lock();
         st.last_use = Instant::now();
@@ -307,6 +316,20 @@ impl Sessions {
             ));
         }
         if newer {
+            // `number_known_in` holds the reign in which no record of the session had a
+            // number above `txn_number`: records written before the reign were in storage
+            // when it began (a primary applies what was committed before it accepts writes),
+            // and every later one came through here, in growing numbers. Then no statement
+            // of `n` has run; the first number of a reign is checked against storage.
+            let known = writer_term.is_some() && st.number_known_in == writer_term;
+            let verified = known
+                || (writer_term.is_some()
+                    && !in_transaction
+                    && engine
+                        .latest_statement_number(&lsid.bytes)?
+                        .is_none_or(|latest| latest < n));
+            binding.fresh = verified && !in_transaction;
+            st.number_known_in = if verified { writer_term } else { None };
             // A new number ends whatever the session was doing.
             st.abort_active(&session.counters);
             st.txn_number = Some(n);
@@ -399,6 +422,7 @@ impl Sessions {
                     state: Mutex::new(SessionState {
                         last_use: Instant::now(),
                         txn_number: None,
+                        number_known_in: None,
                         txn: TxnState::None,
                         stored: None,
                         recorded: false,
@@ -628,6 +652,11 @@ impl Binding {
     /// A write with a `txnNumber` outside a transaction, to be run (not replayed).
     pub fn is_retryable_write(&self) -> bool {
         self.retryable_write && self.stored_reply.is_none()
+    }
+
+    /// A retryable write being run whose statements no earlier attempt can have run.
+    pub fn is_fresh(&self) -> bool {
+        self.fresh && self.is_retryable_write()
     }
 
     /// The record key of statement `index` when this command is a retryable write being

@@ -137,9 +137,16 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace(&ctx.command_name())?;
     let req = parse(ctx)?;
     let engine = &ctx.state.engine;
-    let (record, done) = ctx.retryable_statement(0, true)?;
+    let (mut record, done) = ctx.retryable_statement(0, true)?;
     if let Some(done) = done {
         return replay(&req, done);
+    }
+    if let Some(r) = record.as_mut() {
+        r.retry_image = Some(if req.return_new {
+            "postImage"
+        } else {
+            "preImage"
+        });
     }
     let opts = super::write::opts(ctx)?.with_collation(ctx.opt_document("collation")?);
     let opts = super::write::with_statement(&opts, record);

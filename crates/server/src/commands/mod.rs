@@ -721,6 +721,7 @@ fn run_handler(
     let session = state.sessions.bind(
         &state.engine,
         state.config.repl_set.is_some(),
+        state.repl.as_ref().and_then(|r| r.writer_term()),
         name,
         &req.body,
     )?;
@@ -1063,7 +1064,8 @@ impl Ctx<'_> {
         let Some(stmts) = stmts else {
             return Ok(Some(indexes.map(|_| None).collect()));
         };
-        if self.state.engine.any_statement_recorded(&stmts)? {
+        let fresh = self.session.as_ref().is_some_and(|s| s.is_fresh());
+        if !fresh && self.state.engine.any_statement_recorded(&stmts)? {
             return Ok(None);
         }
         Ok(Some(stmts.into_iter().map(Some).collect()))
@@ -1086,6 +1088,9 @@ impl Ctx<'_> {
         else {
             return Ok((None, None));
         };
+        if self.session.as_ref().is_some_and(|s| s.is_fresh()) {
+            return Ok((Some(stmt), None));
+        }
         let done = self.state.engine.executed_statement(&stmt)?;
         Ok((Some(stmt), done))
     }
