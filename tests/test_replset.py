@@ -643,6 +643,9 @@ def test_retry_on_a_primary_elected_again_finds_what_the_other_primary_ran(rs):
          {"value": {"_id": 2, "n": 10}}),
         ({"delete": "r", "deletes": [{"q": {"_id": 0}, "limit": 1}]}, {"n": 1}),
         ({"insert": "r", "documents": [{"_id": 3}]}, {"n": 1}),
+        ({"findAndModify": "r", "query": {"_id": 4}, "update": {"$set": {"u": 1}}, "upsert": True,
+          "new": True}, {"value": {"_id": 4, "u": 1}}),
+        ({"findAndModify": "r", "query": {"_id": 3}, "remove": True}, {"value": {"_id": 3}}),
     ]
     sessions = [{"id": Binary(uuid.uuid4().bytes, 4)} for _ in statements]
     # The first primary learns every session at txnNumber 1.
@@ -666,7 +669,7 @@ def test_retry_on_a_primary_elected_again_finds_what_the_other_primary_ran(rs):
             assert reply[field] == value == was[field], (command, field, reply)
     with primary.client() as c:
         assert list(c.test.r.find({}, sort=[("_id", 1)])) == [
-            {"_id": 1, "n": 1}, {"_id": 2, "n": 10}, {"_id": 3}]
+            {"_id": 1, "n": 1}, {"_id": 2, "n": 10}, {"_id": 4, "u": 1}]
         # A number new to the session runs.
         reply = run(primary, sessions[1], 3, statements[1][0])
         assert reply["nModified"] == 1, reply

@@ -37,6 +37,9 @@ pub struct StatementId {
     /// The oplog's `needsRetryImage` of the statement's update or delete (findAndModify's
     /// `new` picks which image its reply shows).
     pub retry_image: Option<&'static str>,
+    /// The `ts` of the oplog entry a member applies with this statement: an insert's record
+    /// keeps it, as the entry's `o` is the document a retried upserting findAndModify returns.
+    pub entry_ts: Option<bson::Timestamp>,
 }
 
 impl StatementId {
@@ -50,6 +53,7 @@ impl StatementId {
             session: Some(crate::oplog::SessionInfo::new(lsid, txn_number)),
             stmt_id: stmt as i32,
             retry_image: None,
+            entry_ts: None,
         }
     }
 }
@@ -74,10 +78,11 @@ fn session_range(lsid: &[u8]) -> (Vec<u8>, Vec<u8>) {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Executed {
     /// A document was inserted (also an upsert's insert), with its `_id` (and the document,
-    /// for findAndModify).
+    /// for findAndModify; or, from a member that applied the insert, its oplog entry's `ts`).
     Inserted {
         id: Option<Bson>,
         doc: Option<Document>,
+        entry_ts: Option<bson::Timestamp>,
     },
     /// A document was updated (`modified`: it changed); images for findAndModify.
     Updated {
@@ -95,13 +100,16 @@ impl Executed {
         let image = |d: &Document| RawDocumentBuf::from_document(d).map_err(internal);
         let mut d = RawDocumentBuf::new();
         match self {
-            Executed::Inserted { id, doc } => {
+            Executed::Inserted { id, doc, entry_ts } => {
                 d.append("op", "i");
                 if let Some(id) = id {
                     d.append("_id", RawBson::try_from(id.clone()).map_err(internal)?);
                 }
                 if let Some(doc) = doc {
                     d.append("post", image(doc)?);
+                }
+                if let Some(ts) = entry_ts {
+                    d.append("ts", *ts);
                 }
             }
             Executed::Updated {
@@ -146,6 +154,7 @@ impl Executed {
             "i" => Executed::Inserted {
                 id: d.get("_id").cloned(),
                 doc: image("post"),
+                entry_ts: d.get_timestamp("ts").ok(),
             },
             "u" => Executed::Updated {
                 modified: d.get_bool("modified").unwrap_or(true),
@@ -176,6 +185,9 @@ pub(crate) fn record_inserted_id(
     d.append("op", "i");
     if let Some(id) = id {
         d.append_ref("_id", id);
+    }
+    if let Some(ts) = stmt.entry_ts {
+        d.append("ts", ts);
     }
     txn.put(
         Space::Catalog,
@@ -340,14 +352,25 @@ mod tests {
             Executed::Inserted {
                 id: Some(Bson::Int32(1)),
                 doc: None,
+                entry_ts: None,
             },
             Executed::Inserted {
                 id: Some(Bson::Document(doc! {"k": "v", "n": 2i64})),
                 doc: Some(image.clone()),
+                entry_ts: None,
+            },
+            Executed::Inserted {
+                id: Some(Bson::Int64(3)),
+                doc: None,
+                entry_ts: Some(bson::Timestamp {
+                    time: 1_700_000_000,
+                    increment: 7,
+                }),
             },
             Executed::Inserted {
                 id: None,
                 doc: None,
+                entry_ts: None,
             },
             Executed::Updated {
                 modified: false,

@@ -42,7 +42,15 @@ pub(crate) fn record_insert(
                 .get("_id")?
                 .and_then(|v| Bson::try_from(v.to_raw_bson()).ok());
             let doc = Some(Document::try_from(doc)?);
-            stmt_record::record(txn, opts, Executed::Inserted { id, doc })
+            stmt_record::record(
+                txn,
+                opts,
+                Executed::Inserted {
+                    id,
+                    doc,
+                    entry_ts: None,
+                },
+            )
         }
     }
 }

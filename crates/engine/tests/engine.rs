@@ -328,6 +328,7 @@ fn statement_records_survive_restart_and_are_overwritten_by_the_next_write() {
         Some(Executed::Inserted {
             id: Some(Bson::Int32(id)),
             doc: None,
+            entry_ts: None,
         })
     };
     assert_eq!(executed(&lsid, 4, 0).unwrap(), inserted(2));

@@ -136,9 +136,10 @@ fn statement_of(entry: &Document) -> Option<nidus_engine::stmt_record::Statement
     let txn_number = entry.get_i64("txnNumber").ok()?;
     let stmt = u32::try_from(entry.get_i32("stmtId").ok()?).ok()?;
     let images = entry.get_str("needsRetryImage").is_ok();
-    Some(nidus_engine::stmt_record::StatementId::new(
-        &lsid, txn_number, stmt, images,
-    ))
+    let mut statement =
+        nidus_engine::stmt_record::StatementId::new(&lsid, txn_number, stmt, images);
+    statement.entry_ts = entry.get_timestamp("ts").ok();
+    Some(statement)
 }
 
 pub(crate) fn find_one(

@@ -7,6 +7,7 @@ use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::find::FindSpec;
 use nidus_engine::stmt_record::Executed;
 use nidus_engine::write::prepare_insert;
+use nidus_engine::Engine;
 use nidus_query::projection::Projection;
 use nidus_query::update::Update;
 
@@ -114,8 +115,26 @@ fn project(fields: &Option<Projection>, doc: Document) -> Result<Bson> {
     }
 }
 
+/// The document an applied oplog insert holds (its `o`), while this member's oplog still has
+/// the entry: a member that applied an upserting findAndModify's insert keeps no image of its
+/// own, and the entry is what MongoDB answers a retry of it from.
+fn inserted_by_entry(engine: &Engine, ts: bson::Timestamp) -> Result<Option<Document>> {
+    let Some(oplog) = engine.oplog() else {
+        return Ok(None);
+    };
+    let Some(bytes) = oplog.entry_at(engine.kv(), ts)? else {
+        return Ok(None);
+    };
+    let internal = |e: bson::raw::Error| Error::internal(e.to_string());
+    let entry = bson::RawDocument::from_bytes(&bytes).map_err(internal)?;
+    match entry.get_document("o") {
+        Ok(o) => Ok(Some(Document::try_from(o).map_err(internal)?)),
+        Err(_) => Ok(None),
+    }
+}
+
 /// The reply of a retried findAndModify whose first attempt changed a document.
-fn replay(req: &Request, done: Executed) -> Result<Document> {
+fn replay(req: &Request, done: Executed, engine: &Engine) -> Result<Document> {
     let image = |d: Option<Document>| match d {
         Some(d) => project(&req.fields, d),
         None => Ok(Bson::Null),
@@ -126,10 +145,16 @@ fn replay(req: &Request, done: Executed) -> Result<Document> {
             "lastErrorObject": { "n": 1, "updatedExisting": true },
             "value": image(if req.return_new { post } else { pre })?,
         },
-        Executed::Inserted { id, doc } => doc! {
-            "lastErrorObject": { "n": 1, "updatedExisting": false, "upserted": id.unwrap_or(Bson::Null) },
-            "value": if req.return_new { image(doc)? } else { Bson::Null },
-        },
+        Executed::Inserted { id, doc, entry_ts } => {
+            let doc = match (doc, entry_ts) {
+                (None, Some(ts)) if req.return_new => inserted_by_entry(engine, ts)?,
+                (doc, _) => doc,
+            };
+            doc! {
+                "lastErrorObject": { "n": 1, "updatedExisting": false, "upserted": id.unwrap_or(Bson::Null) },
+                "value": if req.return_new { image(doc)? } else { Bson::Null },
+            }
+        }
     })
 }
 
@@ -139,7 +164,7 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
     let engine = &ctx.state.engine;
     let (mut record, done) = ctx.retryable_statement(0, true)?;
     if let Some(done) = done {
-        return replay(&req, done);
+        return replay(&req, done, engine);
     }
     if let Some(r) = record.as_mut() {
         r.retry_image = Some(if req.return_new {
