@@ -27,6 +27,7 @@ pub mod plan;
 pub mod preimages;
 pub mod retry;
 pub mod stmt_record;
+mod storage_depth;
 pub mod text;
 pub mod timeseries;
 pub mod ttl;

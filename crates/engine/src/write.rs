@@ -145,39 +145,7 @@ fn check_size(len: usize) -> Result<()> {
     Ok(())
 }
 
-/// MongoDB's nesting limit for stored documents: `maxBSONDepth` (200) less the 20 levels
-/// the server keeps for wrapping documents in replies and oplog entries.
-pub const MAX_STORAGE_DEPTH: usize = 180;
-
-/// Fails with Overflow when `doc` nests deeper than [`MAX_STORAGE_DEPTH`], the top level
-/// counting 1 and empty documents or arrays not counting (as MongoDB's `validateDepth`).
-/// Iterative, so it cannot overflow the stack whatever the input.
-pub fn check_storage_depth(doc: &RawDocument, on_insert: bool) -> Result<()> {
-    let mut stack: Vec<(&RawDocument, usize)> = vec![(doc, 1)];
-    while let Some((d, depth)) = stack.pop() {
-        for el in d.iter() {
-            let (_, v) = el?;
-            let child = match v {
-                RawBsonRef::Document(c) => c,
-                RawBsonRef::Array(a) => RawDocument::from_bytes(a.as_bytes())?,
-                _ => continue,
-            };
-            if child.is_empty() {
-                continue;
-            }
-            if depth >= MAX_STORAGE_DEPTH {
-                let msg = if on_insert {
-                    format!("cannot insert document because it exceeds {MAX_STORAGE_DEPTH} levels of nesting")
-                } else {
-                    format!("Document exceeds maximum nesting depth of {MAX_STORAGE_DEPTH}")
-                };
-                return Err(Error::new(ErrorCode::Overflow, msg));
-            }
-            stack.push((child, depth + 1));
-        }
-    }
-    Ok(())
-}
+pub use crate::storage_depth::{check_storage_depth, MAX_STORAGE_DEPTH};
 
 /// The document as stored: `_id` first (an ObjectId is generated when absent), other fields
 /// in the order given. A document that already starts with a valid `_id` is stored as is.
