@@ -544,6 +544,15 @@ def test_retryable_writes_are_applied_once_across_a_crash(rs_client, rs_server):
         (new_lsid(), 4, {"findAndModify": "c", "query": {"_id": "counter"},
                          "update": {"$inc": {"n": 10}}, "new": True},
          ("lastErrorObject", "value")),
+        # Batches stored 64 to a storage transaction, with one record each.
+        (new_lsid(), 6, {"insert": "c", "documents": [{"_id": f"r{i}"} for i in range(200)]},
+         ("n",)),
+        # A failed statement in the middle: its storage transaction's documents go one at a
+        # time, the others as whole batches.
+        (new_lsid(), 7, {"insert": "c", "ordered": False, "documents":
+                         [{"_id": f"s{i}"} for i in range(100)] + [{"_id": "dup"}]
+                         + [{"_id": f"s{i}"} for i in range(100, 130)]},
+         ("n", "writeErrors")),
     ]
     first = {}
     for lsid, number, command, _ in steps:
@@ -581,8 +590,10 @@ def test_retryable_writes_are_applied_once_across_a_crash(rs_client, rs_server):
         assert c.find_one({"_id": "counter"})["n"] == 11
         assert c.find_one({"_id": "new"})["n"] == 5
         assert c.find_one({"_id": "victim"}) is None
-        assert sorted(d["_id"] for d in c.find()) == ["a", "b", "counter", "dup", "m4", "m5",
-                                                     "new"]
+        batched = {f"r{i}" for i in range(200)} | {f"s{i}" for i in range(130)}
+        assert sorted(d["_id"] for d in c.find({"_id": {"$nin": sorted(batched)}})) == [
+            "a", "b", "counter", "dup", "m4", "m5", "new"]
+        assert {d["_id"] for d in c.find({"_id": {"$in": sorted(batched)}})} == batched
     finally:
         client.close()
 

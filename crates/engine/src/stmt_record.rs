@@ -58,6 +58,58 @@ impl StatementId {
     }
 }
 
+impl StatementId {
+    /// The statement's index: its key's last four bytes.
+    fn index(&self) -> u32 {
+        index_of(&self.key[self.key.len() - 4..])
+    }
+
+    /// The key prefix of the statement's session.
+    fn session_key(&self) -> &[u8] {
+        &self.key[..self.key.len() - 4]
+    }
+}
+
+fn index_of(suffix: &[u8]) -> u32 {
+    suffix
+        .try_into()
+        .map(u32::from_be_bytes)
+        .unwrap_or(u32::MAX)
+}
+
+/// Statements `first..=last` of one write, when they are consecutive inserts of one session
+/// and number whose records need no images (see [`record_inserted_range`]).
+pub(crate) fn consecutive_inserts<'a>(
+    mut stmts: impl Iterator<Item = Option<&'a StatementId>>,
+) -> Option<(&'a StatementId, &'a StatementId)> {
+    let first = stmts.next()??;
+    let mut last = first;
+    let mut n = 1;
+    for s in stmts {
+        let s = s?;
+        if s.images
+            || s.txn_number != first.txn_number
+            || s.session_key() != first.session_key()
+            || s.index() != last.index().checked_add(1)?
+        {
+            return None;
+        }
+        last = s;
+        n += 1;
+    }
+    (n > 1 && !first.images).then_some((first, last))
+}
+
+/// The error for a retry of a number older than one the session's records hold.
+pub fn too_old(txn_number: i64, recorded: i64) -> Error {
+    Error::new(
+        ErrorCode::TransactionTooOld,
+        format!(
+            "Retryable write with txnNumber {txn_number} is prohibited on this session because a newer retryable write with txnNumber {recorded} has already started on this session."
+        ),
+    )
+}
+
 fn session_prefix(lsid: &[u8]) -> Vec<u8> {
     let mut key = PREFIX.to_vec();
     key.push(lsid.len() as u8);
@@ -197,6 +249,37 @@ pub(crate) fn record_inserted_id(
     Ok(())
 }
 
+/// One record for the inserts `first..=last` of one write, which all succeeded in one storage
+/// transaction: `{op: "i", through: <last index>}` under the first's key. A write stores a
+/// batch of inserts with a record per storage transaction rather than per document; the
+/// lookups read a record as covering the statements from its key's index to `through`.
+pub(crate) fn record_inserted_range(
+    txn: &mut dyn KvTxn,
+    first: &StatementId,
+    last: &StatementId,
+) -> Result<()> {
+    let mut d = RawDocumentBuf::new();
+    d.append("op", "i");
+    d.append("through", i64::from(last.index()));
+    txn.put(
+        Space::Catalog,
+        &first.key,
+        &record_value(first.txn_number, &d),
+    )?;
+    Ok(())
+}
+
+/// The last statement index a record covers: `through`, or its own (`None` when the
+/// record cannot be read).
+fn covered_through(key_index: u32, value: &[u8]) -> Option<u32> {
+    let body = bson::RawDocument::from_bytes(value.get(16..)?).ok()?;
+    match body.get("through") {
+        Ok(Some(bson::RawBsonRef::Int64(n))) => u32::try_from(n).ok(),
+        Ok(None) => Some(key_index),
+        _ => None,
+    }
+}
+
 /// A record's value: when it was written (ms since the epoch, for the sweep), the
 /// txnNumber, then the BSON of what the statement did.
 fn record_value(txn_number: i64, what: &RawDocumentBuf) -> Vec<u8> {
@@ -228,23 +311,63 @@ impl Engine {
     /// session's in-memory number catches that first unless the server restarted or this
     /// member became primary since).
     pub fn executed_statement(&self, stmt: &StatementId) -> Result<Option<Executed>> {
-        let Some(bytes) = self.kv.snapshot().get(Space::Catalog, &stmt.key)? else {
+        // Of the records covering the statement, the newest write's.
+        let mut newest: Option<(i64, Vec<u8>)> = None;
+        let mut failed = None;
+        self.covering(stmt.session_key(), stmt.index(), stmt.index(), |value| {
+            match Executed::txn_number(value) {
+                Ok(n) if newest.as_ref().is_none_or(|(b, _)| n > *b) => {
+                    newest = Some((n, value.to_vec()))
+                }
+                Ok(_) => {}
+                Err(e) => failed = Some(e),
+            }
+            true
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let Some((recorded, bytes)) = newest else {
             return Ok(None);
         };
-        let recorded = Executed::txn_number(&bytes)?;
         if recorded > stmt.txn_number {
-            return Err(Error::new(
-                ErrorCode::TransactionTooOld,
-                format!(
-                    "Retryable write with txnNumber {} is prohibited on this session because a newer retryable write with txnNumber {recorded} has already started on this session.",
-                    stmt.txn_number
-                ),
-            ));
+            return Err(too_old(stmt.txn_number, recorded));
         }
         if recorded < stmt.txn_number {
             return Ok(None);
         }
         Executed::decode(&bytes).map(Some)
+    }
+
+    /// Calls `f` with the value of each of the session's records that covers a statement of
+    /// `first..=last` (a record covers its key's index through its `through`; one that cannot
+    /// be read covers everything), until `f` answers false.
+    fn covering(
+        &self,
+        session: &[u8],
+        first: u32,
+        last: u32,
+        mut f: impl FnMut(&[u8]) -> bool,
+    ) -> Result<()> {
+        let mut upper = session.to_vec();
+        upper.extend_from_slice(&last.to_be_bytes());
+        upper.push(0);
+        let snapshot = self.kv.snapshot();
+        let mut c = snapshot.cursor(Space::Catalog, session, &upper);
+        c.seek_to_first();
+        while c.valid() {
+            // Keys of records of earlier versions (txnNumber and index) are never looked up.
+            if c.key().len() == session.len() + 4 {
+                let start = index_of(&c.key()[session.len()..]);
+                let through = covered_through(start, c.value()).unwrap_or(u32::MAX);
+                if start <= last && through >= first && !f(c.value()) {
+                    break;
+                }
+            }
+            c.next();
+        }
+        c.status()?;
+        Ok(())
     }
 
     /// Whether any of `stmts`, consecutive statements of one retryable write, may have run
@@ -255,19 +378,12 @@ impl Engine {
         let (Some(first), Some(last)) = (stmts.first(), stmts.last()) else {
             return Ok(false);
         };
-        let mut upper = last.key.clone();
-        upper.push(0);
-        let snapshot = self.kv.snapshot();
-        let mut c = snapshot.cursor(Space::Catalog, &first.key, &upper);
-        c.seek_to_first();
-        while c.valid() {
-            match Executed::txn_number(c.value()) {
-                Ok(n) if n < first.txn_number => c.next(),
-                _ => return Ok(true),
-            }
-        }
-        c.status()?;
-        Ok(false)
+        let mut recorded = false;
+        self.covering(first.session_key(), first.index(), last.index(), |value| {
+            recorded = !matches!(Executed::txn_number(value), Ok(n) if n < first.txn_number);
+            !recorded
+        })?;
+        Ok(recorded)
     }
 
     /// The highest txnNumber among the session's records (`None`: it has none; `i64::MAX`

@@ -185,7 +185,11 @@ mod tests {
         let base = RawDocumentBuf::from_document(&doc! {"k": "ab", "b": true, "d": {"x": 1}})
             .unwrap()
             .into_bytes();
-        let find = |needle: &[u8]| base.windows(needle.len()).position(|w| w == needle).unwrap();
+        let find = |needle: &[u8]| {
+            base.windows(needle.len())
+                .position(|w| w == needle)
+                .unwrap()
+        };
         let cases: Vec<(&str, usize, u8)> = vec![
             ("name not UTF-8", find(b"k\0"), 0xFF),
             ("string not UTF-8", find(b"ab"), 0xC3),
@@ -210,7 +214,10 @@ mod tests {
                 assert!(fast_walk(raw.as_bytes()).is_none(), "{what}");
             }
         }
-        assert!(refused >= 8, "only {refused} corruptions refused by the iterator's walk");
+        assert!(
+            refused >= 8,
+            "only {refused} corruptions refused by the iterator's walk"
+        );
     }
 
     fn value() -> impl Strategy<Value = Bson> {

@@ -157,9 +157,11 @@ pub fn prepare_insert(doc: &RawDocument) -> Result<RawDocumentBuf> {
     // Names repeated in a command body arrive marked (`nidus_common::repeated`): stored
     // under the name they were sent with, as MongoDB stores a repeated field.
     let marked = contains_mark(doc.as_bytes());
-    for (i, el) in doc.iter().enumerate() {
-        let (k, v) = el?;
-        if repeated::original_name(k) == "_id" {
+    // The nesting check walked and validated every element: only `_id`'s value is converted.
+    for (i, el) in doc.iter_elements().enumerate() {
+        let el = el?;
+        if repeated::original_name(el.key()) == "_id" {
+            let v = el.value()?;
             if id.is_some() {
                 return Err(Error::bad_value(
                     "can't have multiple _id fields in one document",
@@ -447,10 +449,16 @@ impl Engine {
                 Ok(ks)
             })
             .collect::<Result<Vec<_>>>();
+        // A retryable write's statements all inserted here get one record.
+        let statements =
+            stmt_record::consecutive_inserts(docs.iter().map(|(_, o)| o.statement.as_ref()));
         let result = prepared.and_then(|all_keys| {
             self.retry(first, || {
                 let mut txn = self.kv.begin();
                 let mut ops = Vec::with_capacity(docs.len());
+                if let Some((first, last)) = statements {
+                    stmt_record::record_inserted_range(txn.as_mut(), first, last)?;
+                }
                 for ((doc, opts), doc_keys) in docs.iter().zip(&all_keys) {
                     let rid = coll.allocate_record_id();
                     for (ix, ks) in meta.write_indexes().zip(doc_keys) {
@@ -460,7 +468,9 @@ impl Engine {
                     self.log_op(&mut ops, coll, &meta, opts, (None, None), || {
                         OplogEntry::insert(&coll.ns, meta.uuid, doc)
                     })?;
-                    record_insert(txn.as_mut(), opts, doc)?;
+                    if statements.is_none() {
+                        record_insert(txn.as_mut(), opts, doc)?;
+                    }
                 }
                 if widened {
                     write_catalog_entry(txn.as_mut(), coll, &meta)?;

@@ -322,12 +322,18 @@ impl Sessions {
             // and every later one came through here, in growing numbers. Then no statement
             // of `n` has run; the first number of a reign is checked against storage.
             let known = writer_term.is_some() && st.number_known_in == writer_term;
-            let verified = known
-                || (writer_term.is_some()
-                    && !in_transaction
-                    && engine
-                        .latest_statement_number(&lsid.bytes)?
-                        .is_none_or(|latest| latest < n));
+            let latest = match (known, writer_term, in_transaction) {
+                (false, Some(_), false) => engine.latest_statement_number(&lsid.bytes)?,
+                _ => None,
+            };
+            // A number older than the session's records hold is refused, as MongoDB refuses it
+            // once it has the session's last number (a record that cannot be read reports
+            // `i64::MAX`: its statements are looked up one by one instead).
+            if let Some(l) = latest.filter(|&l| l > n && l != i64::MAX) {
+                return Err(nidus_engine::stmt_record::too_old(n, l));
+            }
+            let verified =
+                known || (writer_term.is_some() && !in_transaction && latest.is_none_or(|l| l < n));
             binding.fresh = verified && !in_transaction;
             st.number_known_in = if verified { writer_term } else { None };
             // A new number ends whatever the session was doing.

@@ -138,8 +138,13 @@ pub(super) fn fill_empty_timestamps_raw<'d>(
     let Some(clock) = clock else {
         return Ok(Cow::Borrowed(raw));
     };
-    let has_empty = raw.iter().any(|el| {
-        matches!(el, Ok((k, RawBsonRef::Timestamp(t))) if k != "_id" && t.time == 0 && t.increment == 0)
+    // Elements without their values converted: only a timestamp's is looked at.
+    let has_empty = raw.iter_elements().any(|el| {
+        el.is_ok_and(|e| {
+            e.element_type() == bson::spec::ElementType::Timestamp
+                && e.key() != "_id"
+                && matches!(e.value(), Ok(RawBsonRef::Timestamp(t)) if t.time == 0 && t.increment == 0)
+        })
     });
     if !has_empty {
         return Ok(Cow::Borrowed(raw));
