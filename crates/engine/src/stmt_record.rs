@@ -56,9 +56,7 @@ impl StatementId {
             entry_ts: None,
         }
     }
-}
 
-impl StatementId {
     /// The statement's index: its key's last four bytes.
     fn index(&self) -> u32 {
         index_of(&self.key[self.key.len() - 4..])
@@ -313,20 +311,13 @@ impl Engine {
     pub fn executed_statement(&self, stmt: &StatementId) -> Result<Option<Executed>> {
         // Of the records covering the statement, the newest write's.
         let mut newest: Option<(i64, Vec<u8>)> = None;
-        let mut failed = None;
         self.covering(stmt.session_key(), stmt.index(), stmt.index(), |value| {
-            match Executed::txn_number(value) {
-                Ok(n) if newest.as_ref().is_none_or(|(b, _)| n > *b) => {
-                    newest = Some((n, value.to_vec()))
-                }
-                Ok(_) => {}
-                Err(e) => failed = Some(e),
+            let n = Executed::txn_number(value)?;
+            if newest.as_ref().is_none_or(|(b, _)| n > *b) {
+                newest = Some((n, value.to_vec()));
             }
-            true
+            Ok(true)
         })?;
-        if let Some(e) = failed {
-            return Err(e);
-        }
         let Some((recorded, bytes)) = newest else {
             return Ok(None);
         };
@@ -341,13 +332,13 @@ impl Engine {
 
     /// Calls `f` with the value of each of the session's records that covers a statement of
     /// `first..=last` (a record covers its key's index through its `through`; one that cannot
-    /// be read covers everything), until `f` answers false.
+    /// be read covers everything), until `f` answers false or fails.
     fn covering(
         &self,
         session: &[u8],
         first: u32,
         last: u32,
-        mut f: impl FnMut(&[u8]) -> bool,
+        mut f: impl FnMut(&[u8]) -> Result<bool>,
     ) -> Result<()> {
         let mut upper = session.to_vec();
         upper.extend_from_slice(&last.to_be_bytes());
@@ -360,7 +351,7 @@ impl Engine {
             if c.key().len() == session.len() + 4 {
                 let start = index_of(&c.key()[session.len()..]);
                 let through = covered_through(start, c.value()).unwrap_or(u32::MAX);
-                if start <= last && through >= first && !f(c.value()) {
+                if start <= last && through >= first && !f(c.value())? {
                     break;
                 }
             }
@@ -381,7 +372,7 @@ impl Engine {
         let mut recorded = false;
         self.covering(first.session_key(), first.index(), last.index(), |value| {
             recorded = !matches!(Executed::txn_number(value), Ok(n) if n < first.txn_number);
-            !recorded
+            Ok(!recorded)
         })?;
         Ok(recorded)
     }
