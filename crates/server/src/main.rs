@@ -156,6 +156,7 @@ fn run(config: Config) -> Result<(), String> {
     }
     let kv = RocksEngine::open_with_cache(&config.dbpath, config.cache_bytes())
         .map_err(|e| e.to_string())?;
+    kv.preallocate_wal().map_err(|e| e.to_string())?;
     let engine = Engine::open(Arc::new(kv)).map_err(|e| e.to_string())?;
     // Spilled sort runs go where mongod keeps them; leftovers of a crash are removed.
     let spill = config.dbpath.join("_tmp");

@@ -11,9 +11,9 @@ use nidus_storage::{
 use rocksdb::{
     statistics::{StatsLevel, Ticker},
     AsColumnFamilyRef, BlockBasedOptions, BlockBasedTablePinningTier, Cache, ColumnFamily,
-    ColumnFamilyDescriptor, DBRawIteratorWithThreadMode, ErrorKind, Options, ReadOptions,
-    SnapshotWithThreadMode, Transaction, TransactionDB, TransactionDBOptions, TransactionOptions,
-    WriteOptions,
+    ColumnFamilyDescriptor, DBRawIteratorWithThreadMode, ErrorKind, FlushOptions, Options,
+    ReadOptions, SnapshotWithThreadMode, Transaction, TransactionDB, TransactionDBOptions,
+    TransactionOptions, WriteBatchWithTransaction, WriteOptions, DEFAULT_COLUMN_FAMILY_NAME,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -121,6 +121,11 @@ const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 /// WAL files kept for reuse once no memtable needs them (see `open_with_cache`).
 const RECYCLED_WAL_FILES: usize = 2;
 
+/// The size [`RocksEngine::preallocate_wal`] gives each WAL file it prepares: a records'
+/// memtable (RocksDB's default write buffer), which is how far a WAL file grows before a
+/// flush switches to the next one.
+pub const PREALLOCATED_WAL_FILE_BYTES: usize = 64 << 20;
+
 /// The block cache of [`RocksEngine::open`] (the server sizes its own, as WiredTiger does).
 pub const DEFAULT_CACHE_BYTES: usize = 256 << 20;
 
@@ -163,6 +168,51 @@ impl RocksEngine {
                 opts: db_opts,
             }),
         })
+    }
+}
+
+impl RocksEngine {
+    /// Makes the WAL files RocksDB writes next full-sized files already on disk, as
+    /// WiredTiger pre-allocates its log files and PostgreSQL writes a WAL segment before
+    /// using it. RocksDB reuses only WAL files made since it opened (its recycle list starts
+    /// empty), so without this the WAL written after every start grows with each write, and
+    /// each synced write (`j: true`, the Raft log) costs `fdatasync` two block writes, the
+    /// data and the inode's new size, until the first flush retires a file for reuse.
+    ///
+    /// Each round fills the current WAL file with log-only records (`put_log_data`: nothing
+    /// reaches a memtable or a table file), syncs it, and flushes every column family, which
+    /// switches to another WAL file and retires the filled one to the recycle list. After
+    /// [`RECYCLED_WAL_FILES`] rounds the WAL being written is a reused full-size file and the
+    /// recycle list holds another. Writes [`PREALLOCATED_WAL_FILE_BYTES`] per round; call it
+    /// before serving, when nothing else writes.
+    pub fn preallocate_wal(&self) -> StorageResult<()> {
+        const CHUNK: usize = 1 << 20;
+        // A key of the default column family, which no space uses: one entry in its memtable
+        // makes the flush switch WAL files (a flush of empty memtables does not).
+        const MARK: &[u8] = b"nidus.preallocateWal";
+        let db = &self.inner.db;
+        let default = db
+            .cf_handle(DEFAULT_COLUMN_FAMILY_NAME)
+            .ok_or_else(|| StorageError::Io("no default column family".into()))?;
+        let mut cfs: Vec<&ColumnFamily> = Space::ALL.iter().map(|&s| self.inner.cf(s)).collect();
+        cfs.push(default);
+        let filler = vec![0u8; CHUNK];
+        let mut flush = FlushOptions::default();
+        flush.set_wait(true);
+        for _ in 0..RECYCLED_WAL_FILES {
+            for _ in 0..PREALLOCATED_WAL_FILE_BYTES / CHUNK {
+                let mut batch = WriteBatchWithTransaction::<true>::default();
+                batch.put_log_data(&filler);
+                db.write(batch).map_err(map_err)?;
+            }
+            let mut batch = WriteBatchWithTransaction::<true>::default();
+            batch.put_cf(default, MARK, b"");
+            batch.delete_cf(default, MARK);
+            db.write(batch).map_err(map_err)?;
+            db.flush_wal(true).map_err(map_err)?;
+            db.flush_cfs_opt(&cfs, &flush).map_err(map_err)?;
+        }
+        Ok(())
     }
 }
 

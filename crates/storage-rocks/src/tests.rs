@@ -323,3 +323,62 @@ fn put_new_is_part_of_its_transaction_without_a_lock() {
     gone.rollback().unwrap();
     assert_eq!(e.snapshot().get(Space::Records, b"r4").unwrap(), None);
 }
+
+/// The WAL files in `dir`, by name, with their sizes.
+fn wal_files(dir: &Path) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry"))
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .map(|e| {
+            let len = e.metadata().expect("metadata").len();
+            (e.file_name().to_string_lossy().into_owned(), len)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn synced_writes_after_preallocate_wal_go_into_full_size_files_and_survive_a_reopen() {
+    let (dir, e) = open();
+    let key = |i: u32| format!("k{i:05}").into_bytes();
+    let write = |e: &RocksEngine, range: std::ops::Range<u32>| {
+        for i in range {
+            let mut t = e.begin();
+            t.put(Space::Records, &key(i), &[b'v'; 100]).unwrap();
+            t.commit().unwrap();
+            e.sync_wal().unwrap();
+        }
+    };
+    // Written before: in the WAL file the first round fills and retires.
+    write(&e, 0..10);
+    let fresh = wal_files(dir.path());
+    assert_eq!(fresh.len(), 1, "{fresh:?}");
+    assert!(fresh[0].1 < 1 << 20, "{fresh:?}");
+    e.preallocate_wal().unwrap();
+    let prepared = wal_files(dir.path());
+    assert_eq!(prepared.len(), RECYCLED_WAL_FILES, "{prepared:?}");
+    assert!(
+        prepared
+            .iter()
+            .all(|(_, len)| *len >= PREALLOCATED_WAL_FILE_BYTES as u64),
+        "{prepared:?}"
+    );
+    // Synced writes land inside the current file: no file grows, none is added.
+    write(&e, 10..500);
+    assert_eq!(wal_files(dir.path()), prepared);
+    drop(e);
+    // Recovery reads the reused file's new records, not the filler or the records it held
+    // before it was reused.
+    let e = RocksEngine::open(dir.path()).expect("reopen");
+    let snap = e.snapshot();
+    let all = keys_in(&*snap, Space::Records, b"", b"\xff");
+    assert_eq!(all, (0..500).map(key).collect::<Vec<_>>());
+    for i in [0, 9, 10, 499] {
+        assert_eq!(
+            snap.get(Space::Records, &key(i)).unwrap().as_deref(),
+            Some(&[b'v'; 100][..])
+        );
+    }
+}
