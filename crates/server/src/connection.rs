@@ -940,6 +940,7 @@ fn run_msg(
             flags,
             &reply.body,
             &reply.batch,
+            &reply.trailer(),
             compressor,
         );
         if !out.send(frame) {
@@ -1049,6 +1050,7 @@ fn legacy_error(msg: &str) -> Reply {
     Reply {
         body: doc! { "$err": msg, "errmsg": msg, "code": 352, "codeName": "UnsupportedOpQueryCommand", "ok": 0.0 },
         batch: Vec::new(),
+        cluster_time: None,
         close_connection: false,
     }
 }

@@ -228,23 +228,25 @@ pub fn encode_msg(
     body: &Document,
     compressor: Option<Compressor>,
 ) -> Vec<u8> {
-    encode_msg_with_batch(request_id, response_to, flags, body, &[], compressor)
+    encode_msg_with_batch(request_id, response_to, flags, body, &[], &[], compressor)
 }
 
 /// `encode_msg` of a cursor reply whose documents are passed as they are: a non-empty
 /// `batch` is written as the body's `cursor.firstBatch`/`cursor.nextBatch`, which `body`
-/// holds as an empty array.
+/// holds as an empty array; `trailer` holds raw BSON elements written after the body's own
+/// (as if appended to `body` last).
 pub fn encode_msg_with_batch(
     request_id: i32,
     response_to: i32,
     flags: u32,
     body: &Document,
     batch: &[RawDocumentBuf],
+    trailer: &[u8],
     compressor: Option<Compressor>,
 ) -> Vec<u8> {
     let mut payload = flags.to_le_bytes().to_vec();
     payload.push(SECTION_BODY);
-    payload.extend_from_slice(&reply_bytes(body, batch));
+    payload.extend_from_slice(&reply_bytes(body, batch, trailer));
     let message = finish(
         request_id,
         response_to,

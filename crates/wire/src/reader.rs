@@ -351,12 +351,45 @@ fn write_with_batch(
 /// document can hold; should it happen anyway, the peer gets an InternalError reply instead
 /// of a panic or a malformed frame.
 pub(crate) fn document_bytes(doc: &bson::Document) -> Vec<u8> {
-    reply_bytes(doc, &[])
+    reply_bytes(doc, &[], &[])
+}
+
+/// `doc` (a whole serialized document) with the raw BSON elements `elements` after its own,
+/// as if they had been appended to it last.
+fn append_elements(mut doc: Vec<u8>, elements: &[u8]) -> Vec<u8> {
+    if elements.is_empty() || doc.len() < 5 {
+        return doc;
+    }
+    doc.pop();
+    doc.extend_from_slice(elements);
+    doc.push(0);
+    match i32::try_from(doc.len()) {
+        Ok(len) => doc[..4].copy_from_slice(&len.to_le_bytes()),
+        Err(_) => {
+            return bson::to_vec(&bson::doc! {
+                "ok": 0.0,
+                "errmsg": "reply too large",
+                "code": 1,
+                "codeName": "InternalError",
+            })
+            .unwrap_or_default()
+        }
+    }
+    doc
 }
 
 /// Serializes a reply; a non-empty `batch` is the content of the reply's empty
-/// `cursor.firstBatch` or `cursor.nextBatch` array (see `write_with_batch`).
-pub(crate) fn reply_bytes(doc: &bson::Document, batch: &[RawDocumentBuf]) -> Vec<u8> {
+/// `cursor.firstBatch` or `cursor.nextBatch` array (see `write_with_batch`), and `trailer`
+/// raw BSON elements written after the body's own (see [`append_elements`]).
+pub(crate) fn reply_bytes(
+    doc: &bson::Document,
+    batch: &[RawDocumentBuf],
+    trailer: &[u8],
+) -> Vec<u8> {
+    append_elements(body_bytes(doc, batch), trailer)
+}
+
+fn body_bytes(doc: &bson::Document, batch: &[RawDocumentBuf]) -> Vec<u8> {
     let mut out =
         Vec::with_capacity(256 + batch.iter().map(|d| d.as_bytes().len() + 8).sum::<usize>());
     let written = if batch.is_empty() {
@@ -443,7 +476,7 @@ mod tests {
                 "ok": 1.0, "$clusterTime": { "clusterTime": bson::Timestamp { time: 1, increment: 2 } },
             };
             let expected = bson::to_vec(&with_batch(&reply, &batch)).unwrap();
-            assert_eq!(reply_bytes(&reply, &batch), expected, "{field}");
+            assert_eq!(reply_bytes(&reply, &batch, &[]), expected, "{field}");
             let back: Document = bson::from_slice(&expected).unwrap();
             let docs = back
                 .get_document("cursor")
@@ -453,16 +486,59 @@ mod tests {
             assert_eq!(docs.len(), 12);
             assert_eq!(docs[11].as_document().unwrap().get_i32("i").unwrap(), 11);
             // An empty batch is the reply as it is.
-            assert_eq!(reply_bytes(&reply, &[]), bson::to_vec(&reply).unwrap());
+            assert_eq!(reply_bytes(&reply, &[], &[]), bson::to_vec(&reply).unwrap());
         }
         // Without a placeholder, and with what the fast writer leaves to `bson`, the batch
         // still goes in.
         let odd = doc! { "cursor": { "nextBatch": [], "id": 0i64 },
         "re": bson::Regex { pattern: "a".into(), options: "i".into() } };
         let expected = bson::to_vec(&with_batch(&odd, &batch)).unwrap();
-        assert_eq!(reply_bytes(&odd, &batch), expected);
+        assert_eq!(reply_bytes(&odd, &batch, &[]), expected);
         let none = doc! { "cursor": { "id": 0i64 }, "ok": 1.0 };
-        assert_eq!(reply_bytes(&none, &batch), bson::to_vec(&none).unwrap());
+        assert_eq!(
+            reply_bytes(&none, &batch, &[]),
+            bson::to_vec(&none).unwrap()
+        );
+    }
+
+    #[test]
+    fn trailing_elements_come_out_as_fields_appended_to_the_reply() {
+        let appended = doc! { "$clusterTime": { "clusterTime": bson::Timestamp { time: 7, increment: 3 } },
+        "operationTime": bson::Timestamp { time: 7, increment: 3 } };
+        let whole = bson::to_vec(&appended).unwrap();
+        let trailer = &whole[4..whole.len() - 1];
+        let batch = vec![RawDocumentBuf::from_document(&doc! { "_id": 1, "s": "x" }).unwrap()];
+        let replies = [
+            (doc! { "ok": 1.0 }, vec![]),
+            (doc! {}, vec![]),
+            (
+                doc! { "cursor": { "firstBatch": [], "id": 0i64, "ns": "d.c" }, "ok": 1.0 },
+                batch.clone(),
+            ),
+            (
+                doc! { "cursor": { "nextBatch": [], "id": 0i64 }, "ok": 1.0 },
+                vec![],
+            ),
+            // What the fast writer leaves to `bson`, with and without a batch.
+            (
+                doc! { "re": bson::Regex { pattern: "a".into(), options: "i".into() }, "ok": 1.0 },
+                vec![],
+            ),
+            (
+                doc! { "cursor": { "nextBatch": [], "id": 0i64 },
+                "re": bson::Regex { pattern: "a".into(), options: "i".into() } },
+                batch,
+            ),
+        ];
+        for (reply, batch) in replies {
+            let mut expected = with_batch(&reply, &batch);
+            expected.extend(appended.clone());
+            assert_eq!(
+                reply_bytes(&reply, &batch, trailer),
+                bson::to_vec(&expected).unwrap(),
+                "{reply}"
+            );
+        }
     }
 
     #[test]

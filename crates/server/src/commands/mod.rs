@@ -644,10 +644,17 @@ fn index_names(stage: &nidus_engine::exec::Stage, out: &mut Vec<String>) {
     }
 }
 
-/// What every reply gets last: a replica set member's cluster time.
+/// What every reply gets last: a replica set member's cluster time, written by the encoder
+/// after the body's fields (into the body when it already has one of them, which it keeps in
+/// its place).
 fn finish_reply(state: &ServerState, mut reply: Reply) -> Reply {
     if state.config.repl_set.is_some() {
-        transaction::add_cluster_time(state, &mut reply.body);
+        let ts = state.cluster_time.tick();
+        if reply.body.contains_key("$clusterTime") || reply.body.contains_key("operationTime") {
+            transaction::add_cluster_time(&mut reply.body, ts);
+        } else {
+            reply.cluster_time = Some(ts);
+        }
     }
     reply
 }
@@ -976,6 +983,9 @@ pub struct Reply {
     /// `cursor.firstBatch`/`cursor.nextBatch` when the reply is encoded
     /// (`nidus_wire::encode_msg_with_batch`); empty otherwise.
     pub batch: Vec<RawDocumentBuf>,
+    /// A replica set member's `$clusterTime` and `operationTime`, which the body does not
+    /// hold: the encoder writes them after its fields ([`Reply::trailer`]).
+    pub cluster_time: Option<bson::Timestamp>,
     pub close_connection: bool,
 }
 
@@ -985,6 +995,7 @@ impl Reply {
         Reply {
             body,
             batch: Vec::new(),
+            cluster_time: None,
             close_connection: false,
         }
     }
@@ -993,6 +1004,7 @@ impl Reply {
         Reply {
             body: e.to_reply(),
             batch: Vec::new(),
+            cluster_time: None,
             close_connection: false,
         }
     }
@@ -1001,17 +1013,29 @@ impl Reply {
         Reply {
             body: Document::new(),
             batch: Vec::new(),
+            cluster_time: None,
             close_connection: true,
         }
     }
 
-    /// The body with the batch in it: what the client receives, as one document.
+    /// The body with the batch and the cluster time in it: what the client receives, as one
+    /// document.
     pub fn full_body(&self) -> std::borrow::Cow<'_, Document> {
-        if self.batch.is_empty() {
-            std::borrow::Cow::Borrowed(&self.body)
-        } else {
-            std::borrow::Cow::Owned(nidus_wire::with_batch(&self.body, &self.batch))
+        if self.batch.is_empty() && self.cluster_time.is_none() {
+            return std::borrow::Cow::Borrowed(&self.body);
         }
+        let mut body = nidus_wire::with_batch(&self.body, &self.batch);
+        if let Some(ts) = self.cluster_time {
+            transaction::add_cluster_time(&mut body, ts);
+        }
+        std::borrow::Cow::Owned(body)
+    }
+
+    /// Raw BSON elements the encoder writes after the body's fields.
+    pub fn trailer(&self) -> Vec<u8> {
+        self.cluster_time
+            .map(transaction::cluster_time_elements)
+            .unwrap_or_default()
     }
 
     /// The encoded reply's length in bytes (`responseLength`).

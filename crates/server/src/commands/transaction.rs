@@ -3,8 +3,7 @@
 
 use super::Ctx;
 use crate::session::{listed_ids, new_session_reply, Binding};
-use crate::state::ServerState;
-use bson::{doc, Bson, Document};
+use bson::{doc, Bson, Document, Timestamp};
 use nidus_common::{Error, ErrorCode, Result};
 
 const TRANSIENT: &str = "TransientTransactionError";
@@ -246,24 +245,84 @@ pub fn label_write_concern_error(
 
 /// `operationTime` and `$clusterTime` on every reply of a replica set member, so drivers
 /// can gossip the cluster time and send `afterClusterTime` in causally consistent sessions.
-pub fn add_cluster_time(state: &ServerState, body: &mut Document) {
-    // No keys sign cluster times here (the signature is always the zero hash with keyId 0):
-    // every reply copies one prebuilt `$clusterTime` and sets its time, rather than building
-    // the two documents field by field (a third of a `ping`'s command path).
-    static TEMPLATE: std::sync::LazyLock<Document> = std::sync::LazyLock::new(|| {
+/// What a replica set member adds last to every reply: `$clusterTime` (`ts` with the
+/// signature of a member without keys: the zero hash, keyId 0) and `operationTime`.
+pub fn add_cluster_time(body: &mut Document, ts: Timestamp) {
+    body.insert(
+        "$clusterTime",
         doc! {
-            "clusterTime": bson::Timestamp { time: 0, increment: 0 },
+            "clusterTime": ts,
             "signature": {
                 "hash": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0u8; 20] },
                 "keyId": 0i64,
             },
-        }
-    });
-    let ts = state.cluster_time.tick();
-    let mut cluster_time = TEMPLATE.clone();
-    if let Some(t) = cluster_time.get_mut("clusterTime") {
-        *t = Bson::Timestamp(ts);
-    }
-    body.insert("$clusterTime", cluster_time);
+        },
+    );
     body.insert("operationTime", ts);
+}
+
+/// [`add_cluster_time`]'s two fields as raw BSON elements, for a reply encoder to write after
+/// the body's own (a reply without either field): no documents built per reply.
+pub fn cluster_time_elements(ts: Timestamp) -> Vec<u8> {
+    fn name(out: &mut Vec<u8>, tag: u8, name: &str) {
+        out.push(tag);
+        out.extend_from_slice(name.as_bytes());
+        out.push(0);
+    }
+    fn timestamp(out: &mut Vec<u8>, ts: Timestamp) {
+        out.extend_from_slice(&ts.increment.to_le_bytes());
+        out.extend_from_slice(&ts.time.to_le_bytes());
+    }
+    /// Sets the length prefix of the document that starts at `start` and ends here.
+    fn close(out: &mut Vec<u8>, start: usize) {
+        out.push(0);
+        let len = (out.len() - start) as i32;
+        out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    }
+    let mut out = Vec::with_capacity(96);
+    name(&mut out, 0x03, "$clusterTime");
+    let cluster_time = out.len();
+    out.extend_from_slice(&[0; 4]);
+    name(&mut out, 0x11, "clusterTime");
+    timestamp(&mut out, ts);
+    name(&mut out, 0x03, "signature");
+    let signature = out.len();
+    out.extend_from_slice(&[0; 4]);
+    name(&mut out, 0x05, "hash");
+    out.extend_from_slice(&20i32.to_le_bytes());
+    out.push(0x00);
+    out.extend_from_slice(&[0; 20]);
+    name(&mut out, 0x12, "keyId");
+    out.extend_from_slice(&0i64.to_le_bytes());
+    close(&mut out, signature);
+    close(&mut out, cluster_time);
+    name(&mut out, 0x11, "operationTime");
+    timestamp(&mut out, ts);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_time_elements_are_the_fields_add_cluster_time_inserts() {
+        let times = [
+            (0, 0),
+            (1_795_945_204, 13),
+            (u32::MAX, u32::MAX),
+            (1, u32::MAX),
+        ];
+        for (time, increment) in times {
+            let ts = Timestamp { time, increment };
+            let mut body = Document::new();
+            add_cluster_time(&mut body, ts);
+            let whole = bson::to_vec(&body).expect("serializes");
+            assert_eq!(
+                cluster_time_elements(ts),
+                &whole[4..whole.len() - 1],
+                "{ts:?}"
+            );
+        }
+    }
 }
