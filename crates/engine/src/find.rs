@@ -64,6 +64,9 @@ pub struct FindSpec {
     /// re-checks each document under its lock): the `_id` point lookup does not read the
     /// document.
     pub record_ids_only: bool,
+    /// `filter` parsed already under this spec's `let_vars` and `collation` (a write parses
+    /// it once for its targets and for re-checking each target under its lock).
+    pub matcher: Option<Arc<Matcher>>,
 }
 
 /// Parses a command's `collation` (None for absent or `{locale: "simple"}`).
@@ -203,7 +206,10 @@ impl Engine {
             collation: collation.as_ref(),
             ..ParseOptions::default()
         };
-        let matcher = Arc::new(Matcher::parse_with(&spec.filter, &opts)?);
+        let matcher = match &spec.matcher {
+            Some(m) => m.clone(),
+            None => Arc::new(Matcher::parse_with(&spec.filter, &opts)?),
+        };
         let sort_spec = spec.sort.as_ref().filter(|s| !s.is_empty());
         let natural_sort = sort_spec.and_then(natural_direction);
         let sort = match sort_spec {

@@ -505,10 +505,10 @@ impl Engine {
     fn target_ids(
         &self,
         coll: &CollectionRef,
-        spec: FindSpec,
+        spec: &FindSpec,
         plan: &mut Option<TargetPlan>,
     ) -> Result<Vec<u64>> {
-        let mut exec = self.plan_find(Some(coll), &spec)?;
+        let mut exec = self.plan_find(Some(coll), spec)?;
         let mut out = Vec::new();
         while let Some(m) = exec.get_next()? {
             if let Some(rid) = m.rid {
@@ -554,9 +554,10 @@ impl Engine {
         spec: &UpdateSpec,
         opts: &WriteOpts,
     ) -> Result<UpdateOutcome> {
-        let matcher = opts.filter_matcher(&spec.filter)?;
+        let matcher = Arc::new(opts.filter_matcher(&spec.filter)?);
         let find = FindSpec {
             filter: spec.filter.clone(),
+            matcher: Some(matcher.clone()),
             sort: spec.sort.clone(),
             limit: if spec.multi { 0 } else { 1 },
             hint: spec.hint.clone(),
@@ -577,7 +578,7 @@ impl Engine {
         };
         let mut plan = None;
         for _ in 0..attempts {
-            let targets = self.target_ids(coll, find.clone(), &mut plan)?;
+            let targets = self.target_ids(coll, &find, &mut plan)?;
             let found_any = !targets.is_empty();
             for rid in targets {
                 if let Some(modified) =
@@ -762,9 +763,10 @@ impl Engine {
         hint: Option<Bson>,
         opts: &WriteOpts,
     ) -> Result<u64> {
-        let matcher = opts.filter_matcher(filter)?;
+        let matcher = Arc::new(opts.filter_matcher(filter)?);
         let find = FindSpec {
             filter: filter.clone(),
+            matcher: Some(matcher.clone()),
             limit: if multi { 0 } else { 1 },
             hint,
             deadline: opts.deadline,
@@ -778,7 +780,7 @@ impl Engine {
         let attempts = if multi { 1 } else { MAX_SINGLE_TARGET_RESTARTS };
         let mut plan = None;
         for _ in 0..attempts {
-            let targets = self.target_ids(coll, find.clone(), &mut plan)?;
+            let targets = self.target_ids(coll, &find, &mut plan)?;
             let found_any = !targets.is_empty();
             for rid in targets {
                 if self.delete_record(coll, rid, &matcher, opts)?.is_some() {

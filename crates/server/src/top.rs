@@ -69,8 +69,9 @@ fn kind(command: &str) -> Kind {
 #[derive(Default)]
 pub struct Top {
     namespaces: Mutex<BTreeMap<String, NsUsage>>,
-    /// `(namespace, index name)` → (queries that used the index, since when counted).
-    index_accesses: Mutex<BTreeMap<(String, String), (u64, bson::DateTime)>>,
+    /// Namespace → index name → (queries that used the index, since when counted); nested so
+    /// that counting a use of a known index allocates nothing.
+    index_accesses: Mutex<BTreeMap<String, BTreeMap<String, (u64, bson::DateTime)>>>,
 }
 
 /// Whether `ns` names a collection (`db.coll`), not a database's `$cmd`.
@@ -129,7 +130,7 @@ impl Top {
     /// Forgets the usage of the collections `gone` says were dropped.
     fn forget(&self, gone: impl Fn(&str) -> bool) {
         self.namespaces.lock().retain(|ns, _| !gone(ns));
-        self.index_accesses.lock().retain(|(ns, _), _| !gone(ns));
+        self.index_accesses.lock().retain(|ns, _| !gone(ns));
     }
 
     /// The `top` command's `totals`.
@@ -173,17 +174,21 @@ impl Top {
     /// Counts one query that used index `index` of `ns`.
     pub fn index_used(&self, ns: &str, index: &str) {
         let mut map = self.index_accesses.lock();
-        let e = map
-            .entry((ns.to_string(), index.to_string()))
-            .or_insert((0, bson::DateTime::now()));
-        e.0 += 1;
+        if let Some(e) = map.get_mut(ns).and_then(|ixs| ixs.get_mut(index)) {
+            e.0 += 1;
+            return;
+        }
+        map.entry(ns.to_string())
+            .or_default()
+            .insert(index.to_string(), (1, bson::DateTime::now()));
     }
 
     /// `$indexStats` `accesses` of an index: `{ops, since}`.
     pub fn index_accesses(&self, ns: &str, index: &str, since_default: bson::DateTime) -> Document {
         let map = self.index_accesses.lock();
         let (ops, since) = map
-            .get(&(ns.to_string(), index.to_string()))
+            .get(ns)
+            .and_then(|ixs| ixs.get(index))
             .copied()
             .unwrap_or((0, since_default));
         doc! { "ops": ops as i64, "since": Bson::DateTime(since) }

@@ -175,7 +175,7 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
     }
     let opts = super::write::opts(ctx)?.with_collation(ctx.opt_document("collation")?);
     let opts = super::write::with_statement(&opts, record);
-    let matcher = opts.filter_matcher(&req.filter)?;
+    let matcher = std::sync::Arc::new(opts.filter_matcher(&req.filter)?);
     engine.check_not_view(&ns)?;
     let coll = match ctx.collection(&ns) {
         Some(c) => Some(c),
@@ -192,6 +192,7 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
             let_vars: opts.let_vars.clone(),
             collation: opts.collation.clone(),
             source: opts.txn.clone().map(nidus_engine::txn::ReadSource::Txn),
+            matcher: Some(matcher.clone()),
             ..FindSpec::default()
         };
         for _ in 0..MAX_RESTARTS {
