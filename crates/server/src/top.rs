@@ -66,12 +66,15 @@ fn kind(command: &str) -> Kind {
     }
 }
 
+/// Queries that used an index, and since when they are counted.
+type IndexAccesses = (u64, bson::DateTime);
+
 #[derive(Default)]
 pub struct Top {
     namespaces: Mutex<BTreeMap<String, NsUsage>>,
     /// Namespace → index name → (queries that used the index, since when counted); nested so
     /// that counting a use of a known index allocates nothing.
-    index_accesses: Mutex<BTreeMap<String, BTreeMap<String, (u64, bson::DateTime)>>>,
+    index_accesses: Mutex<BTreeMap<String, BTreeMap<String, IndexAccesses>>>,
 }
 
 /// Whether `ns` names a collection (`db.coll`), not a database's `$cmd`.
