@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from bson import Timestamp
 from pymongo import ASCENDING, MongoClient
 from pymongo.errors import OperationFailure
 
@@ -334,5 +335,38 @@ def test_point_read_reports_its_express_plan_and_index_use(rs_server):
         assert entry["keysExamined"] == 1 and entry["docsExamined"] == 1
         assert entry["nreturned"] == 1
         assert "isCached" in entry["execStats"]
+    finally:
+        client.close()
+
+
+def test_the_command_shown_keeps_the_cluster_time_the_driver_sent(rs_server):
+    """A replica set member's driver sends `$clusterTime` with each command; the profiler and
+    `currentOp` show the command with it, in the place the driver put it."""
+    client = MongoClient(f"mongodb://127.0.0.1:{rs_server.port}/",
+                         serverSelectionTimeoutMS=10000)
+    try:
+        db = client.test_shown_cluster_time
+        db.c.drop()
+        db.c.insert_one({"_id": 1})
+        profile(db, 2)
+        assert db.c.find_one({"_id": 1}) == {"_id": 1}
+        profile(db, 0)
+        [entry] = db.system.profile.find({"op": "query"})
+        command = entry["command"]
+        keys = list(command)
+        assert keys[:2] == ["find", "filter"], keys
+        assert keys.index("lsid") < keys.index("$clusterTime") < keys.index("$db"), keys
+        sent = command["$clusterTime"]
+        assert list(sent) == ["clusterTime", "signature"], sent
+        assert isinstance(sent["clusterTime"], Timestamp)
+        assert sent["signature"] == {"hash": b"\0" * 20, "keyId": 0}
+        # The reply's cluster time, which the driver sends back with its next command.
+        reply = db.command("ping")
+        assert reply["$clusterTime"]["clusterTime"] == reply["operationTime"]
+        ops = client.admin.command("currentOp")["inprog"]
+        [own] = [op for op in ops if "currentOp" in op.get("command", {})]
+        keys = list(own["command"])
+        assert keys.index("$clusterTime") < keys.index("$db"), keys
+        assert own["command"]["$clusterTime"]["clusterTime"] >= reply["operationTime"]
     finally:
         client.close()

@@ -911,10 +911,11 @@ fn run_msg(
     let hello_stream = msg.exhaust_allowed() && await_hello.is_some();
     // Only a command that may run again (an exhaust getMore, a streaming hello) keeps a
     // copy of its body.
-    let again = (exhaust || hello_stream).then(|| msg.body.clone());
+    let again = (exhaust || hello_stream).then(|| (msg.body.clone(), msg.cluster_time.clone()));
     let mut request = Request {
         body: msg.body,
         sequences: msg.sequences,
+        cluster_time: msg.cluster_time,
     };
     let mut response_to = request_id;
     loop {
@@ -950,12 +951,13 @@ fn run_msg(
             return false;
         }
         response_to = id;
-        let Some(body) = &again else {
+        let Some((body, cluster_time)) = &again else {
             return false;
         };
         request = Request {
             body: body.clone(),
             sequences: Vec::new(),
+            cluster_time: cluster_time.clone(),
         };
     }
 }
@@ -1042,6 +1044,7 @@ fn legacy_query(state: &ServerState, conn: &mut ConnState, q: nidus_wire::OpQuer
         Request {
             body,
             sequences: Vec::new(),
+            cluster_time: None,
         },
     )
 }

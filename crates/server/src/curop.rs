@@ -40,6 +40,9 @@ pub struct ActiveOp {
     pub ns: String,
     pub db: String,
     pub command: Arc<Document>,
+    /// The command's `$clusterTime` when set aside from `command` (see
+    /// [`crate::commands::Request`]).
+    pub cluster_time: Option<nidus_wire::RawField>,
     pub started: Instant,
     /// `user`, `db` of the authenticated user.
     pub users: Vec<(String, String)>,
@@ -51,6 +54,14 @@ pub struct ActiveOp {
 }
 
 impl ActiveOp {
+    /// The command as the client sent it (with its `$clusterTime`), for display.
+    pub fn command_document(&self) -> Document {
+        match &self.cluster_time {
+            Some(field) => field.put_back(&self.command),
+            None => (*self.command).clone(),
+        }
+    }
+
     /// Runs `wait` (waiting for new data) and counts its time as awaited.
     pub fn awaiting<T>(&self, wait: impl FnOnce() -> T) -> T {
         let start = Instant::now();
@@ -107,7 +118,7 @@ impl ActiveOp {
         d.insert("op", self.op);
         d.insert("ns", self.ns.clone());
         d.insert("redacted", false);
-        d.insert("command", (*self.command).clone());
+        d.insert("command", self.command_document());
         let conflicts = self.ctx.write_conflicts() as i64;
         d.insert("numYields", conflicts);
         if conflicts > 0 {
@@ -228,7 +239,13 @@ pub fn namespace_of(name: &str, db: &str, body: &Document) -> String {
 }
 
 impl OpRegistry {
-    pub fn begin(&self, conn: &ConnState, name: &str, body: &Arc<Document>) -> Registered<'_> {
+    pub fn begin(
+        &self,
+        conn: &ConnState,
+        name: &str,
+        body: &Arc<Document>,
+        cluster_time: Option<nidus_wire::RawField>,
+    ) -> Registered<'_> {
         let db = match body.get("$db") {
             Some(Bson::String(d)) => d.clone(),
             _ => String::new(),
@@ -246,6 +263,7 @@ impl OpRegistry {
             ns: namespace_of(name, &db, body),
             db,
             command: Arc::clone(body),
+            cluster_time,
             started: Instant::now(),
             users: conn
                 .auth

@@ -17,7 +17,10 @@ use crate::reader::{MAX_BSON_DEPTH, MAX_INTERNAL_OBJECT_SIZE};
 use bson::document::Entry;
 use bson::oid::ObjectId;
 use bson::spec::BinarySubtype;
-use bson::{Binary, Bson, DateTime, Decimal128, Document, RawBsonRef, RawRegexRef, Timestamp};
+use bson::{
+    Binary, Bson, DateTime, Decimal128, Document, RawBsonRef, RawDocumentBuf, RawRegexRef,
+    Timestamp,
+};
 use nidus_common::repeated::MARK;
 use std::sync::LazyLock;
 
@@ -235,7 +238,69 @@ static SIZED: LazyLock<Document> = LazyLock::new(|| {
     d
 });
 
+/// A request body's field kept as its bytes instead of being converted: `$clusterTime`, which
+/// drivers send with every command to a replica set member and the server only shows back
+/// (no keys sign cluster times here, so it never advances its clock from one), as MongoDB
+/// shows it in `currentOp` and the profiler.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawField {
+    /// Its place among the body's fields.
+    pub position: usize,
+    pub value: RawDocumentBuf,
+}
+
+impl RawField {
+    /// `body` with this field in its place, converted.
+    pub fn put_back(&self, body: &Document) -> Document {
+        // Converted as a field of the body, so repeated names in it are kept as in any
+        // document below the top level.
+        let mut wrapper = RawDocumentBuf::new();
+        wrapper.append(CLUSTER_TIME, self.value.clone());
+        let value = nidus_common::repeated::document_from_raw(&wrapper)
+            .ok()
+            .and_then(|mut d| d.remove(CLUSTER_TIME))
+            .unwrap_or(Bson::Null);
+        let mut out = Document::new();
+        let mut value = Some(value);
+        for (i, (k, v)) in body.iter().enumerate() {
+            if i == self.position {
+                if let Some(value) = value.take() {
+                    out.insert(CLUSTER_TIME, value);
+                }
+            }
+            out.insert(k.clone(), v.clone());
+        }
+        if let Some(value) = value {
+            out.insert(CLUSTER_TIME, value);
+        }
+        out
+    }
+}
+
+/// The body field [`RawField`] keeps.
+pub const CLUSTER_TIME: &str = "$clusterTime";
+
+/// `buf` starts with a request body: as [`convert_document`], with a `$clusterTime` document
+/// (given once) set aside unconverted.
+pub(crate) fn convert_body(buf: &[u8]) -> Option<(Document, Option<RawField>, usize)> {
+    let len = document_len(buf, 0).ok()?;
+    let mut aside = None;
+    let doc = build_document_with(&buf[..len], 1, true, Some(&mut aside)).ok()?;
+    Some((doc, aside, len))
+}
+
 fn build_document(doc: &[u8], depth: usize, top: bool) -> Fast<Document> {
+    build_document_with(doc, depth, top, None)
+}
+
+/// `aside`, at the top level: where a `$clusterTime` document goes instead of the result. A
+/// repeated `$clusterTime` bails (the validating path keeps the last value, converted).
+fn build_document_with(
+    doc: &[u8],
+    depth: usize,
+    top: bool,
+    mut aside: Option<&mut Option<RawField>>,
+) -> Fast<Document> {
     check_depth(depth)?;
     let mut out = if doc.len() <= MIN_BSON_SIZE {
         EMPTY.clone()
@@ -243,6 +308,19 @@ fn build_document(doc: &[u8], depth: usize, top: bool) -> Fast<Document> {
         SIZED.clone()
     };
     for_each_element(doc, |key, value| {
+        if let Some(slot) = aside.as_deref_mut().filter(|_| key == CLUSTER_TIME) {
+            if slot.is_some() || out.contains_key(key) {
+                return Err(Bail);
+            }
+            if let Value::Document(bytes) = value {
+                validate(bytes, depth + 1)?;
+                *slot = Some(RawField {
+                    position: out.len(),
+                    value: RawDocumentBuf::from_bytes(bytes.to_vec()).map_err(|_| Bail)?,
+                });
+                return Ok(());
+            }
+        }
         let value = build_value(value, depth)?;
         if top {
             out.insert(key.to_owned(), value);
@@ -330,6 +408,17 @@ mod tests {
         Ok((doc, bytes.len() - r.remaining()))
     }
 
+    /// A request body's conversion, its `$clusterTime` (if set aside) put back in its place.
+    fn body_convert(bytes: &[u8]) -> Result<(Document, usize), WireError> {
+        let mut r = Reader::new(bytes);
+        let (doc, aside) = r.converted_body("OP_MSG body", "OP_MSG body: ")?;
+        let doc = match aside {
+            Some(field) => field.put_back(&doc),
+            None => doc,
+        };
+        Ok((doc, bytes.len() - r.remaining()))
+    }
+
     /// Documents compared by their encoding (NaN payloads, -0.0, order, key spelling).
     fn same(a: &Result<(Document, usize), WireError>, b: &Result<(Document, usize), WireError>) {
         match (a, b) {
@@ -345,6 +434,7 @@ mod tests {
     /// Both conversions, and both validations (sequences), agree on `bytes`.
     fn check(bytes: &[u8]) {
         same(&new_convert(bytes), &old_convert(bytes));
+        same(&body_convert(bytes), &old_convert(bytes));
         let fast = Reader::new(bytes)
             .document("document sequence")
             .map(|d| d.as_bytes());
@@ -372,6 +462,125 @@ mod tests {
             "long": i64::MAX, "dec": Bson::Decimal128(bson::Decimal128::from_bytes([3; 16])),
             "min": Bson::MinKey, "max": Bson::MaxKey, "ключ 🔑": "ü", "": "empty key",
         }
+    }
+
+    #[test]
+    fn a_cluster_time_set_aside_is_put_back_as_converted() {
+        let ct = doc! { "clusterTime": bson::Timestamp { time: 5, increment: 1 },
+        "signature": { "hash": bson::Binary { subtype: BinarySubtype::Generic, bytes: vec![0; 20] }, "keyId": 0i64 } };
+        let mut repeated_inside = RawDocumentBuf::new();
+        repeated_inside.append("a", 1);
+        repeated_inside.append("a", rawdoc! { "b": 2 });
+        let body = |fields: Vec<(&str, RawBson)>| {
+            let mut d = RawDocumentBuf::new();
+            for (k, v) in fields {
+                d.append(k, v);
+            }
+            d.into_bytes()
+        };
+        let ct_raw = || RawBson::Document(RawDocumentBuf::from_document(&ct).unwrap());
+        let cases: Vec<(Vec<u8>, bool)> = vec![
+            // (body, whether the fast path sets `$clusterTime` aside)
+            (
+                body(vec![
+                    ("find", "c".into()),
+                    ("$clusterTime", ct_raw()),
+                    ("$db", "d".into()),
+                ]),
+                true,
+            ),
+            (
+                body(vec![("$clusterTime", ct_raw()), ("ping", 1.into())]),
+                true,
+            ),
+            (
+                body(vec![("ping", 1.into()), ("$clusterTime", ct_raw())]),
+                true,
+            ),
+            (
+                body(vec![
+                    ("ping", 1.into()),
+                    ("a", 1.into()),
+                    ("a", 2.into()),
+                    ("$clusterTime", ct_raw()),
+                ]),
+                true,
+            ),
+            (
+                body(vec![
+                    ("ping", 1.into()),
+                    ("$clusterTime", RawBson::Document(repeated_inside)),
+                ]),
+                true,
+            ),
+            (
+                body(vec![
+                    ("ping", 1.into()),
+                    ("$clusterTime", RawBson::Document(RawDocumentBuf::new())),
+                ]),
+                true,
+            ),
+            // Not a document: converted as any field.
+            (
+                body(vec![("ping", 1.into()), ("$clusterTime", 5.into())]),
+                false,
+            ),
+            // Repeated: the validating path keeps the last value.
+            (
+                body(vec![
+                    ("ping", 1.into()),
+                    ("$clusterTime", ct_raw()),
+                    ("$clusterTime", ct_raw()),
+                ]),
+                false,
+            ),
+            (
+                body(vec![
+                    ("ping", 1.into()),
+                    ("$clusterTime", 5.into()),
+                    ("$clusterTime", ct_raw()),
+                ]),
+                false,
+            ),
+            (
+                body(vec![
+                    ("ping", 1.into()),
+                    ("$clusterTime", ct_raw()),
+                    ("x", 1.into()),
+                    ("$clusterTime", 5.into()),
+                ]),
+                false,
+            ),
+            (body(vec![("ping", 1.into())]), false),
+        ];
+        for (bytes, aside) in cases {
+            check(&bytes);
+            let field = super::convert_body(&bytes).and_then(|(_, field, _)| field);
+            assert_eq!(field.is_some(), aside, "{bytes:?}");
+            if let Some(field) = field {
+                let mut r = Reader::new(&bytes);
+                let (without, _) = r.converted_body("OP_MSG body", "").unwrap();
+                assert!(!without.contains_key("$clusterTime"));
+                assert_eq!(
+                    without.keys().nth(field.position),
+                    old_convert(&bytes)
+                        .unwrap()
+                        .0
+                        .keys()
+                        .nth(field.position + 1)
+                );
+            }
+        }
+        // A malformed `$clusterTime` gets the validating path's error.
+        let mut bad = body(vec![
+            ("ping", 1.into()),
+            ("$clusterTime", ct_raw()),
+            ("$db", "d".into()),
+        ]);
+        let at = bad.windows(5).position(|w| w == b"keyId").unwrap();
+        bad[at - 1] = 0x20;
+        check(&bad);
+        assert!(old_convert(&bad).is_err());
     }
 
     #[test]

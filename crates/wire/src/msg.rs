@@ -6,6 +6,7 @@
 //! documents...` where `size` counts itself and everything up to the section's end (kind 1).
 
 use crate::compression::frame;
+use crate::from_raw::{RawField, CLUSTER_TIME};
 use crate::header::{MsgHeader, OP_MSG};
 use crate::reader::{document_bytes, reply_bytes, Reader};
 use crate::HEADER_LEN;
@@ -39,6 +40,8 @@ pub struct OpMsg {
     pub flags: u32,
     pub body: Document,
     pub sequences: Vec<(String, Vec<RawDocumentBuf>)>,
+    /// The body's `$clusterTime`, when set aside unconverted (it is then not in `body`).
+    pub cluster_time: Option<RawField>,
 }
 
 impl OpMsg {
@@ -48,6 +51,15 @@ impl OpMsg {
             flags: 0,
             body,
             sequences: Vec::new(),
+            cluster_time: None,
+        }
+    }
+
+    /// The body as the client sent it: with its `$clusterTime` back in its place.
+    pub fn full_body(&self) -> std::borrow::Cow<'_, Document> {
+        match &self.cluster_time {
+            Some(field) => std::borrow::Cow::Owned(field.put_back(&self.body)),
+            None => std::borrow::Cow::Borrowed(&self.body),
         }
     }
 
@@ -82,13 +94,15 @@ pub(crate) fn parse(header: &MsgHeader, body: &[u8]) -> Result<OpMsg, WireError>
     };
     // `covered` starts with the 4 flag bytes read above.
     let sections = covered.get(FLAGS_LEN..).unwrap_or_default();
-    let (body_doc, sequences) = parse_sections(sections)?;
-    check_no_body_duplicates(&body_doc, &sequences)?;
-    Ok(OpMsg {
+    let (body_doc, cluster_time, sequences) = parse_sections(sections)?;
+    let msg = OpMsg {
         flags,
         body: body_doc,
         sequences,
-    })
+        cluster_time,
+    };
+    check_no_body_duplicates(&msg)?;
+    Ok(msg)
 }
 
 /// Checks the trailing CRC-32C and returns the body without it.
@@ -125,7 +139,7 @@ fn checksum(header: &MsgHeader, covered_body: &[u8]) -> u32 {
 type Sequences = Vec<(String, Vec<RawDocumentBuf>)>;
 
 /// Reads sections until the end of `bytes`: exactly one body, at most two sequences.
-fn parse_sections(bytes: &[u8]) -> Result<(Document, Sequences), WireError> {
+fn parse_sections(bytes: &[u8]) -> Result<(Document, Option<RawField>, Sequences), WireError> {
     let mut reader = Reader::new(bytes);
     let mut body = None;
     let mut sequences: Sequences = Vec::new();
@@ -158,12 +172,13 @@ fn parse_sections(bytes: &[u8]) -> Result<(Document, Sequences), WireError> {
             }
         }
     }
-    let body = body.ok_or_else(|| WireError::section(40587, "OP_MSG messages must have a body"))?;
-    Ok((body, sequences))
+    let (body, cluster_time) =
+        body.ok_or_else(|| WireError::section(40587, "OP_MSG messages must have a body"))?;
+    Ok((body, cluster_time, sequences))
 }
 
-fn parse_body(reader: &mut Reader<'_>) -> Result<Document, WireError> {
-    reader.converted_document("OP_MSG body", "OP_MSG body: ")
+fn parse_body(reader: &mut Reader<'_>) -> Result<(Document, Option<RawField>), WireError> {
+    reader.converted_body("OP_MSG body", "OP_MSG body: ")
 }
 
 /// Reads one kind-1 section (after its kind byte). `seen` holds the sequences read so far.
@@ -193,8 +208,24 @@ fn parse_sequence(
 }
 
 /// A sequence may not also appear in the body, at its dotted path or with an array along it.
-fn check_no_body_duplicates(body: &Document, sequences: &Sequences) -> Result<(), WireError> {
-    match sequences.iter().find(|(name, _)| path_present(body, name)) {
+fn check_no_body_duplicates(msg: &OpMsg) -> Result<(), WireError> {
+    // The body as sent only when a sequence's name could reach the `$clusterTime` set aside.
+    let body = match &msg.cluster_time {
+        Some(_)
+            if msg
+                .sequences
+                .iter()
+                .any(|(name, _)| name.split('.').next() == Some(CLUSTER_TIME)) =>
+        {
+            msg.full_body()
+        }
+        _ => std::borrow::Cow::Borrowed(&msg.body),
+    };
+    match msg
+        .sequences
+        .iter()
+        .find(|(name, _)| path_present(&body, name))
+    {
         Some((name, _)) => Err(WireError::section(
             40433,
             format!("Duplicate field between body and document sequence {name}"),
@@ -269,7 +300,7 @@ pub fn encode_msg_request(request_id: i32, msg: &OpMsg, checksum: bool) -> Vec<u
         encode_sequence(&mut payload, name, docs);
     }
     payload.push(SECTION_BODY);
-    payload.extend_from_slice(&document_bytes(&msg.body));
+    payload.extend_from_slice(&document_bytes(&msg.full_body()));
     finish(request_id, 0, payload, checksum)
 }
 

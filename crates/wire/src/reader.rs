@@ -102,6 +102,22 @@ impl<'a> Reader<'a> {
             .map_err(|e| WireError::InvalidBson(format!("{context}invalid BSON: {e}")))
     }
 
+    /// An OP_MSG body as [`Reader::converted_document`] converts it, with its `$clusterTime`
+    /// set aside unconverted when the fast path takes the body (see
+    /// [`crate::from_raw::RawField`]).
+    pub(crate) fn converted_body(
+        &mut self,
+        what: &str,
+        context: &str,
+    ) -> Result<(bson::Document, Option<crate::from_raw::RawField>), WireError> {
+        if let Some((doc, aside, len)) = crate::from_raw::convert_body(self.buf) {
+            self.take(len, what)?;
+            return Ok((doc, aside));
+        }
+        self.converted_document(what, context)
+            .map(|doc| (doc, None))
+    }
+
     /// [`Reader::document`] through the `bson` crate's iterator: the reference the fast
     /// path in `from_raw` falls back on, and the source of every error message.
     pub(crate) fn checked_document(&mut self, what: &str) -> Result<&'a RawDocument, WireError> {

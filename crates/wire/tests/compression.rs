@@ -27,6 +27,7 @@ fn compressed_requests_decode_with_their_compressor() {
         flags: 0,
         body: doc! {"insert": "c", "$db": "t"},
         sequences: vec![("documents".into(), vec![raw(doc! {"a": "x".repeat(500)})])],
+        cluster_time: None,
     };
     for c in ALL {
         for checksum in [false, true] {

@@ -16,6 +16,7 @@ fn round_trips_body_and_sequences() {
                 raw(doc! {"_id": 2, "a": [1, {"b": "x"}]}),
             ],
         )],
+        cluster_time: None,
     };
     for checksum in [false, true] {
         let wire = encode_msg_request(42, &msg, checksum);
@@ -203,6 +204,15 @@ fn sequence_duplicating_a_body_field() {
     assert!(with_sequence(doc! {"a": 1}, "a.b").is_ok());
     assert!(with_sequence(doc! {"a": {"c": 1}}, "a.b").is_ok());
     assert!(with_sequence(doc! {"ab": 1}, "a").is_ok());
+    // A `$clusterTime` the parser sets aside unconverted still counts.
+    let ct = doc! {"ping": 1, "$clusterTime": {"clusterTime": bson::Timestamp { time: 1, increment: 1 }}};
+    for name in ["$clusterTime", "$clusterTime.clusterTime"] {
+        assert_err(with_sequence(ct.clone(), name), 40433, false, name);
+    }
+    let msg = with_sequence(ct.clone(), "$clusterTime.other").unwrap();
+    assert!(msg.cluster_time.is_some());
+    assert!(!msg.body.contains_key("$clusterTime"));
+    assert_eq!(*msg.full_body(), ct);
 }
 
 #[test]

@@ -34,6 +34,7 @@ fn seeds() -> Vec<Vec<u8>> {
                 ],
             ),
         ],
+        cluster_time: None,
     };
     let q = OpQuery {
         flags: 0,

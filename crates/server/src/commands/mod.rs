@@ -44,6 +44,9 @@ use std::time::{Duration, Instant};
 pub struct Request {
     pub body: Document,
     pub sequences: Vec<(String, Vec<RawDocumentBuf>)>,
+    /// The body's `$clusterTime`, set aside unconverted (then not in `body`): commands never
+    /// read it; `currentOp` and the profiler show it in the command.
+    pub cluster_time: Option<nidus_wire::RawField>,
 }
 
 pub struct Ctx<'a> {
@@ -449,11 +452,12 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
     }
     let kind = transaction::StatementKind::of(&req.body);
     let started = Instant::now();
+    let req_cluster_time = req.cluster_time;
     let req = SharedRequest {
         body: std::sync::Arc::new(req.body),
         sequences: req.sequences,
     };
-    let registered = state.ops.begin(conn, name, &req.body);
+    let registered = state.ops.begin(conn, name, &req.body, req_cluster_time);
     let active = registered.op.clone();
     // `execStats` appears only in `system.profile` documents (a filter may also read it):
     // the engine builds it only for a profiled database.
@@ -521,7 +525,7 @@ fn finish_op(
         active,
         op: active.op,
         ns: active.ns.clone(),
-        command: (*active.command).clone(),
+        command: active.command_document(),
         stats,
         writes: std::mem::take(&mut extra.writes),
         nreturned: extra.nreturned,
