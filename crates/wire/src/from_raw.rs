@@ -211,6 +211,17 @@ pub(crate) fn convert_document(buf: &[u8]) -> Option<(Document, usize)> {
     Some((doc, len))
 }
 
+/// A document already validated (a kind-1 section's) converted as
+/// `nidus_common::repeated::document_from_raw` converts it, through the fast path when it
+/// takes the document.
+pub fn document_from_raw(raw: &bson::RawDocument) -> Result<Document, bson::raw::Error> {
+    let bytes = raw.as_bytes();
+    match convert_document(bytes) {
+        Some((doc, len)) if len == bytes.len() => Ok(doc),
+        _ => nidus_common::repeated::document_from_raw(raw),
+    }
+}
+
 /// `buf` starts with a document: `Some(its length)` when the fast path validates it.
 pub(crate) fn validate_prefix(buf: &[u8]) -> Option<usize> {
     let len = document_len(buf, 0).ok()?;
@@ -435,6 +446,14 @@ mod tests {
     fn check(bytes: &[u8]) {
         same(&new_convert(bytes), &old_convert(bytes));
         same(&body_convert(bytes), &old_convert(bytes));
+        if let Ok(raw) = bson::RawDocument::from_bytes(bytes) {
+            let old = nidus_common::repeated::document_from_raw(raw);
+            let new = super::document_from_raw(raw);
+            match (&old, &new) {
+                (Ok(o), Ok(n)) => assert_eq!(bson::to_vec(o).unwrap(), bson::to_vec(n).unwrap()),
+                _ => assert_eq!(old.is_ok(), new.is_ok()),
+            }
+        }
         let fast = Reader::new(bytes)
             .document("document sequence")
             .map(|d| d.as_bytes());

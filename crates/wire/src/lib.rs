@@ -16,7 +16,7 @@ pub mod scram;
 
 pub use compression::{compress, decompress, wrap_compressed, Compressor};
 pub use error::WireError;
-pub use from_raw::{RawField, CLUSTER_TIME};
+pub use from_raw::{document_from_raw, RawField, CLUSTER_TIME};
 pub use header::{check_length, MsgHeader, OP_COMPRESSED, OP_MSG, OP_QUERY, OP_REPLY};
 pub use msg::{
     encode_msg, encode_msg_request, encode_msg_with_batch, OpMsg, CHECKSUM_PRESENT,

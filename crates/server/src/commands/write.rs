@@ -334,7 +334,7 @@ fn stmt_doc(cmd: &str, stmt: &Document, field: &str) -> Result<Document> {
 }
 
 pub(super) fn to_document(raw: &RawDocumentBuf) -> Result<Document> {
-    nidus_common::repeated::document_from_raw(raw)
+    nidus_wire::document_from_raw(raw)
         .map_err(|e| Error::new(ErrorCode::InvalidBSON, e.to_string()))
 }
 
