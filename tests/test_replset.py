@@ -21,9 +21,13 @@ SETTINGS = {"electionTimeoutMillis": ELECTION_TIMEOUT_MS, "heartbeatIntervalMill
 
 
 def initiated(rs: ReplicaSet, via: int = 0):
+    """Initiates with priorities [3, 2, 1]; returns the priority-3 member once it is primary
+    (on a loaded machine another member can win the first election, and priority takeover
+    then hands the role over)."""
     rs.initiate(via=via, priorities=[3, 2, 1], settings=SETTINGS)
-    primary = rs.wait_for_primary(30)
-    return primary
+    wait_until(lambda: (rs.hello(rs.members[0]) or {}).get("isWritablePrimary"), 30,
+               "the priority-3 member as primary")
+    return rs.members[0]
 
 
 def status(m) -> dict:

@@ -278,9 +278,11 @@ def test_replicated_to_secondaries(rs):
     with secondary.client(readPreference="secondaryPreferred") as s:
         wait_until(lambda: sorted(x["temp"] for x in s.ts.weather.find()) == want, 20,
                    "the secondary's measurements")
-        types = {x["name"]: x["type"] for x in s.ts.list_collections()}
-        assert types == {"weather": "timeseries", "system.buckets.weather": "collection",
-                         "cl": "collection"}
+        # `cl` was created after the measurements' writes: the secondary may apply it later.
+        types = {"weather": "timeseries", "system.buckets.weather": "collection",
+                 "cl": "collection"}
+        wait_until(lambda: {x["name"]: x["type"] for x in s.ts.list_collections()} == types,
+                   20, "the secondary's collections")
         wait_until(lambda: [x["_id"] for x in s.ts.cl.find()] == [1, 2, 3], 20,
                    "the secondary's clustered collection in _id order")
 
