@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Flame graphs of the server's request path: `ping`, point `find_one` by `_id`,
-`update_one`, `insert_many`, and the `$group` and spilling `$sort` of bench.py's sales.
+`update_one`, `insert_many`, `insert_one` with `j: true`, and the `$group` and spilling `$sort`
+of bench.py's sales.
 
 Starts a nidus binary on a free 127.0.0.1 port with a temporary dbpath (as bench.py does:
 a one-member replica set), inserts documents, then records the server with `perf record`
@@ -25,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import customer, free_port, sale, wait_until  # noqa: E402
 from bson.codec_options import CodecOptions  # noqa: E402
 from bson.raw_bson import RawBSONDocument  # noqa: E402
+from pymongo.write_concern import WriteConcern  # noqa: E402
 
 
 def workloads(client):
@@ -78,9 +80,16 @@ def workloads(client):
             if len(out) != 100 or any(len(d["customer"]) != 1 for d in out):
                 raise RuntimeError("$lookup returned the wrong customers")
 
+    journaled = client["bench"].get_collection("insj", write_concern=WriteConcern(j=True))
+
+    def insert_j1(n):
+        # bench.py's `insert_one j:true` row: each insert waits for the WAL sync.
+        for i in range(n):
+            journaled.insert_one({"k": i, "s": "x" * 100})
+
     return {"ping": ping, "find_one": find_one, "update_one": update_one,
             "insert_many": insert_many, "agg_group": agg_group, "sort_spill": sort_spill,
-            "lookup_noix": lookup_noix}
+            "lookup_noix": lookup_noix, "insert_j1": insert_j1}
 
 
 # The aggregation workloads' collection (bench.py's `sale` documents) and the sort memory
