@@ -156,7 +156,15 @@ fn run(config: Config) -> Result<(), String> {
     }
     let kv = RocksEngine::open_with_cache(&config.dbpath, config.cache_bytes())
         .map_err(|e| e.to_string())?;
-    kv.preallocate_wal().map_err(|e| e.to_string())?;
+    if !kv.preallocate_wal().map_err(|e| e.to_string())? {
+        log::warn(
+            "STORAGE",
+            7360003,
+            "main",
+            "Not preparing the journal's files: too little free disk space",
+            serde_json::json!({ "dbpath": config.dbpath.display().to_string() }),
+        );
+    }
     let engine = Engine::open(Arc::new(kv)).map_err(|e| e.to_string())?;
     // Spilled sort runs go where mongod keeps them; leftovers of a crash are removed.
     let spill = config.dbpath.join("_tmp");

@@ -185,7 +185,15 @@ impl RocksEngine {
     /// [`RECYCLED_WAL_FILES`] rounds the WAL being written is a reused full-size file and the
     /// recycle list holds another. Writes [`PREALLOCATED_WAL_FILE_BYTES`] per round; call it
     /// before serving, when nothing else writes.
-    pub fn preallocate_wal(&self) -> StorageResult<()> {
+    ///
+    /// Does nothing (and returns false) unless the file system has several times that room:
+    /// a WAL write that fails for want of space stops every later write (RocksDB's background
+    /// error), which the preparation must never cause.
+    pub fn preallocate_wal(&self) -> StorageResult<bool> {
+        let needed = (PREALLOCATED_WAL_FILE_BYTES * RECYCLED_WAL_FILES) as u64;
+        if available_bytes(&self.inner.path).is_none_or(|free| free < needed * 4) {
+            return Ok(false);
+        }
         const CHUNK: usize = 1 << 20;
         // A key of the default column family, which no space uses: one entry in its memtable
         // makes the flush switch WAL files (a flush of empty memtables does not).
@@ -212,7 +220,7 @@ impl RocksEngine {
             db.flush_wal(true).map_err(map_err)?;
             db.flush_cfs_opt(&cfs, &flush).map_err(map_err)?;
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -266,6 +274,19 @@ impl KvEngine for RocksEngine {
             rocksdb::checkpoint::TransactionDBCheckpoint::new(&self.inner.db).map_err(map_err)?;
         cp.create_checkpoint(dir).map_err(map_err)
     }
+}
+
+/// Bytes an unprivileged writer may still use on the file system holding `path`.
+fn available_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `statvfs` is plain data, valid zeroed; the call writes it and reads only the
+    // NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 /// Whether `name` is one of a RocksDB store's own files (what a checkpoint holds and what

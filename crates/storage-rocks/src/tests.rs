@@ -356,7 +356,10 @@ fn synced_writes_after_preallocate_wal_go_into_full_size_files_and_survive_a_reo
     let fresh = wal_files(dir.path());
     assert_eq!(fresh.len(), 1, "{fresh:?}");
     assert!(fresh[0].1 < 1 << 20, "{fresh:?}");
-    e.preallocate_wal().unwrap();
+    assert!(
+        e.preallocate_wal().unwrap(),
+        "the test's file system has room"
+    );
     let prepared = wal_files(dir.path());
     assert_eq!(prepared.len(), RECYCLED_WAL_FILES, "{prepared:?}");
     assert!(
@@ -381,4 +384,12 @@ fn synced_writes_after_preallocate_wal_go_into_full_size_files_and_survive_a_reo
             Some(&[b'v'; 100][..])
         );
     }
+}
+
+#[test]
+fn free_space_is_that_of_the_file_system() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let free = available_bytes(dir.path()).expect("statvfs");
+    assert!(free > 0);
+    assert_eq!(available_bytes(&dir.path().join("missing")), None);
 }
