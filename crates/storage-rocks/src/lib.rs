@@ -169,9 +169,7 @@ impl RocksEngine {
             }),
         })
     }
-}
 
-impl RocksEngine {
     /// Makes the WAL files RocksDB writes next full-sized files already on disk, as
     /// WiredTiger pre-allocates its log files and PostgreSQL writes a WAL segment before
     /// using it. RocksDB reuses only WAL files made since it opened (its recycle list starts
