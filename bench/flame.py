@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Flame graphs of the server's request path: `ping`, point `find_one` by `_id`,
-`update_one`, `insert_many`, `insert_one` with `j: true`, and the `$group` and spilling `$sort`
+`update_one`, `insert_many` (and bench.py's bulk row), `insert_one` with `j: true`, and the `$group` and spilling `$sort`
 of bench.py's sales.
 
 Starts a nidus binary on a free 127.0.0.1 port with a temporary dbpath (as bench.py does:
@@ -23,7 +23,7 @@ import psutil
 import pymongo
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import customer, free_port, sale, wait_until  # noqa: E402
+from bench import customer, free_port, make_docs, sale, wait_until  # noqa: E402
 from bson.codec_options import CodecOptions  # noqa: E402
 from bson.raw_bson import RawBSONDocument  # noqa: E402
 from pymongo.write_concern import WriteConcern  # noqa: E402
@@ -50,6 +50,15 @@ def workloads(client):
         many = client["bench"]["many"]
         for _ in range(max(1, n // 1000)):
             many.insert_many([{"k": i, "s": "x" * 100} for i in range(1000)])
+
+    def bulk_insert(n):
+        # bench.py's bulk row: its documents, an index on `k`, batches of 1,000.
+        bulk = client["bench"]["bulk"]
+        bulk.drop()
+        bulk.create_index("k")
+        docs = make_docs(max(1000, n))
+        for i in range(0, len(docs), 1000):
+            bulk.insert_many(docs[i:i + 1000], ordered=True)
 
     sales = client["bench"]["sales"]
 
@@ -88,7 +97,7 @@ def workloads(client):
             journaled.insert_one({"k": i, "s": "x" * 100})
 
     return {"ping": ping, "find_one": find_one, "update_one": update_one,
-            "insert_many": insert_many, "agg_group": agg_group, "sort_spill": sort_spill,
+            "insert_many": insert_many, "bulk_insert": bulk_insert, "agg_group": agg_group, "sort_spill": sort_spill,
             "lookup_noix": lookup_noix, "insert_j1": insert_j1}
 
 

@@ -22,9 +22,6 @@ pub struct CreateIndexesOutcome {
     pub note: Option<&'static str>,
 }
 
-/// Deletes at most this many keys per transaction when dropping data.
-const DELETE_CHUNK: usize = 10_000;
-
 /// Records per transaction of an index build's collection scan.
 const BUILD_BATCH: usize = 256;
 
@@ -244,31 +241,11 @@ impl Engine {
         }
     }
 
-    /// Removes every key of one collection or index, in bounded transactions.
+    /// Removes every key of one collection or index (its retired id prefix) at once.
     fn delete_prefix(&self, space: Space, id: u64) -> Result<()> {
-        let lower = keys::u64_be(id);
-        let upper = keys::prefix_end(id);
-        loop {
-            let mut txn = self.kv.begin();
-            let batch: Vec<Vec<u8>> = {
-                let mut c = txn.cursor(space, &lower, &upper);
-                c.seek_to_first();
-                let mut out = Vec::new();
-                while c.valid() && out.len() < DELETE_CHUNK {
-                    out.push(c.key().to_vec());
-                    c.next();
-                }
-                c.status()?;
-                out
-            };
-            if batch.is_empty() {
-                return Ok(());
-            }
-            for k in &batch {
-                txn.delete(space, k)?;
-            }
-            txn.commit()?;
-        }
+        self.kv
+            .delete_range(space, &keys::u64_be(id), &keys::prefix_end(id))?;
+        Ok(())
     }
 
     /// `renameCollection`: the data keeps its ids; only the catalog entry moves. Every check

@@ -403,3 +403,91 @@ fn insert_through_a_dropped_or_renamed_handle_recreates_the_collection() {
     assert_eq!(all(&e, &ns), vec![doc! {"_id": 3}]);
     assert_eq!(all(&e, &to), vec![doc! {"_id": 2}]);
 }
+
+/// Each collection's documents by every plan (collection scan both ways, the `x_1` index both
+/// ways when it exists), sorted by `_id` for comparison; and `validate` clean.
+fn reads_by_every_plan(e: &Engine, ns: &Namespace) -> Vec<Vec<Document>> {
+    let coll = e.collection(ns).expect("collection");
+    assert!(
+        e.validate(&coll).unwrap().errors.is_empty(),
+        "{ns} validate"
+    );
+    let has_x = coll.meta.read().indexes.iter().any(|ix| ix.name == "x_1");
+    let mut hints = vec![(doc! {"$natural": 1}, None), (doc! {"$natural": -1}, None)];
+    if has_x {
+        hints.push((doc! {"x": 1}, Some(doc! {"x": 1})));
+        hints.push((doc! {"x": 1}, Some(doc! {"x": -1})));
+    }
+    hints
+        .into_iter()
+        .map(|(hint, sort)| {
+            let mut docs = find(
+                e,
+                ns,
+                FindSpec {
+                    hint: Some(Bson::Document(hint)),
+                    sort,
+                    ..FindSpec::default()
+                },
+            );
+            docs.sort_by_key(|d| d.get_i32("_id").unwrap());
+            docs
+        })
+        .collect()
+}
+
+#[test]
+fn drops_remove_exactly_their_data_and_every_plan_of_the_rest_reads_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["a", "b", "c"];
+    let docs = |tag: &str, n: i32| -> Vec<Document> {
+        (0..n)
+            .map(|i| doc! {"_id": i, "x": (i * 7) % n, "tag": tag})
+            .collect()
+    };
+    let mut expected: Vec<(Namespace, Vec<Document>)> = Vec::new();
+    {
+        let e = open(dir.path());
+        for name in names {
+            let ns = Namespace::new("test", name);
+            e.create_indexes(&ns, &[doc! {"key": {"x": 1}, "name": "x_1"}])
+                .unwrap();
+            for d in docs(name, 50) {
+                insert(&e, &ns, d).unwrap();
+            }
+        }
+        // b dropped and made again with other documents under the same name; c's index
+        // dropped and built again; a untouched.
+        let b = Namespace::new("test", "b");
+        let old_b = e.collection(&b).unwrap().id;
+        assert_eq!(e.drop_collection(&b).unwrap(), Some(2));
+        e.create_indexes(&b, &[doc! {"key": {"x": 1}, "name": "x_1"}])
+            .unwrap();
+        for d in docs("b2", 10) {
+            insert(&e, &b, d).unwrap();
+        }
+        assert_ne!(e.collection(&b).unwrap().id, old_b);
+        let c = Namespace::new("test", "c");
+        e.drop_indexes(&c, &Bson::String("x_1".into())).unwrap();
+        assert_eq!(reads_by_every_plan(&e, &c).len(), 2);
+        e.create_indexes(&c, &[doc! {"key": {"x": 1}, "name": "x_1"}])
+            .unwrap();
+        expected.push((Namespace::new("test", "a"), docs("a", 50)));
+        expected.push((b, docs("b2", 10)));
+        expected.push((c, docs("c", 50)));
+        for (ns, want) in &expected {
+            for got in reads_by_every_plan(&e, ns) {
+                assert_eq!(&got, want, "{ns}");
+            }
+        }
+    }
+    // The same after a restart (the removals were logged, not only in memory).
+    let e = open(dir.path());
+    for (ns, want) in &expected {
+        let plans = reads_by_every_plan(&e, ns);
+        assert_eq!(plans.len(), 4);
+        for got in plans {
+            assert_eq!(&got, want, "{ns} after restart");
+        }
+    }
+}

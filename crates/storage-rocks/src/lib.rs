@@ -160,6 +160,7 @@ impl RocksEngine {
         let mut txn_opts = TransactionDBOptions::default();
         txn_opts.set_default_lock_timeout(LOCK_TIMEOUT_MS);
         txn_opts.set_txn_lock_timeout(LOCK_TIMEOUT_MS);
+        skip_batch_concurrency_control(&mut txn_opts);
         let db = Db::open_cf_descriptors(&db_opts, &txn_opts, path, cfs).map_err(map_err)?;
         Ok(RocksEngine {
             inner: Arc::new(Inner {
@@ -252,6 +253,28 @@ impl KvEngine for RocksEngine {
 
     fn sync_wal(&self) -> StorageResult<()> {
         self.inner.db.flush_wal(true).map_err(map_err)
+    }
+
+    fn delete_range(&self, space: Space, lower: &[u8], upper: &[u8]) -> StorageResult<()> {
+        // A range deletion is one record in the WAL and the memtable; compactions drop the
+        // keys it covers. The write goes around transactions (see
+        // `skip_batch_concurrency_control`). An empty range (a drop of an empty collection)
+        // writes nothing, so reads do not pass a tombstone for it.
+        let cf = self.inner.cf(space);
+        let mut it = self
+            .inner
+            .db
+            .raw_iterator_cf_opt(cf, bounded_read_options(lower, upper));
+        it.seek_to_first();
+        it.status().map_err(map_err)?;
+        if !it.valid() {
+            return Ok(());
+        }
+        drop(it);
+        let mut range = rocksdb::WriteBatch::default();
+        range.delete_range_cf(cf, lower, upper);
+        let batch = WriteBatchWithTransaction::<true>::from_data(range.data());
+        self.inner.db.write(batch).map_err(map_err)
     }
 
     fn disk_usage_bytes(&self) -> u64 {
@@ -378,6 +401,28 @@ fn bounded_read_options(lower: &[u8], upper: &[u8]) -> ReadOptions {
     ro.set_iterate_lower_bound(lower.to_vec());
     ro.set_iterate_upper_bound(upper.to_vec());
     ro
+}
+
+/// Makes a write batch written outside a transaction (`TransactionDB::write`) go straight to
+/// the database instead of through a transaction of its own that locks each key, so that it
+/// may hold a range deletion (which that locking refuses). Transactions lock and validate
+/// their keys as before: RocksDB takes that from each transaction's own options. The batches
+/// written this way are the WAL preparation's (a key of the default column family no space
+/// uses) and [`KvEngine::delete_range`]'s (a range no transaction writes).
+fn skip_batch_concurrency_control(opts: &mut TransactionDBOptions) {
+    const _: () = assert!(
+        std::mem::size_of::<TransactionDBOptions>()
+            == std::mem::size_of::<*mut librocksdb_sys::rocksdb_transactiondb_options_t>()
+    );
+    // SAFETY: the options value is exactly the C handle it owns (size asserted above, as in
+    // `raw_transaction`); the handle is live for the value's lifetime and the call only sets
+    // a flag in it.
+    unsafe {
+        let raw = std::ptr::from_mut(opts)
+            .cast::<*mut librocksdb_sys::rocksdb_transactiondb_options_t>()
+            .read();
+        librocksdb_sys::rocksdb_transactiondb_options_set_skip_concurrency_control(raw, 1);
+    }
 }
 
 /// The C handle inside a `rocksdb` transaction, which the crate keeps private: its only

@@ -108,6 +108,13 @@ pub trait KvEngine: Send + Sync {
     fn snapshot(&self) -> Box<dyn KvSnapshot>;
     /// Syncs the write-ahead log to disk; everything committed before the call is durable after it.
     fn sync_wal(&self) -> StorageResult<()>;
+    /// Removes every key of `space` in `[lower, upper)` at once, outside any transaction, at
+    /// a cost that does not grow with the number of keys (a drop of a large collection is
+    /// as cheap as of an empty one, as MongoDB drops a collection's table). Only for a range
+    /// no transaction writes any more, such as the key prefix of a dropped collection or
+    /// index (ids are never reused): transactions do not conflict with it. A snapshot taken
+    /// before the call still reads the keys.
+    fn delete_range(&self, space: Space, lower: &[u8], upper: &[u8]) -> StorageResult<()>;
     /// Bytes on disk (SST + WAL), for `dbStats`/`collStats` estimates.
     fn disk_usage_bytes(&self) -> u64;
     /// Named counters of the storage engine (RocksDB's statistics tickers) for
