@@ -138,6 +138,14 @@ pub(super) fn fill_empty_timestamps_raw<'d>(
     let Some(clock) = clock else {
         return Ok(Cow::Borrowed(raw));
     };
+    // A timestamp element needs its type byte somewhere in the document: most documents
+    // have none, and the byte search is far cheaper than iterating the elements.
+    if !raw
+        .as_bytes()
+        .contains(&(bson::spec::ElementType::Timestamp as u8))
+    {
+        return Ok(Cow::Borrowed(raw));
+    }
     // Elements without their values converted: only a timestamp's is looked at.
     let has_empty = raw.iter_elements().any(|el| {
         el.is_ok_and(|e| {
