@@ -494,6 +494,10 @@ pub struct Oplog {
     /// (10,000,000 inserts kept a core busy truncating for minutes). Only `truncate_after`
     /// lets older entries back in, and it lowers the mark.
     truncated_below: AtomicU64,
+    /// Held by each round of truncation and by `truncate_after` for its whole run: a round
+    /// removes what its snapshot saw with one range deletion, which must not cover entries a
+    /// concurrent rollback deleted (their bytes counted off twice) or wrote again.
+    truncating: Mutex<()>,
     over_cv: Condvar,
     /// The optime of the last entry of each retryable write (session id bytes and
     /// txnNumber), for the `prevOpTime` chain.
@@ -539,6 +543,7 @@ impl Oplog {
             max_bytes: AtomicI64::new(max_bytes),
             over: Mutex::new(false),
             truncated_below: AtomicU64::new(0),
+            truncating: Mutex::new(()),
             over_cv: Condvar::new(),
             chains: Mutex::new(Default::default()),
         }
@@ -770,6 +775,7 @@ impl Oplog {
         kv: &dyn nidus_storage::KvEngine,
         after: Timestamp,
     ) -> Result<usize> {
+        let _truncating = self.truncating.lock();
         let start = ts_to_u64(after).saturating_add(1);
         // Entries from `start` on will be written again (an initial sync empties the oplog
         // and refills it with the source's): truncation must see them.
@@ -1225,50 +1231,53 @@ impl Engine {
     }
 
     /// Deletes the oldest entries while the oplog is over its bound, never past the
-    /// visibility point, in bounded transactions. Pre-images older than the oldest entry
+    /// visibility point, in bounded rounds. Pre-images older than the oldest entry
     /// kept go with them.
     fn truncate_oplog(&self, oplog: &Oplog) -> Result<()> {
         let coll = &oplog.coll;
         while coll.data_size.load(Ordering::Relaxed) > oplog.max_bytes()
             && !self.stopping.load(Ordering::Acquire)
         {
+            let _truncating = oplog.truncating.lock();
             let excess = coll.data_size.load(Ordering::Relaxed) - oplog.max_bytes();
             let visible = oplog.visible_u64();
             let from = oplog.truncated_below.load(Ordering::Acquire);
-            let mut txn = self.kv.begin();
-            let (mut n, mut bytes, mut last) = (0i64, 0i64, None);
+            // The victims are read from a snapshot and removed with one range deletion (no
+            // per-entry delete, lock or tombstone). Below the visibility point every entry is
+            // committed and nothing writes again but a rollback, which `truncating` keeps
+            // out (it moves the visibility point back before a refill writes anything).
+            let (mut n, mut bytes, mut first, mut last) = (0i64, 0i64, None, None);
             {
-                let mut c = txn.cursor(Space::Records, &oplog.key(from), &oplog.key(visible));
+                let snap = self.kv.snapshot();
+                let mut c = snap.cursor(Space::Records, &oplog.key(from), &oplog.key(visible));
                 c.seek_to_first();
-                let mut victims = Vec::new();
-                while c.valid() && bytes < excess && victims.len() < TRUNCATE_BATCH {
+                while c.valid() && bytes < excess && (n as usize) < TRUNCATE_BATCH {
                     bytes += c.value().len() as i64;
-                    victims.push(c.key().to_vec());
+                    let ts = keys::read_u64(&c.key()[8..]);
+                    first = first.or(ts);
+                    last = ts;
+                    n += 1;
                     c.next();
                 }
                 c.status()?;
-                drop(c);
-                for k in &victims {
-                    txn.delete(Space::Records, k)?;
-                    n += 1;
-                    last = keys::read_u64(&k[8..]);
-                }
             }
-            if n == 0 {
+            let (Some(first), Some(last)) = (first, last) else {
                 return Ok(());
-            }
-            txn.commit()?;
-            if let Some(last) = last {
-                // Unless `truncate_after` lowered the mark meanwhile: entries below it may
-                // be written again, and the next round must scan from there.
-                let _ = oplog.truncated_below.compare_exchange(
-                    from,
-                    last.saturating_add(1),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
-                self.delete_images_through(u64_to_ts(last))?;
-            }
+            };
+            self.kv.delete_range(
+                Space::Records,
+                &oplog.key(first),
+                &oplog.key(last.saturating_add(1)),
+            )?;
+            // Unless `truncate_after` lowered the mark meanwhile: entries below it may be
+            // written again, and the next round must scan from there.
+            let _ = oplog.truncated_below.compare_exchange(
+                from,
+                last.saturating_add(1),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            self.delete_images_through(u64_to_ts(last))?;
             coll.adjust_stats(-n, -bytes);
         }
         Ok(())
