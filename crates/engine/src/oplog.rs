@@ -780,30 +780,26 @@ impl Oplog {
         // Entries from `start` on will be written again (an initial sync empties the oplog
         // and refills it with the source's): truncation must see them.
         self.truncated_below.fetch_min(start, Ordering::AcqRel);
-        let mut keys = Vec::new();
-        let mut bytes = 0i64;
+        // Counted from a snapshot, removed with one range deletion (an initial sync empties
+        // the whole oplog: one transaction holding a delete per entry grew with it). Nothing
+        // writes past `after` meanwhile (see above), and the range deletion covers only what
+        // was written before it.
+        let (lower, upper) = (self.key(start), keys::prefix_end(self.coll.id));
+        let (mut n, mut bytes) = (0usize, 0i64);
         {
             let snap = kv.snapshot();
-            let mut c = snap.cursor(
-                Space::Records,
-                &self.key(start),
-                &keys::prefix_end(self.coll.id),
-            );
+            let mut c = snap.cursor(Space::Records, &lower, &upper);
             c.seek_to_first();
             while c.valid() {
-                keys.push(c.key().to_vec());
+                n += 1;
                 bytes += c.value().len() as i64;
                 c.next();
             }
             c.status()?;
         }
-        if !keys.is_empty() {
-            let mut txn = kv.begin();
-            for k in &keys {
-                txn.delete(Space::Records, k)?;
-            }
-            txn.commit()?;
-            self.coll.adjust_stats(-(keys.len() as i64), -bytes);
+        if n > 0 {
+            kv.delete_range(Space::Records, &lower, &upper)?;
+            self.coll.adjust_stats(-(n as i64), -bytes);
         }
         let mut slots = self.slots.lock();
         let after = ts_to_u64(after);
@@ -818,7 +814,7 @@ impl Oplog {
         // Entries after `after` will be written again: announced and read afresh.
         self.recent.reset(after);
         self.announcer.reset(after);
-        Ok(keys.len())
+        Ok(n)
     }
 
     /// The `ts` of the oldest entry (None when the oplog is empty).
@@ -1553,9 +1549,18 @@ mod tests {
         assert!((150..299).contains(&id), "oldest entry left: _id {id}");
 
         // Emptied, then refilled with entries older than any truncated so far.
-        oplog
+        let entries = oplog.coll.count.load(Ordering::Relaxed);
+        assert!(entries > 0);
+        let removed = oplog
             .truncate_after(engine.kv(), u64_to_ts(0))
             .expect("empty");
+        assert_eq!(removed as i64, entries);
+        assert!(oplog
+            .read_after(engine.kv(), u64_to_ts(0), 1)
+            .expect("read")
+            .is_empty());
+        assert_eq!(oplog.coll.count.load(Ordering::Relaxed), 0);
+        assert_eq!(oplog.coll.data_size.load(Ordering::Relaxed), 0);
         for i in 0..200u64 {
             let ts = u64_to_ts((1 << 32) + i);
             let entry = OplogEntry::command("t", None, doc! { "create": "c", "pad": &pad })
