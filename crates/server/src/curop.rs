@@ -56,10 +56,7 @@ pub struct ActiveOp {
 impl ActiveOp {
     /// The command as the client sent it (with its `$clusterTime`), for display.
     pub fn command_document(&self) -> Document {
-        match &self.cluster_time {
-            Some(field) => field.put_back(&self.command),
-            None => (*self.command).clone(),
-        }
+        nidus_wire::RawField::restore(self.cluster_time.as_ref(), &self.command).into_owned()
     }
 
     /// Runs `wait` (waiting for new data) and counts its time as awaited.

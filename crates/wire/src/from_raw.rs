@@ -22,6 +22,7 @@ use bson::{
     Timestamp,
 };
 use nidus_common::repeated::MARK;
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 /// The input is not something this fast path takes: use the validating path.
@@ -261,6 +262,15 @@ pub struct RawField {
 }
 
 impl RawField {
+    /// `body` as the client sent it: with `field` (its set-aside `$clusterTime`, if any) back
+    /// in its place.
+    pub fn restore<'d>(field: Option<&RawField>, body: &'d Document) -> Cow<'d, Document> {
+        match field {
+            Some(field) => Cow::Owned(field.put_back(body)),
+            None => Cow::Borrowed(body),
+        }
+    }
+
     /// `body` with this field in its place, converted.
     pub fn put_back(&self, body: &Document) -> Document {
         // Converted as a field of the body, so repeated names in it are kept as in any
@@ -423,10 +433,7 @@ mod tests {
     fn body_convert(bytes: &[u8]) -> Result<(Document, usize), WireError> {
         let mut r = Reader::new(bytes);
         let (doc, aside) = r.converted_body("OP_MSG body", "OP_MSG body: ")?;
-        let doc = match aside {
-            Some(field) => field.put_back(&doc),
-            None => doc,
-        };
+        let doc = super::RawField::restore(aside.as_ref(), &doc).into_owned();
         Ok((doc, bytes.len() - r.remaining()))
     }
 

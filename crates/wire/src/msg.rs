@@ -57,10 +57,7 @@ impl OpMsg {
 
     /// The body as the client sent it: with its `$clusterTime` back in its place.
     pub fn full_body(&self) -> std::borrow::Cow<'_, Document> {
-        match &self.cluster_time {
-            Some(field) => std::borrow::Cow::Owned(field.put_back(&self.body)),
-            None => std::borrow::Cow::Borrowed(&self.body),
-        }
+        RawField::restore(self.cluster_time.as_ref(), &self.body)
     }
 
     pub fn more_to_come(&self) -> bool {
