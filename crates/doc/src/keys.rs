@@ -129,6 +129,37 @@ pub fn index_keys(
     })
 }
 
+/// The one key of `doc` in an index whose fields are all top-level names, each holding a
+/// scalar or missing (null), read straight from the document's bytes: what [`index_keys`]
+/// generates then (one key, no multikey path), without its per-path walk. `None` where
+/// [`index_keys`] must decide: a dotted path, an array or embedded document, a type the
+/// byte walk leaves to the element iterator, a sparse index with every field missing.
+pub fn top_level_scalar_key<'a>(
+    doc: &'a RawDocument,
+    pattern: &[(String, bool)],
+    sparse: bool,
+) -> Option<Vec<RawBsonRef<'a>>> {
+    let mut key = Vec::with_capacity(pattern.len());
+    let mut all_missing = true;
+    for (path, _) in pattern {
+        if path.contains('.') {
+            return None;
+        }
+        match top_level_value(doc, path)? {
+            None => key.push(RawBsonRef::Null),
+            Some(RawBsonRef::Document(_)) => return None,
+            Some(v) => {
+                all_missing = false;
+                key.push(v);
+            }
+        }
+    }
+    if sparse && all_missing {
+        return None;
+    }
+    Some(key)
+}
+
 fn dedup(values: Vec<Bson>) -> Vec<Bson> {
     let mut out: Vec<Bson> = Vec::with_capacity(values.len());
     for v in values {
@@ -349,6 +380,151 @@ mod tests {
         let e = index_keys(&d, &pat(&[("a", false), ("b", false)]), false).expect_err("parallel");
         assert_eq!(e.code, ErrorCode::CannotIndexParallelArrays);
         assert_eq!(e.message, "cannot index parallel arrays [b] [a]");
+    }
+
+    /// The keystring and type bits of a key, as the engine stores it.
+    fn encoded(values: &[RawBsonRef], pattern: &[(String, bool)]) -> (Vec<u8>, Vec<u8>) {
+        let parts: Vec<(RawBsonRef, bool)> = values
+            .iter()
+            .zip(pattern)
+            .map(|(v, (_, desc))| (*v, *desc))
+            .collect();
+        crate::keystring::encode_key(&parts)
+    }
+
+    /// The fast walk answers only where `index_keys` makes exactly one key, not multikey,
+    /// of the same values and the same encoding (differential, over every value type, arrays,
+    /// embedded documents, repeated names, missing fields, dotted paths, sparse).
+    fn check_scalar_key(doc: &RawDocument, pattern: &[(String, bool)], sparse: bool) -> bool {
+        let general = index_keys(doc, pattern, sparse);
+        let Some(fast) = top_level_scalar_key(doc, pattern, sparse) else {
+            return false;
+        };
+        let general = general.expect("index_keys fails where the fast walk answers");
+        assert_eq!(general.keys.len(), 1, "{doc:?} {pattern:?}");
+        assert!(!general.is_multikey);
+        assert_eq!(
+            general.multikey_paths,
+            vec![Vec::<usize>::new(); pattern.len()]
+        );
+        let as_bson: Vec<Bson> = fast
+            .iter()
+            .map(|v| Bson::try_from(*v).expect("scalar"))
+            .collect();
+        assert_eq!(general.keys[0], as_bson, "{doc:?} {pattern:?}");
+        let raw: Vec<bson::RawBson> = general.keys[0]
+            .iter()
+            .map(|v| bson::RawBson::try_from(v.clone()).expect("raw"))
+            .collect();
+        let refs: Vec<RawBsonRef> = raw.iter().map(|v| v.as_raw_bson_ref()).collect();
+        assert_eq!(encoded(&fast, pattern), encoded(&refs, pattern));
+        true
+    }
+
+    fn any_value() -> impl proptest::strategy::Strategy<Value = Bson> {
+        use proptest::prelude::*;
+        let scalar = prop_oneof![
+            any::<i32>().prop_map(Bson::Int32),
+            any::<i64>().prop_map(Bson::Int64),
+            prop_oneof![
+                Just(0.0),
+                Just(-0.0),
+                Just(f64::NAN),
+                Just(2.5),
+                Just(1e300)
+            ]
+            .prop_map(Bson::Double),
+            "[a-cé]{0,3}".prop_map(Bson::String),
+            Just(Bson::Null),
+            Just(Bson::Undefined),
+            any::<bool>().prop_map(Bson::Boolean),
+            any::<i64>().prop_map(|m| Bson::DateTime(bson::DateTime::from_millis(m))),
+            any::<[u8; 12]>().prop_map(|b| Bson::ObjectId(bson::oid::ObjectId::from_bytes(b))),
+            (any::<u32>(), any::<u32>())
+                .prop_map(|(time, increment)| Bson::Timestamp(bson::Timestamp { time, increment })),
+            any::<[u8; 16]>().prop_map(|b| Bson::Decimal128(bson::Decimal128::from_bytes(b))),
+            Just(Bson::MinKey),
+            Just(Bson::MaxKey),
+            Just(Bson::RegularExpression(bson::Regex {
+                pattern: "a".into(),
+                options: "i".into()
+            })),
+            Just(Bson::Binary(bson::Binary {
+                subtype: bson::spec::BinarySubtype::Generic,
+                bytes: vec![1, 2]
+            })),
+            Just(Bson::JavaScriptCode("f()".into())),
+            Just(Bson::Symbol("s".into())),
+        ];
+        scalar.prop_recursive(2, 8, 3, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Bson::Array),
+                proptest::collection::vec(("[ab]", inner), 0..3)
+                    .prop_map(|kv| Bson::Document(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Raw documents whose fields come from a small set of names, repeats allowed (the
+    /// first one is the one paths see).
+    fn raw_document(fields: Vec<(usize, Bson)>) -> bson::RawDocumentBuf {
+        let mut out = bson::RawDocumentBuf::new();
+        for (name, v) in fields {
+            let name = ["a", "b", "c", "é"][name % 4];
+            out.append(name, bson::RawBson::try_from(v).expect("raw"));
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn top_level_scalar_keys_are_index_keys(
+            fields in proptest::collection::vec((0usize..4, any_value()), 0..5),
+            pattern in proptest::collection::vec(
+                (proptest::sample::select(vec!["a", "b", "c", "é", "a.b", "b.0"]),
+                 proptest::bool::ANY),
+                1..4,
+            ),
+            sparse in proptest::bool::ANY,
+        ) {
+            let doc = raw_document(fields);
+            let pattern: Vec<(String, bool)> =
+                pattern.into_iter().map(|(p, d)| (p.to_string(), d)).collect();
+            check_scalar_key(&doc, &pattern, sparse);
+        }
+    }
+
+    #[test]
+    fn the_fast_walk_answers_for_top_level_scalars_only() {
+        let p = |f: &[(&str, bool)]| pat(f);
+        let answered = [
+            (rawdoc! {"_id": 1, "k": "x"}, p(&[("k", false)]), false),
+            (
+                rawdoc! {"_id": 1, "k": 2.5},
+                p(&[("k", true), ("_id", false)]),
+                true,
+            ),
+            (rawdoc! {"_id": 1}, p(&[("k", false)]), false),
+            (rawdoc! {"k": null, "k": [1]}, p(&[("k", false)]), true),
+            (rawdoc! {"b": {"x": 1}, "k": 1}, p(&[("k", false)]), false),
+        ];
+        for (d, pattern, sparse) in &answered {
+            assert!(check_scalar_key(d, pattern, *sparse), "{d:?} {pattern:?}");
+        }
+        let left = [
+            (rawdoc! {"k": [1, 2]}, p(&[("k", false)]), false),
+            (rawdoc! {"k": {"a": 1}}, p(&[("k", false)]), false),
+            (rawdoc! {"k": {"a": 1}}, p(&[("k.a", false)]), false),
+            (rawdoc! {"_id": 1}, p(&[("k", false)]), true),
+            (
+                rawdoc! {"r": bson::Regex { pattern: "a".into(), options: String::new() }, "k": 1},
+                p(&[("k", false)]),
+                false,
+            ),
+        ];
+        for (d, pattern, sparse) in &left {
+            assert!(!check_scalar_key(d, pattern, *sparse), "{d:?} {pattern:?}");
+        }
     }
 
     #[test]

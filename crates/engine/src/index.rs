@@ -63,6 +63,31 @@ fn generate_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<(IndexKeySet, Vec<
     if !ix.covers_document(doc)? {
         return Ok((IndexKeySet::new(), Vec::new()));
     }
+    let plain = ix.text.is_none()
+        && ix.hashed.is_none()
+        && ix.geo.is_none()
+        && ix.twod.is_none()
+        && ix.collation.is_none();
+    if plain {
+        // Top-level scalar fields (most documents of most indexes): the one key straight
+        // from the document's bytes, as `index_keys` would generate it.
+        if let Some(values) = nidus_doc::keys::top_level_scalar_key(doc, &ix.pattern, ix.sparse) {
+            let parts: Vec<(RawBsonRef, bool)> = values
+                .iter()
+                .zip(ix.pattern.iter())
+                .map(|(v, (_, desc))| (*v, *desc))
+                .collect();
+            let (ks, type_bits) = nidus_doc::keystring::encode_key(&parts);
+            let values = values
+                .iter()
+                .map(|v| Bson::try_from(*v))
+                .collect::<std::result::Result<Vec<Bson>, _>>()
+                .map_err(|e| Error::internal(format!("index key conversion: {e}")))?;
+            let mut out = IndexKeySet::new();
+            out.insert(ks, (values, type_bits));
+            return Ok((out, vec![Vec::new(); ix.pattern.len()]));
+        }
+    }
     // A hashed index holds one key per document and is never multikey.
     let generated = match (ix.hashed, ix.geo) {
         _ if ix.text.is_some() => crate::text::index_keys(ix, doc)?,

@@ -25,7 +25,7 @@ use std::time::Instant;
 const MAX_PENDING: usize = 100_000;
 
 /// What one oplog entry may hold events for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Touch {
     /// A data change to `db.coll`.
     Collection { db: String, coll: String },
@@ -224,19 +224,33 @@ impl Announcer {
         }
         let later = inner.pending.split_off(&readable.saturating_add(1));
         let due = std::mem::replace(&mut inner.pending, later);
-        // The newest due entry per channel.
+        // Without channels nobody waits; a channel made later starts from
+        // `announced_through`, which covers these entries.
+        if inner.channels.is_empty() {
+            self.announced_through.store(readable, Ordering::Release);
+            return;
+        }
+        // The newest due entry per distinct touch (a batch's entries mostly touch one
+        // collection), then per channel.
+        let mut newest: HashMap<&Touch, u64> = HashMap::new();
+        for (ts, touch) in &due {
+            newest.insert(touch, *ts);
+        }
         let mut wake: HashMap<String, u64> = HashMap::new();
-        for (ts, touch) in due {
+        let mut wake_at = |key: String, ts: u64| {
+            let at = wake.entry(key).or_insert(ts);
+            *at = (*at).max(ts);
+        };
+        for (touch, ts) in newest {
             match touch {
                 Touch::Collection { db, coll } => {
-                    for key in [collection_key(&db, &coll), database_key(&db)] {
-                        wake.insert(key, ts);
-                    }
-                    wake.insert(CLUSTER_KEY.to_string(), ts);
+                    wake_at(collection_key(db, coll), ts);
+                    wake_at(database_key(db), ts);
+                    wake_at(CLUSTER_KEY.to_string(), ts);
                 }
                 Touch::All => {
                     for key in inner.channels.keys() {
-                        wake.insert(key.clone(), ts);
+                        wake_at(key.clone(), ts);
                     }
                 }
             }
@@ -286,6 +300,34 @@ mod tests {
         assert_eq!(Touch::of("n", "d.c"), None);
         assert_eq!(Touch::of("c", "d.$cmd"), Some(Touch::All));
         assert_eq!(Touch::of("u", "d.c.x"), Some(coll("d", "c.x")));
+    }
+
+    #[test]
+    fn each_scope_learns_the_newest_of_its_entries() {
+        let a = Announcer::new(0);
+        let c1 = a.channel(&collection_key("d", "c1"));
+        let c2 = a.channel(&collection_key("d", "c2"));
+        let db = a.channel(&database_key("d"));
+        let other = a.channel(&database_key("e"));
+        a.note(7, coll("d", "c1"));
+        a.note(8, coll("d", "c2"));
+        a.note(9, coll("d", "c1"));
+        a.note(10, coll("e", "x"));
+        a.announce(9);
+        assert_eq!(
+            (c1.last_ts(), c2.last_ts(), db.last_ts(), other.last_ts()),
+            (9, 8, 9, 0)
+        );
+        assert_eq!(
+            (c1.generation(), c2.generation(), db.generation()),
+            (1, 1, 1)
+        );
+        a.note(11, Touch::All);
+        a.announce(11);
+        assert_eq!(
+            (c1.last_ts(), c2.last_ts(), db.last_ts(), other.last_ts()),
+            (11, 11, 11, 11)
+        );
     }
 
     #[test]
