@@ -241,13 +241,38 @@ impl<'a> Walker<'_, 'a> {
 /// `get` converts it.
 pub fn top_level_value<'a>(doc: &'a RawDocument, name: &str) -> Option<Option<RawBsonRef<'a>>> {
     let bytes = doc.as_bytes();
+    let mut found = None;
+    let framed = walk_top_level(doc, |_, key, tag, value| {
+        if key == name.as_bytes() {
+            found = Some((tag, value));
+            return true;
+        }
+        false
+    })?;
+    match found {
+        Some((tag, at)) => scalar(tag, bytes.get(at)?).map(Some),
+        None => framed.then_some(None),
+    }
+}
+
+/// Visits the top-level elements of `doc` in order by the byte walk of [`top_level_value`]:
+/// `visit(position, name, type, value's byte range)`, until it returns true. `Some(true)`
+/// when the walk reached the document's end (or the visitor stopped it); `None` where the
+/// walk does not answer (a type it leaves to the element iterator, a name that is not UTF-8,
+/// a framing it does not expect). Names are checked to be UTF-8 up to where it stops.
+pub fn walk_top_level<'a>(
+    doc: &'a RawDocument,
+    mut visit: impl FnMut(usize, &'a [u8], u8, std::ops::Range<usize>) -> bool,
+) -> Option<bool> {
+    let bytes = doc.as_bytes();
     // A RawDocument's length prefix equals its byte length and it ends with NUL.
     let end = bytes.len().checked_sub(1)?;
     let mut at = 4usize;
+    let mut position = 0;
     loop {
         let tag = *bytes.get(at)?;
         if tag == 0 {
-            return (at == end).then_some(None);
+            return Some(at == end);
         }
         let key_start = at + 1;
         let key_len = bytes.get(key_start..end)?.iter().position(|&b| b == 0)?;
@@ -257,9 +282,10 @@ pub fn top_level_value<'a>(doc: &'a RawDocument, name: &str) -> Option<Option<Ra
         }
         let v = key_start + key_len + 1;
         let len = value_len(bytes, tag, v, end)?;
-        if key == name.as_bytes() {
-            return scalar(tag, bytes.get(v..v + len)?).map(Some);
+        if visit(position, key, tag, v..v + len) {
+            return Some(true);
         }
+        position += 1;
         at = v + len;
     }
 }

@@ -157,6 +157,25 @@ pub fn prepare_insert(doc: &RawDocument) -> Result<RawDocumentBuf> {
     // Names repeated in a command body arrive marked (`nidus_common::repeated`): stored
     // under the name they were sent with, as MongoDB stores a repeated field.
     let marked = contains_mark(doc.as_bytes());
+    // Most documents: unmarked, `_id` first and only once. The byte walk finds that without
+    // the element iterator (the nesting check validated every element already).
+    if !marked {
+        let mut ids = 0;
+        let mut first = false;
+        let walked = nidus_doc::path::walk_top_level(doc, |position, name, _, _| {
+            if name == b"_id" {
+                ids += 1;
+                first |= position == 0;
+            }
+            false
+        });
+        if walked == Some(true) && ids == 1 && first {
+            if let Some(v) = doc.get("_id")? {
+                check_id(v)?;
+                return Ok(doc.to_raw_document_buf());
+            }
+        }
+    }
     // The nesting check walked and validated every element: only `_id`'s value is converted.
     for (i, el) in doc.iter_elements().enumerate() {
         let el = el?;

@@ -62,6 +62,63 @@ fn id_is_generated_first_and_duplicates_are_rejected() {
     );
 }
 
+/// What `prepare_insert` stores or refuses, for documents its byte walk answers (`_id`
+/// first and once) and for those it leaves to the element iterator.
+#[test]
+fn prepare_insert_puts_id_first_and_refuses_bad_ids() {
+    let regex = Bson::RegularExpression(bson::Regex {
+        pattern: "x".into(),
+        options: String::new(),
+    });
+    let stored = [
+        (doc! {"_id": 1, "a": 2}, doc! {"_id": 1, "a": 2}),
+        (doc! {"a": 2, "_id": 1}, doc! {"_id": 1, "a": 2}),
+        (
+            doc! {"_id": {"x": 1}, "r": regex.clone()},
+            doc! {"_id": {"x": 1}, "r": regex.clone()},
+        ),
+        (
+            doc! {"_id": "s", "d": {"_id": 2}},
+            doc! {"_id": "s", "d": {"_id": 2}},
+        ),
+    ];
+    for (input, expected) in stored {
+        let out = prepare_insert(&raw(input.clone())).expect("prepared");
+        assert_eq!(out.to_document().unwrap(), expected, "{input}");
+    }
+    let generated = prepare_insert(&raw(doc! {"a": 1})).expect("prepared");
+    let generated = generated.to_document().unwrap();
+    assert!(matches!(generated.iter().next(), Some((k, Bson::ObjectId(_))) if k == "_id"));
+    let mut twice = RawDocumentBuf::new();
+    twice.append("_id", 1);
+    twice.append("_id", 2);
+    let mut twice_after_regex = RawDocumentBuf::new();
+    twice_after_regex.append("_id", 1);
+    twice_after_regex.append("r", bson::RawBson::try_from(regex.clone()).unwrap());
+    twice_after_regex.append("_id", 2);
+    let refused = [
+        (twice, "can't have multiple _id fields in one document"),
+        (
+            twice_after_regex,
+            "can't have multiple _id fields in one document",
+        ),
+        (raw(doc! {"_id": [1]}), "can't use an array for _id"),
+        (raw(doc! {"_id": regex}), "can't use a regex for _id"),
+        (
+            raw(doc! {"_id": Bson::Undefined}),
+            "can't use a undefined for _id",
+        ),
+        (
+            raw(doc! {"_id": {"$x": 1}}),
+            "_id fields may not contain '$'-prefixed fields: $x is not valid for storage.",
+        ),
+    ];
+    for (input, message) in refused {
+        let e = prepare_insert(&input).expect_err("refused");
+        assert_eq!(e.message, message, "{input:?}");
+    }
+}
+
 #[test]
 fn data_catalog_and_indexes_survive_restart() {
     let dir = tempfile::tempdir().unwrap();
