@@ -413,6 +413,11 @@ impl Engine {
             return self.insert_capped(coll, &meta, doc, (&keys, widened), limits, opts);
         }
         self.write_unit(opts, |txn, ops| {
+            if opts.txn.is_none() {
+                // An insert of its own reads back none of its new keys (the record, its
+                // non-unique index entries, its oplog entry).
+                txn.new_keys_unread();
+            }
             let rid = coll.allocate_record_id();
             for (ix, ks) in meta.write_indexes().zip(&keys) {
                 index::insert_new_record_keys(txn, coll, ix, ks, rid)?;
@@ -476,6 +481,9 @@ impl Engine {
         let result = prepared.and_then(|all_keys| {
             self.retry(first, || {
                 let mut txn = self.kv.begin();
+                // Nothing here reads back a new key (records, non-unique index entries,
+                // oplog entries); the unique keys it checks go in with `put`.
+                txn.new_keys_unread();
                 let mut ops = Vec::with_capacity(docs.len());
                 if let Some((first, last)) = statements {
                     stmt_record::record_inserted_range(txn.as_mut(), first, last)?;

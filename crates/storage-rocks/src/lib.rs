@@ -249,6 +249,7 @@ impl KvEngine for RocksEngine {
         let txn: Transaction<'static, Db> = unsafe { std::mem::transmute(txn) };
         Box::new(RocksTxn {
             txn,
+            new_keys_unread: false,
             _owner: self.inner.clone(),
         })
     }
@@ -455,10 +456,56 @@ fn raw_transaction(txn: &Transaction<'static, Db>) -> *mut librocksdb_sys::rocks
 
 struct RocksTxn {
     txn: Transaction<'static, Db>,
+    /// Set by [`KvTxn::new_keys_unread`]: `put_new` skips the read index.
+    #[cfg_attr(not(nidus_unindexed_put), allow(dead_code))]
+    new_keys_unread: bool,
     _owner: Arc<Inner>,
 }
 
+#[cfg(nidus_unindexed_put)]
+extern "C" {
+    /// `src/unindexed.cc`: `PutUntracked` with the transaction's indexing disabled around it.
+    fn nidus_transaction_put_unindexed(
+        txn: *mut librocksdb_sys::rocksdb_transaction_t,
+        cf: *mut librocksdb_sys::rocksdb_column_family_handle_t,
+        key: *const std::ffi::c_char,
+        key_len: usize,
+        value: *const std::ffi::c_char,
+        value_len: usize,
+        errptr: *mut *mut std::ffi::c_char,
+    );
+}
+
 impl RocksTxn {
+    /// `PutUntracked` into the transaction's write batch, past its read index.
+    #[cfg(nidus_unindexed_put)]
+    fn put_unindexed(&mut self, space: Space, key: &[u8], value: &[u8]) -> StorageResult<()> {
+        // The C handle's first field is the C++ pointer `unindexed.cc` reads; the column
+        // family handle's, then its flag. Sizes as `rocksdb/db/c.cc` defines them.
+        let txn = raw_transaction(&self.txn);
+        let cf = self._owner.cf(space).inner();
+        let mut err: *mut std::ffi::c_char = std::ptr::null_mut();
+        // SAFETY: `txn` and `cf` are live handles of this transaction and database; key and
+        // value outlive the call, which copies them; `err` is null or a malloc'd C string.
+        unsafe {
+            nidus_transaction_put_unindexed(
+                txn,
+                cf,
+                key.as_ptr().cast(),
+                key.len(),
+                value.as_ptr().cast(),
+                value.len(),
+                &mut err,
+            );
+            if !err.is_null() {
+                let message = std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned();
+                libc::free(err.cast());
+                return Err(StorageError::Io(message));
+            }
+        }
+        Ok(())
+    }
+
     fn snapshot_read_options(&self) -> ReadOptions {
         let mut ro = ReadOptions::default();
         ro.set_snapshot(&self.txn.snapshot());
@@ -497,7 +544,15 @@ impl KvTxn for RocksTxn {
             .map_err(map_err)
     }
 
+    fn new_keys_unread(&mut self) {
+        self.new_keys_unread = true;
+    }
+
     fn put_new(&mut self, space: Space, key: &[u8], value: &[u8]) -> StorageResult<()> {
+        #[cfg(nidus_unindexed_put)]
+        if self.new_keys_unread {
+            return self.put_unindexed(space, key, value);
+        }
         // RocksDB's `PutUntracked` as its C API allows: straight into the transaction's
         // indexed write batch, which its own reads, savepoints and commit use, without the
         // key's lock and snapshot check (a lookup in the memtables and files).
@@ -536,7 +591,7 @@ impl KvTxn for RocksTxn {
     }
 
     fn commit(self: Box<Self>) -> StorageResult<()> {
-        let RocksTxn { txn, _owner } = *self;
+        let RocksTxn { txn, _owner, .. } = *self;
         txn.commit().map_err(map_err)
     }
 

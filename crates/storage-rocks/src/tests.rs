@@ -595,3 +595,70 @@ fn hinted_memtable_inserts_keep_every_key_in_order() {
         }
     }
 }
+
+/// After `new_keys_unread`, `put_new` writes past the transaction's read index: its commit
+/// writes every such key, a rollback or a savepoint's rollback drops them as any write, and
+/// tracked writes beside them keep their locks and their place in the read index.
+#[test]
+fn unread_new_keys_commit_and_roll_back_like_any_write() {
+    let (_d, e) = open();
+    let mut t = e.begin();
+    t.new_keys_unread();
+    t.put_new(Space::Records, b"r1", b"one").unwrap();
+    t.put(Space::Indexes, b"u1", b"tracked").unwrap();
+    t.set_savepoint();
+    t.put_new(Space::Records, b"r2", b"two").unwrap();
+    t.put(Space::Indexes, b"u2", b"tracked").unwrap();
+    // The tracked keys stay in the read index; the unread ones are past it (that is the
+    // point: the built library's `put_unindexed` is the one in use).
+    assert_eq!(
+        t.get(Space::Indexes, b"u2").unwrap().as_deref(),
+        Some(&b"tracked"[..])
+    );
+    #[cfg(nidus_unindexed_put)]
+    assert_eq!(t.get(Space::Records, b"r1").unwrap(), None);
+    // Another transaction cannot take a tracked key's lock.
+    let mut other = e.begin();
+    assert_eq!(
+        other.put(Space::Indexes, b"u1", b"x"),
+        Err(StorageError::WriteConflict)
+    );
+    other.rollback().unwrap();
+    t.rollback_to_savepoint().unwrap();
+    t.commit().unwrap();
+    let s = e.snapshot();
+    assert_eq!(
+        s.get(Space::Records, b"r1").unwrap().as_deref(),
+        Some(&b"one"[..])
+    );
+    assert_eq!(s.get(Space::Records, b"r2").unwrap(), None);
+    assert_eq!(
+        s.get(Space::Indexes, b"u1").unwrap().as_deref(),
+        Some(&b"tracked"[..])
+    );
+    assert_eq!(s.get(Space::Indexes, b"u2").unwrap(), None);
+    // A rolled-back transaction leaves nothing.
+    let mut t = e.begin();
+    t.new_keys_unread();
+    t.put_new(Space::Records, b"r3", b"three").unwrap();
+    t.rollback().unwrap();
+    assert_eq!(e.snapshot().get(Space::Records, b"r3").unwrap(), None);
+    // Many keys in one transaction, read back after the commit in order.
+    let mut t = e.begin();
+    t.new_keys_unread();
+    let expected: Vec<Vec<u8>> = (0..500u64)
+        .map(|i| [b"m".as_slice(), &keys::u64_be(i)].concat())
+        .collect();
+    for k in expected.iter().rev() {
+        t.put_new(Space::Records, k, k).unwrap();
+    }
+    t.commit().unwrap();
+    let s = e.snapshot();
+    assert_eq!(keys_in(s.as_ref(), Space::Records, b"m", b"n"), expected);
+    for k in &expected {
+        assert_eq!(
+            s.get(Space::Records, k).unwrap().as_deref(),
+            Some(k.as_slice())
+        );
+    }
+}

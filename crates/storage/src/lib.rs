@@ -91,6 +91,11 @@ pub trait KvTxn: KvRead + Send {
     fn put_new(&mut self, space: Space, key: &[u8], value: &[u8]) -> StorageResult<()> {
         self.put(space, key, value)
     }
+    /// Declares that this transaction will not read back what it writes with
+    /// [`KvTxn::put_new`] from here on, so an engine may leave those keys out of the
+    /// transaction's own read index (in RocksDB a skip-list insert per key). Its reads may
+    /// then miss them; its commit writes them all the same.
+    fn new_keys_unread(&mut self) {}
     fn delete(&mut self, space: Space, key: &[u8]) -> StorageResult<()>;
     fn set_savepoint(&mut self);
     fn rollback_to_savepoint(&mut self) -> StorageResult<()>;
