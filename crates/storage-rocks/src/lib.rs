@@ -464,7 +464,7 @@ struct RocksTxn {
 
 #[cfg(nidus_unindexed_put)]
 extern "C" {
-    /// `src/unindexed.cc`: `PutUntracked` with the transaction's indexing disabled around it.
+    /// `src/unindexed.cc`: a put appended to the batch under the transaction's read index.
     fn nidus_transaction_put_unindexed(
         txn: *mut librocksdb_sys::rocksdb_transaction_t,
         cf: *mut librocksdb_sys::rocksdb_column_family_handle_t,
@@ -477,7 +477,8 @@ extern "C" {
 }
 
 impl RocksTxn {
-    /// `PutUntracked` into the transaction's write batch, past its read index.
+    /// A put into the transaction's write batch past its read index and its lock manager
+    /// (where `DisableIndexing` sends writes).
     #[cfg(nidus_unindexed_put)]
     fn put_unindexed(&mut self, space: Space, key: &[u8], value: &[u8]) -> StorageResult<()> {
         // The C handle's first field is the C++ pointer `unindexed.cc` reads; the column

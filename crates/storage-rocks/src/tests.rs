@@ -617,12 +617,13 @@ fn unread_new_keys_commit_and_roll_back_like_any_write() {
     );
     #[cfg(nidus_unindexed_put)]
     assert_eq!(t.get(Space::Records, b"r1").unwrap(), None);
-    // Another transaction cannot take a tracked key's lock.
+    // Another transaction cannot take a tracked key's lock; an unread key has none.
     let mut other = e.begin();
     assert_eq!(
         other.put(Space::Indexes, b"u1", b"x"),
         Err(StorageError::WriteConflict)
     );
+    other.get_for_update(Space::Records, b"r1").unwrap();
     other.rollback().unwrap();
     t.rollback_to_savepoint().unwrap();
     t.commit().unwrap();
