@@ -72,12 +72,7 @@ fn generate_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<(IndexKeySet, Vec<
         // Top-level scalar fields (most documents of most indexes): the one key straight
         // from the document's bytes, as `index_keys` would generate it.
         if let Some(values) = nidus_doc::keys::top_level_scalar_key(doc, &ix.pattern, ix.sparse) {
-            let parts: Vec<(RawBsonRef, bool)> = values
-                .iter()
-                .zip(ix.pattern.iter())
-                .map(|(v, (_, desc))| (*v, *desc))
-                .collect();
-            let (ks, type_bits) = nidus_doc::keystring::encode_key(&parts);
+            let (ks, type_bits) = encode_key(ix, values.iter().copied());
             let values = values
                 .iter()
                 .map(|v| Bson::try_from(*v))
@@ -121,15 +116,22 @@ fn generate_keys(ix: &IndexMeta, doc: &RawDocument) -> Result<(IndexKeySet, Vec<
             .map(|v| bson::RawBson::try_from(v.clone()))
             .collect::<std::result::Result<_, _>>()
             .map_err(|e| Error::internal(format!("index key conversion: {e}")))?;
-        let parts: Vec<(RawBsonRef, bool)> = raw
-            .iter()
-            .zip(ix.pattern.iter())
-            .map(|(v, (_, desc))| (v.as_raw_bson_ref(), *desc))
-            .collect();
-        let (ks, type_bits) = nidus_doc::keystring::encode_key(&parts);
+        let (ks, type_bits) = encode_key(ix, raw.iter().map(|v| v.as_raw_bson_ref()));
         out.insert(ks, (values, type_bits));
     }
     Ok((out, generated.multikey_paths))
+}
+
+/// The keystring and type bits of one key's values, each field in its index direction.
+fn encode_key<'a>(
+    ix: &IndexMeta,
+    values: impl Iterator<Item = RawBsonRef<'a>>,
+) -> (Vec<u8>, Vec<u8>) {
+    let parts: Vec<(RawBsonRef, bool)> = values
+        .zip(ix.pattern.iter())
+        .map(|(v, (_, desc))| (v, *desc))
+        .collect();
+    nidus_doc::keystring::encode_key(&parts)
 }
 
 /// The key a hashed field stores for a value (already collated when the index has a
