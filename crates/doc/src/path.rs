@@ -277,9 +277,7 @@ pub fn walk_top_level<'a>(
         let key_start = at + 1;
         let key_len = bytes.get(key_start..end)?.iter().position(|&b| b == 0)?;
         let key = &bytes[key_start..key_start + key_len];
-        if !key.is_ascii() {
-            std::str::from_utf8(key).ok()?;
-        }
+        nidus_common::utf8(key)?;
         let v = key_start + key_len + 1;
         let len = value_len(bytes, tag, v, end)?;
         if visit(position, key, tag, v..v + len) {

@@ -57,20 +57,11 @@ fn i32_at(b: &[u8], at: usize) -> Option<usize> {
     usize::try_from(i32::from_le_bytes(raw)).ok()
 }
 
-/// `Some` when `b` is UTF-8. Names and short strings are mostly ASCII, which a byte check
-/// answers for a fraction of the general validation's cost.
-fn utf8(b: &[u8]) -> Option<()> {
-    if b.is_ascii() {
-        return Some(());
-    }
-    std::str::from_utf8(b).ok().map(|_| ())
-}
-
 /// The position after the NUL ending the UTF-8 name or cstring at `at`, below `end`.
 fn cstring_end(b: &[u8], at: usize, end: usize) -> Option<usize> {
     let rest = b.get(at..end)?;
     let nul = rest.iter().position(|&c| c == 0)?;
-    utf8(&rest[..nul])?;
+    nidus_common::utf8(&rest[..nul])?;
     Some(at + nul + 1)
 }
 
@@ -105,7 +96,7 @@ fn fast_walk(doc: &[u8]) -> Option<()> {
                     if *nul != 0 {
                         return None;
                     }
-                    utf8(text)?;
+                    nidus_common::utf8(text)?;
                     4 + len
                 }
                 0x03 | 0x04 => {
