@@ -22,12 +22,14 @@ pub const NEXT_ID_KEY: &[u8] = b"meta\0next_id";
 pub struct IndexMeta {
     pub id: u64,
     pub name: String,
-    /// Paths with direction: `true` = descending.
-    pub pattern: Vec<(String, bool)>,
+    /// Paths with direction: `true` = descending. Shared by every clone (a plan carries a
+    /// clone of each index it reads).
+    pub pattern: Arc<[(String, bool)]>,
     pub unique: bool,
     pub sparse: bool,
-    /// The spec as the user gave it, normalized (`v`, `key`, `name`, options).
-    pub spec: Document,
+    /// The spec as the user gave it, normalized (`v`, `key`, `name`, options); shared by
+    /// every clone, copied by the rare change of an index's options (`collMod`).
+    pub spec: Arc<Document>,
     /// Per key field, the positions of its path components that hold arrays in some
     /// document (MongoDB's `multiKeyPaths`). Shared by every clone of this index's metadata,
     /// only ever widened: writers widen it before they commit, so a plan never assumes less.
@@ -100,7 +102,7 @@ impl IndexMeta {
     pub fn to_persisted(&self) -> Document {
         let mut d = doc! {
             "id": self.id as i64,
-            "spec": self.spec.clone(),
+            "spec": (*self.spec).clone(),
             "multiKeyPaths": self.multikey_paths_persisted(),
         };
         if self.build.is_some() {
@@ -259,7 +261,7 @@ impl IndexMeta {
             geo,
             twod,
             text: crate::text::index_text_spec(&spec)?,
-            spec,
+            spec: Arc::new(spec),
             key_text: Arc::default(),
         })
     }

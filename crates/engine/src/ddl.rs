@@ -359,7 +359,8 @@ impl Engine {
                 coll = self.ensure_collection(ns)?;
                 continue;
             }
-            let building: Vec<Document> = meta.building.iter().map(|ix| ix.spec.clone()).collect();
+            let building: Vec<Document> =
+                meta.building.iter().map(|ix| (*ix.spec).clone()).collect();
             let mut joins_build = false;
             for spec in &normalized {
                 if !building.is_empty() && !is_new_index(&[], &building, spec)? {
@@ -562,7 +563,7 @@ impl Engine {
         for mut ix in ixs {
             ix.build = None;
             ops.extend(self.ddl_ops(&coll.ns, || {
-                oplog::collection_command(coll, meta.uuid, "createIndexes", ix.spec.clone())
+                oplog::collection_command(coll, meta.uuid, "createIndexes", (*ix.spec).clone())
             }));
             new_meta.indexes.push(ix);
         }
@@ -722,7 +723,7 @@ impl Engine {
                     "dropIndexes",
                     bson::doc! { "index": ix.name.clone() },
                 )
-                .with_o2(ix.spec.clone())
+                .with_o2((*ix.spec).clone())
             }));
         }
         self.commit_logged(txn, ops)?;
@@ -750,7 +751,7 @@ pub(crate) fn is_new_index(
     let key = spec.get_document("key").cloned().unwrap_or_default();
     let opts = index_spec::comparable_options(spec);
     let signature = index_spec::signature(spec);
-    let all = existing.iter().map(|ix| &ix.spec).chain(pending.iter());
+    let all = existing.iter().map(|ix| &*ix.spec).chain(pending.iter());
     for other in all {
         let other_name = other.get_str("name").unwrap_or_default();
         let other_key = other.get_document("key").cloned().unwrap_or_default();

@@ -36,7 +36,7 @@ pub fn keys_unchanged(ix: &IndexMeta, old: &RawDocument, new: &RawDocument) -> R
     if ix.text.is_some() || ix.partial.is_some() {
         return Ok(false);
     }
-    for (path, _) in &ix.pattern {
+    for (path, _) in ix.pattern.iter() {
         if path.contains('$') {
             return Ok(false);
         }

@@ -6,6 +6,7 @@ use crate::namespace::Namespace;
 use crate::Engine;
 use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
+use std::sync::Arc;
 
 /// What `collMod` asks of one index.
 #[derive(Debug, Default, Clone)]
@@ -46,9 +47,9 @@ impl Engine {
             }
             let old = ix.is_hidden();
             if hidden {
-                ix.spec.insert("hidden", true);
+                Arc::make_mut(&mut ix.spec).insert("hidden", true);
             } else {
-                ix.spec.remove("hidden");
+                Arc::make_mut(&mut ix.spec).remove("hidden");
             }
             if old != hidden {
                 reply.insert("hidden_old", old);
@@ -67,7 +68,7 @@ impl Engine {
                 reply.insert("expireAfterSeconds_old", old);
                 reply.insert("expireAfterSeconds_new", new.clone());
             }
-            ix.spec.insert("expireAfterSeconds", new);
+            Arc::make_mut(&mut ix.spec).insert("expireAfterSeconds", new);
         }
         let mut txn = self.kv.begin();
         self.write_entry(txn.as_mut(), &coll, &new_meta)?;

@@ -1312,7 +1312,7 @@ pub(crate) fn create_entry(coll: &Collection, meta: &CollectionMeta) -> OplogEnt
         o.insert(k.clone(), v.clone());
     }
     if let Some(id) = meta.indexes.iter().find(|ix| ix.is_id()) {
-        o.insert("idIndex", id.spec.clone());
+        o.insert("idIndex", (*id.spec).clone());
     }
     OplogEntry::command(&coll.ns.db, Some(meta.uuid), o)
 }

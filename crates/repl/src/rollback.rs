@@ -534,7 +534,7 @@ fn restore_indexes_and_options(
         .read()
         .indexes
         .iter()
-        .map(|ix| ix.spec.clone())
+        .map(|ix| (*ix.spec).clone())
         .collect();
     for spec in &local {
         let name = spec.get_str("name").unwrap_or_default();

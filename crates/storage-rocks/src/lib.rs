@@ -10,7 +10,7 @@ use nidus_storage::{
 };
 use rocksdb::{
     statistics::{StatsLevel, Ticker},
-    AsColumnFamilyRef, BlockBasedOptions, BlockBasedTablePinningTier, Cache, ColumnFamily,
+    AsColumnFamilyRef, BlockBasedOptions, BlockBasedTablePinningTier, Cache,
     ColumnFamilyDescriptor, DBRawIteratorWithThreadMode, ErrorKind, FlushOptions, Options,
     ReadOptions, SnapshotWithThreadMode, Transaction, TransactionDB, TransactionDBOptions,
     TransactionOptions, WriteBatchWithTransaction, WriteOptions, DEFAULT_COLUMN_FAMILY_NAME,
@@ -29,6 +29,9 @@ fn map_err(e: rocksdb::Error) -> StorageError {
 
 struct Inner {
     db: Db,
+    /// Each space's column family handle, by `Space as usize`, looked up once at open
+    /// (`cf_handle` searches a map of names on every call).
+    handles: [CfHandle; Space::ALL.len()],
     path: PathBuf,
     /// The options the database was opened with: they hold its statistics object.
     opts: Options,
@@ -57,11 +60,25 @@ const TICKERS: [Ticker; 16] = [
 ];
 
 impl Inner {
-    fn cf(&self, space: Space) -> &ColumnFamily {
-        // Every space's column family is created at open, so the handle always exists.
-        self.db
-            .cf_handle(space.name())
-            .expect("column family created at open")
+    fn cf(&self, space: Space) -> &CfHandle {
+        &self.handles[space as usize]
+    }
+}
+
+/// A column family's handle as RocksDB's C API gives it. The database owns the handle and
+/// keeps it valid until it closes; the column families are created at open and never dropped,
+/// and every `CfHandle` lives in the `Inner` that owns the database.
+#[derive(Clone, Copy)]
+struct CfHandle(*mut librocksdb_sys::rocksdb_column_family_handle_t);
+
+// SAFETY: RocksDB's column family handles are immutable and safe to use from any thread (the
+// `rocksdb` crate's `ColumnFamily`, which wraps the same pointer, is `Send + Sync` too).
+unsafe impl Send for CfHandle {}
+unsafe impl Sync for CfHandle {}
+
+impl AsColumnFamilyRef for CfHandle {
+    fn inner(&self) -> *mut librocksdb_sys::rocksdb_column_family_handle_t {
+        self.0
     }
 }
 
@@ -174,9 +191,19 @@ impl RocksEngine {
         txn_opts.set_txn_lock_timeout(LOCK_TIMEOUT_MS);
         skip_batch_concurrency_control(&mut txn_opts);
         let db = Db::open_cf_descriptors(&db_opts, &txn_opts, path, cfs).map_err(map_err)?;
+        let handle = |space: Space| {
+            db.cf_handle(space.name())
+                .map(|cf| CfHandle(cf.inner()))
+                .ok_or_else(|| StorageError::Io(format!("no column family {}", space.name())))
+        };
+        let mut handles = [CfHandle(std::ptr::null_mut()); Space::ALL.len()];
+        for space in Space::ALL {
+            handles[space as usize] = handle(space)?;
+        }
         Ok(RocksEngine {
             inner: Arc::new(Inner {
                 db,
+                handles,
                 path: path.to_path_buf(),
                 opts: db_opts,
             }),
@@ -213,8 +240,9 @@ impl RocksEngine {
         let default = db
             .cf_handle(DEFAULT_COLUMN_FAMILY_NAME)
             .ok_or_else(|| StorageError::Io("no default column family".into()))?;
-        let mut cfs: Vec<&ColumnFamily> = Space::ALL.iter().map(|&s| self.inner.cf(s)).collect();
-        cfs.push(default);
+        let default_handle = CfHandle(default.inner());
+        let mut cfs: Vec<&CfHandle> = Space::ALL.iter().map(|&s| self.inner.cf(s)).collect();
+        cfs.push(&default_handle);
         let filler = vec![0u8; CHUNK];
         let mut flush = FlushOptions::default();
         flush.set_wait(true);

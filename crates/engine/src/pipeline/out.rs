@@ -98,7 +98,7 @@ impl Out {
                     .indexes
                     .iter()
                     .filter(|ix| !ix.is_id())
-                    .map(|ix| ix.spec.clone())
+                    .map(|ix| (*ix.spec).clone())
                     .collect();
                 if !specs.is_empty() {
                     engine.create_indexes(&temp, &specs)?;

@@ -28,7 +28,7 @@ pub fn key_range(
     max: Option<&Document>,
 ) -> Result<KeyRange> {
     let compatible = |d: &Document| {
-        d.len() == ix.pattern.len() && d.keys().zip(&ix.pattern).all(|(k, (p, _))| k == p)
+        d.len() == ix.pattern.len() && d.keys().zip(ix.pattern.iter()).all(|(k, (p, _))| k == p)
     };
     if !min.into_iter().chain(max).all(compatible) {
         return Err(planner_error(

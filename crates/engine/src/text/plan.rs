@@ -167,7 +167,7 @@ pub(crate) fn plan_text(
         .map(|term| {
             let mut fields = Vec::new();
             let mut values = prefix.iter();
-            for (path, descending) in &ix.pattern {
+            for (path, descending) in ix.pattern.iter() {
                 let interval = if path == "_fts" {
                     Interval::point(Bson::String(nidus_doc::text::term_key(term)))
                 } else if path == "_ftsx" || fields.len() > prefix.len() {

@@ -376,7 +376,7 @@ fn index_stats_documents(ctx: &Ctx, ns: &Namespace) -> Vec<Document> {
                 "key": ix.key_document(),
                 "host": host.clone(),
                 "accesses": ctx.state.top.index_accesses(&ns.full(), &ix.name, ctx.state.started_at),
-                "spec": ix.spec.clone(),
+                "spec": (*ix.spec).clone(),
             }
         })
         .collect()

@@ -978,7 +978,7 @@ pub fn list_indexes(ctx: &mut Ctx) -> Result<Document> {
         .iter()
         .map(|ix| match (clustered, ix.is_id()) {
             (true, true) => Bson::Document(nidus_engine::clustered::id_index_spec(&meta.options)),
-            _ => Bson::Document(ix.spec.clone()),
+            _ => Bson::Document((*ix.spec).clone()),
         })
         .collect();
     std::mem::drop(meta);

@@ -71,7 +71,7 @@ pub fn list_indexes(ctx: &Ctx, ns: &Namespace) -> Option<Vec<Bson>> {
             .iter()
             .filter(|ix| !ix.is_id())
             .map(|ix| {
-                let mut spec = ix.spec.clone();
+                let mut spec = (*ix.spec).clone();
                 spec.insert("key", user_index_key(&ix.key_document(), &ts.options));
                 Bson::Document(spec)
             })
