@@ -422,6 +422,17 @@ impl Engine {
         upper: &[u8],
         doomed: impl Fn(&[u8]) -> bool,
     ) -> Result<usize> {
+        let keys = self.doomed_statements(lower, upper, &doomed)?;
+        self.delete_statements_if(&keys, &doomed)
+    }
+
+    /// The keys in `[lower, upper)` whose records `doomed` picks, read from a snapshot.
+    fn doomed_statements(
+        &self,
+        lower: &[u8],
+        upper: &[u8],
+        doomed: &impl Fn(&[u8]) -> bool,
+    ) -> Result<Vec<Vec<u8>>> {
         let snapshot = self.kv.snapshot();
         let mut keys = Vec::new();
         let mut c = snapshot.cursor(Space::Catalog, lower, upper);
@@ -433,15 +444,34 @@ impl Engine {
             c.next();
         }
         c.status()?;
-        drop(c);
+        Ok(keys)
+    }
+
+    /// Deletes the records of `keys` that `doomed` still picks when read again under their
+    /// locks: a session that wrote a statement's record again since the scan (a new write
+    /// reuses its keys) keeps the new record, which a retry of that write needs. A writer
+    /// holding one of the locks makes the deletion fail with a write conflict, and the records
+    /// stay for the next sweep. Returns how many were deleted.
+    fn delete_statements_if(
+        &self,
+        keys: &[Vec<u8>],
+        doomed: &impl Fn(&[u8]) -> bool,
+    ) -> Result<usize> {
+        let mut deleted = 0;
         for chunk in keys.chunks(1000) {
             let mut txn = self.kv.begin();
             for k in chunk {
-                txn.delete(Space::Catalog, k)?;
+                if txn
+                    .get_for_update(Space::Catalog, k)?
+                    .is_some_and(|value| doomed(&value))
+                {
+                    txn.delete(Space::Catalog, k)?;
+                    deleted += 1;
+                }
             }
             txn.commit()?;
         }
-        Ok(keys.len())
+        Ok(deleted)
     }
 }
 
@@ -449,6 +479,72 @@ impl Engine {
 mod tests {
     use super::*;
     use bson::doc;
+
+    /// A record written again between the sweep's scan and its deletion survives (a retry of
+    /// the new write needs it); the records still old go, and the count says how many.
+    #[test]
+    fn sweep_keeps_records_written_again_after_its_scan() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kv: std::sync::Arc<dyn nidus_storage::KvEngine> =
+            std::sync::Arc::new(nidus_storage_rocks::RocksEngine::open(dir.path()).expect("rocks"));
+        let engine = Engine::open(kv.clone()).expect("engine");
+        let lsid = [7u8; 16];
+        let stmts: Vec<StatementId> = (0..3)
+            .map(|i| StatementId::new(&lsid, 1, i, false))
+            .collect();
+        let old_value = |n: i64| {
+            let mut v = 1u64.to_be_bytes().to_vec();
+            v.extend_from_slice(&n.to_be_bytes());
+            v.extend_from_slice(RawDocumentBuf::new().as_bytes());
+            v
+        };
+        let mut txn = kv.begin();
+        for stmt in &stmts {
+            txn.put(Space::Catalog, &stmt.key, &old_value(1))
+                .expect("put");
+        }
+        txn.commit().expect("commit");
+        let cutoff = SystemTime::now()
+            .checked_sub(Duration::from_secs(60))
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64)
+            .expect("clock");
+        let doomed = |value: &[u8]| {
+            value
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+                .is_none_or(|written| written < cutoff)
+        };
+        let keys = engine
+            .doomed_statements(PREFIX, PREFIX_END, &doomed)
+            .expect("scan");
+        assert_eq!(keys.len(), 3, "every record is old at the scan");
+        // The session's next write reuses statement 1's key.
+        let mut txn = kv.begin();
+        record(
+            txn.as_mut(),
+            &WriteOpts {
+                statement: Some(StatementId::new(&lsid, 2, 1, false)),
+                ..WriteOpts::default()
+            },
+            Executed::Deleted(None),
+        )
+        .expect("record");
+        txn.commit().expect("commit");
+        assert_eq!(
+            engine.delete_statements_if(&keys, &doomed).expect("delete"),
+            2
+        );
+        let left: Vec<Vec<u8>> = engine
+            .doomed_statements(PREFIX, PREFIX_END, &|_: &[u8]| true)
+            .expect("scan");
+        assert_eq!(left, vec![stmts[1].key.clone()]);
+        let kept = engine
+            .executed_statement(&StatementId::new(&lsid, 2, 1, false))
+            .expect("read");
+        assert_eq!(kept, Some(Executed::Deleted(None)));
+    }
 
     /// Every kind of record decodes to what was encoded, with and without images, and carries
     /// its txnNumber.
