@@ -178,7 +178,7 @@ pub fn arith_existing(
         return Err(Error::type_mismatch(format!(
             "Cannot apply {} to a value of non-numeric type. {} has the field '{name}' of non-numeric type {}",
             op.modifier(),
-            env.id_desc,
+            env.id_desc(),
             type_name(v)
         )));
     };
@@ -190,7 +190,7 @@ pub fn arith_existing(
             "Failed to apply {} operations to current value ({}) for document {}",
             op.modifier(),
             debug_num(cur),
-            env.id_desc
+            env.id_desc()
         )));
     };
     let new = from_n(result);
@@ -300,7 +300,7 @@ pub fn bit_existing(ops: &[(BitOp, Bson)], v: &mut Bson, name: &str, env: &Env) 
             ErrorCode::BadValue,
             format!(
                 "Cannot apply $bit to a value of non-integral type.{} has the field {name} of non-integer type {}",
-                env.id_desc,
+                env.id_desc(),
                 type_name(v)
             ),
         ));

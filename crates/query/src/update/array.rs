@@ -182,7 +182,7 @@ pub fn push_existing(spec: &PushSpec, v: &mut Bson, name: &str, env: &Env) -> Re
         return Err(Error::bad_value(format!(
             "The field '{name}' must be an array but is of type {} in document {}",
             type_name(v),
-            env.id_desc
+            env.id_desc()
         )));
     };
     if spec.sort.is_none() && spec.slice.is_none() {

@@ -139,7 +139,7 @@ fn check_no_array(doc: &Document, path: &str, which: &str) -> Result<()> {
             Some(Bson::Array(_)) if i + 1 < parts.len() => {
                 return Err(Error::bad_value(format!(
                     "The {which} field cannot be an array element, '{path}' in doc with {} has an array field called '{part}'",
-                    id_desc(doc).trim_start_matches('{').trim_end_matches('}')
+                    id_desc(doc.get("_id")).trim_start_matches('{').trim_end_matches('}')
                 )));
             }
             Some(Bson::Document(d)) => cur = d,

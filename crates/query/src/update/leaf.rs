@@ -15,9 +15,18 @@ use std::collections::HashMap;
 /// messages, values taken from `$rename` sources, and the array filters.
 pub struct Env<'a> {
     pub ctx: &'a UpdateContext,
-    pub id_desc: String,
+    /// The document's `_id` before the update, which error messages describe.
+    pub id: Option<&'a Bson>,
     pub renamed: HashMap<String, Bson>,
     pub filters: &'a ArrayFilters,
+}
+
+impl Env<'_> {
+    /// `{_id: <value>}` as error messages name the document (`{}` without an `_id`), formatted
+    /// only when an error needs it.
+    pub fn id_desc(&self) -> String {
+        super::util::id_desc(self.id)
+    }
 }
 
 /// One update operator with its parsed argument.

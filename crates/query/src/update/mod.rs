@@ -36,7 +36,7 @@ use pipeline::UpdatePipeline;
 use std::collections::HashSet;
 use tree::{apply_object, Leaf, Node, ObjectNode};
 pub use upsert::upsert_seed;
-use util::{doc_str, elem, id_desc, identical, type_name};
+use util::{doc_str, elem, identical, type_name};
 
 /// What applying an update needs to know about the operation.
 #[derive(Debug, Clone)]
@@ -277,12 +277,11 @@ fn apply_operators(u: &OperatorUpdate, doc: &mut Document, ctx: &UpdateContext) 
         return Err(Error::internal("update tree root is not an object node"));
     };
     let original_id = doc.get("_id").cloned();
-    let desc = id_desc(doc);
     let renamed = take_rename_sources(doc, &u.renames)?;
     let renamed_any = !renamed.is_empty();
     let env = Env {
         ctx,
-        id_desc: desc,
+        id: original_id.as_ref(),
         renamed,
         filters: &u.filters,
     };

@@ -19,8 +19,8 @@ pub fn doc_str(d: &Document) -> String {
 }
 
 /// `{_id: 1}`: how update errors name the document.
-pub fn id_desc(doc: &Document) -> String {
-    match doc.get("_id") {
+pub fn id_desc(id: Option<&Bson>) -> String {
+    match id {
         Some(id) => format!("{{{}}}", elem("_id", id)),
         None => "{}".to_string(),
     }
