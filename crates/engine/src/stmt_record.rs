@@ -288,6 +288,21 @@ fn record_value(txn_number: i64, what: &RawDocumentBuf) -> Vec<u8> {
     value
 }
 
+/// Whether a record's value was written before `cutoff` (one that cannot be read was).
+fn written_before(cutoff: SystemTime) -> impl Fn(&[u8]) -> bool {
+    let cutoff = cutoff
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64;
+    move |value| {
+        value
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes)
+            .is_none_or(|written| written < cutoff)
+    }
+}
+
 fn now_millis() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -394,26 +409,18 @@ impl Engine {
         Ok(latest)
     }
 
-    /// Deletes every record of the session (it expired).
-    pub fn forget_session(&self, lsid: &[u8]) -> Result<usize> {
+    /// Deletes the session's records written before `expired` (when it was found expired):
+    /// a client that uses the session id again after that starts it afresh, and the records
+    /// of its new writes stay.
+    pub fn forget_session(&self, lsid: &[u8], expired: SystemTime) -> Result<usize> {
         let (lower, upper) = session_range(lsid);
-        self.delete_statement_range(&lower, &upper, |_| true)
+        self.delete_statement_range(&lower, &upper, written_before(expired))
     }
 
     /// Deletes every record older than `age` (sessions that expired keep none).
     pub fn sweep_statements(&self, age: Duration) -> Result<usize> {
-        let cutoff = SystemTime::now()
-            .checked_sub(age)
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .unwrap_or_default()
-            .as_millis() as u64;
-        self.delete_statement_range(PREFIX, PREFIX_END, |value| {
-            value
-                .get(..8)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_be_bytes)
-                .is_none_or(|written| written < cutoff)
-        })
+        let cutoff = SystemTime::now().checked_sub(age).unwrap_or(UNIX_EPOCH);
+        self.delete_statement_range(PREFIX, PREFIX_END, written_before(cutoff))
     }
 
     fn delete_statement_range(
@@ -481,9 +488,10 @@ mod tests {
     use bson::doc;
 
     /// A record written again between the sweep's scan and its deletion survives (a retry of
-    /// the new write needs it); the records still old go, and the count says how many.
+    /// the new write needs it); the records still old go, and the count says how many. An
+    /// expired session's forgetting keeps records written after it expired.
     #[test]
-    fn sweep_keeps_records_written_again_after_its_scan() {
+    fn sweep_and_expiry_keep_records_written_again() {
         let dir = tempfile::tempdir().expect("tempdir");
         let kv: std::sync::Arc<dyn nidus_storage::KvEngine> =
             std::sync::Arc::new(nidus_storage_rocks::RocksEngine::open(dir.path()).expect("rocks"));
@@ -504,18 +512,7 @@ mod tests {
                 .expect("put");
         }
         txn.commit().expect("commit");
-        let cutoff = SystemTime::now()
-            .checked_sub(Duration::from_secs(60))
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as u64)
-            .expect("clock");
-        let doomed = |value: &[u8]| {
-            value
-                .get(..8)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_be_bytes)
-                .is_none_or(|written| written < cutoff)
-        };
+        let doomed = written_before(SystemTime::now() - Duration::from_secs(60));
         let keys = engine
             .doomed_statements(PREFIX, PREFIX_END, &doomed)
             .expect("scan");
@@ -544,6 +541,19 @@ mod tests {
             .executed_statement(&StatementId::new(&lsid, 2, 1, false))
             .expect("read");
         assert_eq!(kept, Some(Executed::Deleted(None)));
+        // The session expires; it is used again before its records are deleted.
+        let expired = SystemTime::now() - Duration::from_secs(1);
+        assert_eq!(engine.forget_session(&lsid, expired).expect("forget"), 0);
+        assert_eq!(
+            engine
+                .forget_session(&lsid, SystemTime::now() + Duration::from_secs(1))
+                .expect("forget"),
+            1
+        );
+        assert!(engine
+            .doomed_statements(PREFIX, PREFIX_END, &|_: &[u8]| true)
+            .expect("scan")
+            .is_empty());
     }
 
     /// Every kind of record decodes to what was encoded, with and without images, and carries

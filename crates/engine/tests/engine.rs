@@ -414,7 +414,14 @@ fn statement_records_survive_restart_and_are_overwritten_by_the_next_write() {
     assert!(!recorded(stmts(&lsid, 4, 2..64)), "no records there");
     assert!(!recorded(stmts(&[9u8; 16], 1, 0..4)), "another session");
     assert!(!recorded(Vec::new()));
-    assert_eq!(e.forget_session(&lsid).unwrap(), 2);
+    assert_eq!(
+        e.forget_session(
+            &lsid,
+            std::time::SystemTime::now() + std::time::Duration::from_secs(1)
+        )
+        .unwrap(),
+        2
+    );
     assert_eq!(executed(&lsid, 4, 0).unwrap(), None);
     assert_eq!(executed(&lsid, 3, 1).unwrap(), None);
     assert_eq!(

@@ -526,6 +526,9 @@ async fn transaction_reaper(state: Arc<ServerState>) {
             .i64("localLogicalSessionTimeoutMinutes")
             .unwrap_or(30)
             .max(1) as u64;
+        // Taken before the reaping: a session used again after it was reaped writes its
+        // records later, and `forget_session` keeps them.
+        let expired = std::time::SystemTime::now();
         let reaped = state.sessions.reap(
             Duration::from_secs(lifetime),
             Duration::from_secs(idle_minutes * 60),
@@ -535,7 +538,7 @@ async fn transaction_reaper(state: Arc<ServerState>) {
             let engine = state.engine.clone();
             tokio::task::spawn_blocking(move || {
                 for lsid in reaped.forget {
-                    if let Err(e) = engine.forget_session(&lsid) {
+                    if let Err(e) = engine.forget_session(&lsid, expired) {
                         log::warn(
                             "STORAGE",
                             7360001,
