@@ -416,6 +416,9 @@ impl Sessions {
         let mut map = self.map.lock();
         // Every command of a session passes here: the key is copied only for a new session.
         if let Some(s) = map.get(lsid.bytes.as_slice()) {
+            // Used now, marked so under the map's lock: `reap` removes a session only if it
+            // is still idle under that lock, so none is removed once a command has it.
+            s.state.lock().last_use = Instant::now();
             return s.clone();
         }
         map.entry(lsid.bytes.clone())
@@ -475,7 +478,6 @@ impl Sessions {
         let sessions: Vec<Arc<Session>> = self.map.lock().values().cloned().collect();
         let mut aborted = 0;
         let mut expired = Vec::new();
-        let mut forget = Vec::new();
         for s in sessions {
             let mut st = s.state.lock();
             let too_old = matches!(&st.txn,
@@ -483,17 +485,25 @@ impl Sessions {
             if too_old && st.abort_active(&s.counters) {
                 aborted += 1;
             }
-            let idle_for = now.duration_since(st.last_use);
-            if idle_for >= idle && !matches!(st.txn, TxnState::Active { .. }) {
-                if st.recorded {
-                    forget.push(s.id.bytes.clone());
-                }
+            if s.expired(&st, now, idle) {
                 expired.push(s.id.bytes.clone());
             }
         }
+        let mut forget = Vec::new();
         if !expired.is_empty() {
             let mut map = self.map.lock();
             for id in expired {
+                // Checked again under the map's lock: a command that took the session since
+                // (`get_or_create` marks it used under this lock) keeps it.
+                let Some(s) = map.get(&id) else { continue };
+                let st = s.state.lock();
+                if !s.expired(&st, now, idle) {
+                    continue;
+                }
+                if st.recorded {
+                    forget.push(id.clone());
+                }
+                drop(st);
                 map.remove(&id);
             }
         }
@@ -593,6 +603,13 @@ impl Session {
             return;
         }
         *out = true;
+    }
+
+    /// Idle for `idle` at `now`, with no transaction open and no command running on it.
+    fn expired(&self, st: &SessionState, now: Instant, idle: Duration) -> bool {
+        now.duration_since(st.last_use) >= idle
+            && !matches!(st.txn, TxnState::Active { .. })
+            && !*self.checked_out.lock()
     }
 
     fn abort_active(&self) {
@@ -751,4 +768,59 @@ pub fn new_session_reply(timeout_minutes: i32) -> Document {
         bytes: bson::Uuid::new().bytes().to_vec(),
     };
     doc! { "id": { "id": id }, "timeoutMinutes": timeout_minutes }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::spec::BinarySubtype;
+
+    fn find_on(lsid: &Binary) -> Document {
+        doc! {"find": "c", "lsid": {"id": lsid.clone()}, "$db": "test"}
+    }
+
+    /// A session is forgotten only when idle with no command running on it, and one a command
+    /// took after the reaper's first look stays (its last use is marked under the map's lock).
+    #[test]
+    fn reap_forgets_only_idle_sessions_nobody_uses() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kv = Arc::new(nidus_storage_rocks::RocksEngine::open(dir.path()).expect("rocks"));
+        let engine = Engine::open(kv).expect("engine");
+        let sessions = Sessions::default();
+        const IDLE: Duration = Duration::from_nanos(1);
+        let lsid = |b: u8| Binary {
+            subtype: BinarySubtype::Uuid,
+            bytes: vec![b; 16],
+        };
+        let bind = |b: u8| {
+            sessions
+                .bind(&engine, true, None, "find", &find_on(&lsid(b)))
+                .expect("bind")
+                .expect("a session")
+        };
+        let running = bind(1);
+        drop(bind(2));
+        drop(bind(3));
+        // Idle for an hour: not yet.
+        sessions.reap(Duration::from_secs(60), Duration::from_secs(3600));
+        assert_eq!(sessions.active_sessions(), 3);
+        // Every session has been idle for a nanosecond; session 1 runs a command.
+        sessions.reap(Duration::from_secs(60), IDLE);
+        assert_eq!(sessions.active_sessions(), 1);
+        drop(running);
+        // A command names session 1 between the reaper's look and its removal: the removal
+        // checks again and finds it used after the reaper's `now`.
+        let now = Instant::now();
+        let s = sessions
+            .map
+            .lock()
+            .get(&lsid(1).bytes)
+            .cloned()
+            .expect("session 1");
+        assert!(s.expired(&s.state.lock(), now, IDLE));
+        drop(bind(1));
+        assert!(!s.expired(&s.state.lock(), now, IDLE));
+        sessions.reap(Duration::from_secs(60), IDLE);
+        assert_eq!(sessions.active_sessions(), 0);
+    }
 }
