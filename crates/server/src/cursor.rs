@@ -108,6 +108,10 @@ struct Entry {
     owner: Vec<String>,
     session: Option<Vec<u8>>,
     cursor: Arc<Mutex<Cursor>>,
+    /// When a command last took the cursor ([`CursorManager::get`]), set under the map's
+    /// lock: the command locks the cursor itself only after releasing the map, and the
+    /// monitor, which decides under the map's lock, counts the cursor used from here.
+    claimed: Instant,
 }
 
 #[derive(Default)]
@@ -167,6 +171,7 @@ impl CursorManager {
                     owner,
                     session,
                     cursor: Arc::new(Mutex::new(cursor)),
+                    claimed: Instant::now(),
                 });
                 return id;
             }
@@ -189,8 +194,11 @@ impl CursorManager {
     pub fn get(&self, id: i64) -> Result<Arc<Mutex<Cursor>>> {
         self.cursors
             .lock()
-            .get(&id)
-            .map(|e| e.cursor.clone())
+            .get_mut(&id)
+            .map(|e| {
+                e.claimed = Instant::now();
+                e.cursor.clone()
+            })
             .ok_or_else(|| {
                 Error::new(
                     ErrorCode::CursorNotFound,
@@ -213,14 +221,19 @@ impl CursorManager {
     /// cursor or one a command is using (pinned); a cursor opened in a session only with
     /// `enableTimeoutOfInactiveSessionCursors`, but it closes once its session is gone.
     pub fn reap(&self, rules: &ReapRules) -> Reaped {
-        let now = Instant::now();
+        self.reap_at(Instant::now(), rules)
+    }
+
+    /// [`CursorManager::reap`] with the monitor's clock reading `now`.
+    fn reap_at(&self, now: Instant, rules: &ReapRules) -> Reaped {
         let mut reaped = Reaped::default();
         self.cursors.lock().retain(|_, e| {
             let Some(c) = e.cursor.try_lock() else {
                 return true;
             };
+            let last_used = c.last_used.max(e.claimed);
             if let Some(lsid) = &e.session {
-                if c.last_used < rules.sessions_at && !rules.live_sessions.contains(lsid) {
+                if last_used < rules.sessions_at && !rules.live_sessions.contains(lsid) {
                     reaped.session_ended += 1;
                     return false;
                 }
@@ -228,7 +241,7 @@ impl CursorManager {
                     return true;
                 }
             }
-            let idle = !c.no_timeout && now.duration_since(c.last_used) >= rules.timeout;
+            let idle = !c.no_timeout && now.duration_since(last_used) >= rules.timeout;
             reaped.timed_out += usize::from(idle);
             !idle
         });
@@ -252,5 +265,65 @@ impl CursorManager {
             "totalOpened": self.total_opened.load(Ordering::Relaxed) as i64,
             "open": { "noTimeout": no_timeout, "pinned": pinned, "total": total },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nidus_engine::exec::{Eof, Executor, Stage};
+
+    fn cursor() -> Cursor {
+        Cursor::new(
+            Namespace::new("test", "c"),
+            Executor::new(Stage::new(Eof), None),
+        )
+    }
+
+    /// The monitor closes a cursor idle past the timeout, but not one a command took by id
+    /// and has not locked yet, nor one it holds; a session's cursor goes with its session,
+    /// unless a command took it after the session list was read.
+    #[test]
+    fn monitor_spares_cursors_taken_by_a_command() {
+        let m = CursorManager::default();
+        let no_sessions = HashSet::new();
+        let rules = |sessions_at: Instant| ReapRules {
+            timeout: Duration::from_nanos(1),
+            session_cursors_time_out: false,
+            live_sessions: &no_sessions,
+            sessions_at,
+        };
+        let idle = m.register(cursor(), Vec::new(), None);
+        let taken = m.register(cursor(), Vec::new(), None);
+        let held = m.register(cursor(), Vec::new(), None);
+        let in_session = m.register(cursor(), Vec::new(), Some(vec![1; 16]));
+        std::thread::sleep(Duration::from_millis(2));
+        // The monitor reads its clock and the sessions here ...
+        let before = Instant::now();
+        // ... then commands take three cursors, one of them locked already.
+        let held_cursor = m.get(held).expect("held");
+        let lock = held_cursor.lock();
+        m.get(taken).expect("taken");
+        m.get(in_session).expect("in session");
+        let r = m.reap_at(before, &rules(before));
+        assert_eq!(
+            r,
+            Reaped {
+                timed_out: 1,
+                session_ended: 0
+            }
+        );
+        assert!(m.get(idle).is_err(), "the idle cursor is closed");
+        drop(lock);
+        std::thread::sleep(Duration::from_millis(2));
+        let now = Instant::now();
+        let r = m.reap_at(now, &rules(now));
+        assert_eq!(
+            r,
+            Reaped {
+                timed_out: 2,
+                session_ended: 1
+            }
+        );
     }
 }
