@@ -81,11 +81,14 @@ pub struct Session {
     counters: Arc<TxnCounters>,
     checked_out: Mutex<bool>,
     released: Condvar,
+    /// When a command last named the session. Its own lock, taken last and held for no
+    /// more than a read or a store: `get_or_create` sets it under the session map's lock,
+    /// under which `reap` checks it before removing the session.
+    last_use: Mutex<Instant>,
     state: Mutex<SessionState>,
 }
 
 struct SessionState {
-    last_use: Instant,
     /// The highest transaction number the session has seen.
     txn_number: Option<i64>,
     /// The reign (`Coordinator::writer_term`) in which this member, accepting writes, set
@@ -291,8 +294,8 @@ impl Sessions {
             retryable_write: false,
             fresh: false,
         };
+        *session.last_use.lock() = Instant::now();
         let mut st = session.state.lock();
-        st.last_use = Instant::now();
         let Some(n) = args.txn_number else {
             return Ok(Some(binding));
         };
@@ -418,7 +421,7 @@ impl Sessions {
         if let Some(s) = map.get(lsid.bytes.as_slice()) {
             // Used now, marked so under the map's lock: `reap` removes a session only if it
             // is still idle under that lock, so none is removed once a command has it.
-            s.state.lock().last_use = Instant::now();
+            *s.last_use.lock() = Instant::now();
             return s.clone();
         }
         map.entry(lsid.bytes.clone())
@@ -428,8 +431,8 @@ impl Sessions {
                     counters: self.counters.clone(),
                     checked_out: Mutex::new(false),
                     released: Condvar::new(),
+                    last_use: Mutex::new(Instant::now()),
                     state: Mutex::new(SessionState {
-                        last_use: Instant::now(),
                         txn_number: None,
                         number_known_in: None,
                         txn: TxnState::None,
@@ -465,7 +468,7 @@ impl Sessions {
         let map = self.map.lock();
         for id in ids {
             if let Some(s) = map.get(id) {
-                s.state.lock().last_use = Instant::now();
+                *s.last_use.lock() = Instant::now();
             }
         }
     }
@@ -523,7 +526,7 @@ impl Sessions {
             .lock()
             .values()
             .map(|s| {
-                let idle = s.state.lock().last_use.elapsed().as_millis() as i64;
+                let idle = s.last_use.lock().elapsed().as_millis() as i64;
                 doc! {
                     "_id": { "id": s.id.clone(), "uid": uid.clone() },
                     "lastUse": bson::DateTime::from_millis(now_ms - idle),
@@ -607,7 +610,7 @@ impl Session {
 
     /// Idle for `idle` at `now`, with no transaction open and no command running on it.
     fn expired(&self, st: &SessionState, now: Instant, idle: Duration) -> bool {
-        now.duration_since(st.last_use) >= idle
+        now.duration_since(*self.last_use.lock()) >= idle
             && !matches!(st.txn, TxnState::Active { .. })
             && !*self.checked_out.lock()
     }
