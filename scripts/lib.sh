@@ -2,8 +2,13 @@
 # Shared helpers for scripts/*.sh. Source it; do not run it.
 # Everything here is idempotent: it installs only what is missing.
 
-NIDUS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/nidus-target}"
+NIDUS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+# One build directory per clone, named by a hash of its path: cargo names the builds of this
+# workspace's own crates by crate and version alone and judges them fresh by the files of the
+# clone that built them last, so clones sharing a directory would get each other's builds.
+# tests/nidus_harness.py computes the same name.
+NIDUS_CLONE_ID="$(printf '%s' "$NIDUS_ROOT" | sha256sum | cut -c1-12)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/nidus-target-$NIDUS_CLONE_ID}"
 NIDUS_BIN="${NIDUS_BIN:-$CARGO_TARGET_DIR/release/nidus}"
 export NIDUS_BIN
 NIDUS_VENV="${NIDUS_VENV:-$NIDUS_ROOT/tests/.venv}"

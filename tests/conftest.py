@@ -6,8 +6,9 @@
     db            function a database named after the test, dropped before the test
     start_nidus   function factory: start_nidus(dbpath=None, **kw) -> a started NidusServer,
                            stopped (or killed) when the test ends
-The binary is $NIDUS_BIN, else $CARGO_TARGET_DIR/release/nidus, else
-~/.cache/nidus-target/release/nidus, else target/release/nidus.
+The binary is $NIDUS_BIN, else $CARGO_TARGET_DIR/release/nidus, else this clone's default
+build directory (~/.cache/nidus-target-<clone id>/release/nidus, see scripts/lib.sh), else
+target/release/nidus.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ Only ever binds 127.0.0.1 and only ever signals the processes it started itself.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -23,13 +24,19 @@ class NidusError(RuntimeError):
     pass
 
 
+def clone_id() -> str:
+    """The name of this clone's default build directory (`scripts/lib.sh` computes it too):
+    the first 12 hex digits of the SHA-256 of the clone's path."""
+    return hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+
+
 def binary_candidates() -> list[Path]:
     out = []
     if os.environ.get("NIDUS_BIN"):
         out.append(Path(os.environ["NIDUS_BIN"]))
     if os.environ.get("CARGO_TARGET_DIR"):
         out.append(Path(os.environ["CARGO_TARGET_DIR"]) / "release" / "nidus")
-    out.append(Path.home() / ".cache" / "nidus-target" / "release" / "nidus")
+    out.append(Path.home() / ".cache" / f"nidus-target-{clone_id()}" / "release" / "nidus")
     out.append(ROOT / "target" / "release" / "nidus")
     return out
 
