@@ -500,16 +500,13 @@ mod tests {
         let stmts: Vec<StatementId> = (0..3)
             .map(|i| StatementId::new(&lsid, 1, i, false))
             .collect();
-        let old_value = |n: i64| {
-            let mut v = 1u64.to_be_bytes().to_vec();
-            v.extend_from_slice(&n.to_be_bytes());
-            v.extend_from_slice(RawDocumentBuf::new().as_bytes());
-            v
-        };
+        // Written 1 ms after the epoch, by txnNumber 1.
+        let mut old_value = 1u64.to_be_bytes().to_vec();
+        old_value.extend_from_slice(&1i64.to_be_bytes());
+        old_value.extend_from_slice(RawDocumentBuf::new().as_bytes());
         let mut txn = kv.begin();
         for stmt in &stmts {
-            txn.put(Space::Catalog, &stmt.key, &old_value(1))
-                .expect("put");
+            txn.put(Space::Catalog, &stmt.key, &old_value).expect("put");
         }
         txn.commit().expect("commit");
         let doomed = written_before(SystemTime::now() - Duration::from_secs(60));

@@ -509,8 +509,8 @@ impl RocksTxn {
     /// (where `DisableIndexing` sends writes).
     #[cfg(nidus_unindexed_put)]
     fn put_unindexed(&mut self, space: Space, key: &[u8], value: &[u8]) -> StorageResult<()> {
-        // The C handle's first field is the C++ pointer `unindexed.cc` reads; the column
-        // family handle's, then its flag. Sizes as `rocksdb/db/c.cc` defines them.
+        // `unindexed.cc` reads the C++ object behind each C handle: the handle structs'
+        // first field, as `rocksdb/db/c.cc` defines them.
         let txn = raw_transaction(&self.txn);
         let cf = self._owner.cf(space).inner();
         let mut err: *mut std::ffi::c_char = std::ptr::null_mut();
