@@ -1,8 +1,9 @@
-//! Compiles `src/unindexed.cc` against the headers of the RocksDB that librocksdb-sys
-//! builds: the version Cargo.lock pins, from cargo's registry sources
-//! (`NIDUS_ROCKSDB_INCLUDE` names the directory instead, e.g. for vendored sources). Without
-//! them the crate builds without it (`put_new` then keeps every key in the transaction's
-//! read index, as before) and says so.
+//! Compiles `src/unindexed.cc` and `src/cache_priority.cc` against the headers of the
+//! RocksDB that librocksdb-sys builds: the version Cargo.lock pins, from cargo's registry
+//! sources (`NIDUS_ROCKSDB_INCLUDE` names the directory instead, e.g. for vendored sources).
+//! Without them the crate builds without both (`put_new` then keeps every key in the
+//! transaction's read index, and the indexes' blocks are cached at the records' priority) and
+//! says so.
 
 use std::path::{Path, PathBuf};
 
@@ -48,14 +49,15 @@ fn rocksdb_include(manifest_dir: &Path) -> Option<PathBuf> {
 
 fn main() {
     println!("cargo:rerun-if-changed=src/unindexed.cc");
+    println!("cargo:rerun-if-changed=src/cache_priority.cc");
     println!("cargo:rerun-if-changed=../../Cargo.lock");
     println!("cargo:rerun-if-env-changed=NIDUS_ROCKSDB_INCLUDE");
-    println!("cargo::rustc-check-cfg=cfg(nidus_unindexed_put)");
+    println!("cargo::rustc-check-cfg=cfg(nidus_rocks_shim)");
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let Some(include) = rocksdb_include(&manifest_dir) else {
         println!(
             "cargo::warning=RocksDB's headers not found (set NIDUS_ROCKSDB_INCLUDE): \
-             building without unindexed puts"
+             building without unindexed puts or the indexes' cache priority"
         );
         return;
     };
@@ -68,6 +70,7 @@ fn main() {
         .define("ROCKSDB_LIB_IO_POSIX", None)
         .warnings(false)
         .file("src/unindexed.cc")
-        .compile("nidus_rocks_unindexed");
-    println!("cargo:rustc-cfg=nidus_unindexed_put");
+        .file("src/cache_priority.cc")
+        .compile("nidus_rocks_shim");
+    println!("cargo:rustc-cfg=nidus_rocks_shim");
 }

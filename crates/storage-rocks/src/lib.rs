@@ -91,7 +91,123 @@ pub struct RocksEngine {
 /// Values at least this large are stored in blob files (see `cf_options`).
 const LARGE_VALUE_BYTES: u64 = 64 << 10;
 
-fn cf_options(cache: &Cache, space: Space, point_lookups: bool) -> Options {
+/// The block caches of the column families: one LRU cache, which the indexes read through a
+/// high-priority handle (see [`BlockCaches::new`]).
+struct BlockCaches {
+    shared: Cache,
+    indexes: Cache,
+}
+
+/// The share of the block cache the indexes' blocks (and the pinned index and filter blocks
+/// of every table) may hold ahead of the records' (RocksDB's LRU cache's high-priority pool).
+#[cfg_attr(not(nidus_rocks_shim), allow(dead_code))]
+const INDEX_CACHE_SHARE: f64 = 0.9;
+
+impl BlockCaches {
+    /// One LRU cache of `bytes`, whose high-priority pool may take [`INDEX_CACHE_SHARE`] of
+    /// it. The indexes' column family reads through `indexes`, which inserts every block at
+    /// high priority; the records' blocks go in at low priority and are evicted first. An
+    /// indexed read touches an index block and then a record's: with data several times the
+    /// cache, the index entries (about a tenth of a collection's bytes) stay cached and a
+    /// point read by `_id` costs one block read, the record's, instead of up to two (plain
+    /// LRU keeps the hotter index blocks too, but loses them to the stream of record blocks
+    /// once the index is a good part of the cache). MongoDB's sizing rule is the same: the
+    /// indexes should fit in memory. The pool bounds the indexes' share without reserving
+    /// it: records use whatever the indexes leave, and always at least a tenth.
+    #[cfg(nidus_rocks_shim)]
+    fn new(bytes: usize) -> StorageResult<BlockCaches> {
+        BlockCaches::build(bytes, -1, true)
+    }
+
+    /// The cache of [`BlockCaches::new`] in 2^`shard_bits` shards (-1: RocksDB's default
+    /// for the size); with `prioritize_indexes` false, every block at its default priority
+    /// in RocksDB's default pool (one LRU order for all, as without the shim).
+    #[cfg(nidus_rocks_shim)]
+    fn build(
+        bytes: usize,
+        shard_bits: i32,
+        prioritize_indexes: bool,
+    ) -> StorageResult<BlockCaches> {
+        let shared = Cache::new_lru_cache(0);
+        // 0.5: RocksDB's default high-priority pool.
+        let share = if prioritize_indexes {
+            INDEX_CACHE_SHARE
+        } else {
+            0.5
+        };
+        // SAFETY: a live cache handle; the call replaces the cache it points at (empty,
+        // nothing uses it yet) with the new one.
+        unsafe { nidus_cache_new_lru(raw_cache(&shared), bytes, shard_bits, share) };
+        let indexes = if prioritize_indexes {
+            let indexes = Cache::new_lru_cache(0);
+            // SAFETY: as above; the wrapper holds a reference to `shared`'s cache.
+            unsafe { nidus_cache_share_high_priority(raw_cache(&indexes), raw_cache(&shared)) };
+            indexes
+        } else {
+            shared.clone()
+        };
+        // Both now answer for the new cache (the placeholders' capacity was 0).
+        for cache in [&shared, &indexes] {
+            // SAFETY: a live cache handle.
+            if unsafe { librocksdb_sys::rocksdb_cache_get_capacity(raw_cache(cache)) } != bytes {
+                return Err(StorageError::Io(
+                    "the block cache handles do not hold the block cache".into(),
+                ));
+            }
+        }
+        Ok(BlockCaches { shared, indexes })
+    }
+
+    /// Without the shim (see build.rs): one LRU cache (RocksDB's defaults), every block at
+    /// its default priority.
+    #[cfg(not(nidus_rocks_shim))]
+    fn new(bytes: usize) -> StorageResult<BlockCaches> {
+        let shared = Cache::new_lru_cache(bytes);
+        Ok(BlockCaches {
+            indexes: shared.clone(),
+            shared,
+        })
+    }
+
+    fn of(&self, space: Space) -> &Cache {
+        match space {
+            Space::Indexes => &self.indexes,
+            Space::Records | Space::Catalog => &self.shared,
+        }
+    }
+}
+
+#[cfg(nidus_rocks_shim)]
+extern "C" {
+    /// `src/cache_priority.cc`: makes `handle` a new LRU cache.
+    fn nidus_cache_new_lru(
+        handle: *mut librocksdb_sys::rocksdb_cache_t,
+        capacity: usize,
+        num_shard_bits: std::ffi::c_int,
+        high_pri_pool_ratio: f64,
+    );
+    /// `src/cache_priority.cc`: makes `handle` a view of `shared`'s cache whose inserts are
+    /// all high priority.
+    fn nidus_cache_share_high_priority(
+        handle: *mut librocksdb_sys::rocksdb_cache_t,
+        shared: *const librocksdb_sys::rocksdb_cache_t,
+    );
+}
+
+/// The C handle inside a `rocksdb` cache, which the crate keeps private: `Cache` is a
+/// newtype over an `Arc` of a struct whose only field is the handle, so it reads as an `Arc`
+/// of the handle (sizes checked below; `BlockCaches::new` checks the result through the C
+/// API).
+#[cfg(nidus_rocks_shim)]
+fn raw_cache(cache: &Cache) -> *mut librocksdb_sys::rocksdb_cache_t {
+    type Handle = std::ptr::NonNull<librocksdb_sys::rocksdb_cache_t>;
+    const _: () = assert!(std::mem::size_of::<Cache>() == std::mem::size_of::<Arc<Handle>>());
+    // SAFETY: same size and layout as an `Arc` of the single-field struct (see above).
+    unsafe { (*std::ptr::from_ref(cache).cast::<Arc<Handle>>()).as_ptr() }
+}
+
+fn cf_options(caches: &BlockCaches, space: Space, point_lookups: bool) -> Options {
+    let cache = caches.of(space);
     let mut block = BlockBasedOptions::default();
     block.set_block_cache(cache);
     block.set_bloom_filter(10.0, false);
@@ -128,7 +244,7 @@ fn cf_options(cache: &Cache, space: Space, point_lookups: bool) -> Options {
         opts.set_min_blob_size(LARGE_VALUE_BYTES);
         opts.set_blob_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.set_enable_blob_gc(true);
-        opts.set_blob_cache(cache);
+        opts.set_blob_cache(&caches.shared);
     }
     if point_lookups {
         opts.optimize_for_point_lookup(64);
@@ -163,9 +279,13 @@ impl RocksEngine {
         Self::open_with_cache(path, DEFAULT_CACHE_BYTES)
     }
 
-    /// Opens with a block cache of `cache_bytes` shared by every column family.
+    /// Opens with a block cache of `cache_bytes` shared by every column family (see
+    /// [`BlockCaches`]).
     pub fn open_with_cache(path: &Path, cache_bytes: usize) -> StorageResult<RocksEngine> {
-        let cache = Cache::new_lru_cache(cache_bytes);
+        Self::open_with_caches(path, BlockCaches::new(cache_bytes)?)
+    }
+
+    fn open_with_caches(path: &Path, caches: BlockCaches) -> StorageResult<RocksEngine> {
         let mut db_opts = Options::default();
         db_opts.create_if_missing(true);
         db_opts.create_missing_column_families(true);
@@ -185,7 +305,7 @@ impl RocksEngine {
         db_opts.set_statistics_level(StatsLevel::ExceptHistogramOrTimers);
         let cfs = Space::ALL
             .iter()
-            .map(|&s| ColumnFamilyDescriptor::new(s.name(), cf_options(&cache, s, false)));
+            .map(|&s| ColumnFamilyDescriptor::new(s.name(), cf_options(&caches, s, false)));
         let mut txn_opts = TransactionDBOptions::default();
         txn_opts.set_default_lock_timeout(LOCK_TIMEOUT_MS);
         txn_opts.set_txn_lock_timeout(LOCK_TIMEOUT_MS);
@@ -485,12 +605,12 @@ fn raw_transaction(txn: &Transaction<'static, Db>) -> *mut librocksdb_sys::rocks
 struct RocksTxn {
     txn: Transaction<'static, Db>,
     /// Set by [`KvTxn::new_keys_unread`]: `put_new` skips the read index.
-    #[cfg_attr(not(nidus_unindexed_put), allow(dead_code))]
+    #[cfg_attr(not(nidus_rocks_shim), allow(dead_code))]
     new_keys_unread: bool,
     _owner: Arc<Inner>,
 }
 
-#[cfg(nidus_unindexed_put)]
+#[cfg(nidus_rocks_shim)]
 extern "C" {
     /// `src/unindexed.cc`: a put appended to the batch under the transaction's read index.
     fn nidus_transaction_put_unindexed(
@@ -507,7 +627,7 @@ extern "C" {
 impl RocksTxn {
     /// A put into the transaction's write batch past its read index and its lock manager
     /// (where `DisableIndexing` sends writes).
-    #[cfg(nidus_unindexed_put)]
+    #[cfg(nidus_rocks_shim)]
     fn put_unindexed(&mut self, space: Space, key: &[u8], value: &[u8]) -> StorageResult<()> {
         // `unindexed.cc` reads the C++ object behind each C handle: the handle structs'
         // first field, as `rocksdb/db/c.cc` defines them.
@@ -578,7 +698,7 @@ impl KvTxn for RocksTxn {
     }
 
     fn put_new(&mut self, space: Space, key: &[u8], value: &[u8]) -> StorageResult<()> {
-        #[cfg(nidus_unindexed_put)]
+        #[cfg(nidus_rocks_shim)]
         if self.new_keys_unread {
             return self.put_unindexed(space, key, value);
         }
