@@ -328,7 +328,8 @@ impl Engine {
             while c.valid() {
                 let mut k = c.key().to_vec();
                 if ix.unique {
-                    k.extend_from_slice(c.value().get(..8).unwrap_or_default());
+                    let rid = index::unique_value_parts(c.value()).map_or(0, |(rid, _)| rid);
+                    k.extend_from_slice(&keys::u64_be(rid));
                 }
                 found.insert(k);
                 c.next();

@@ -555,3 +555,161 @@ fn drops_remove_exactly_their_data_and_every_plan_of_the_rest_reads_the_same() {
         }
     }
 }
+
+/// Every unique entry of `ns` rewritten in the layout written before record ids were
+/// shortened (8 bytes, then the type bits), as a store made by an earlier build holds them.
+fn rewrite_unique_entries_in_the_earlier_layout(e: &Engine, ns: &Namespace) -> usize {
+    use nidus_storage::{keys, Space};
+    let coll = e.collection(ns).expect("collection");
+    let ids: Vec<u64> = coll
+        .meta
+        .read()
+        .indexes
+        .iter()
+        .filter(|ix| ix.unique)
+        .map(|ix| ix.id)
+        .collect();
+    let snap = e.kv().snapshot();
+    let mut txn = e.kv().begin();
+    let mut rewritten = 0;
+    for id in ids {
+        let mut c = snap.cursor(Space::Indexes, &keys::u64_be(id), &keys::prefix_end(id));
+        c.seek_to_first();
+        while c.valid() {
+            let (rid, type_bits) =
+                nidus_engine::index::unique_value_parts(c.value()).expect("a unique entry");
+            assert!(c.value()[0] >= 0x80, "written in the short layout");
+            let mut old = rid.to_be_bytes().to_vec();
+            old.extend_from_slice(type_bits);
+            txn.put(Space::Indexes, c.key(), &old).unwrap();
+            rewritten += 1;
+            c.next();
+        }
+    }
+    txn.commit().unwrap();
+    rewritten
+}
+
+/// Unique entries written before record ids were shortened read, enforce uniqueness and are
+/// maintained as the new ones: the express `_id` path, every index hinted both ways and a
+/// covered read of the unique index (its type bits: int32, int64 and double values) return
+/// what a collection scan does; duplicates are refused; updates and deletes keep `validate`
+/// clean; a mix of both layouts reads the same.
+#[test]
+fn unique_entries_in_the_earlier_layout_read_enforce_and_are_maintained() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(dir.path());
+    let ns = Namespace::new("db", "old_layout");
+    e.create_indexes(
+        &ns,
+        &[
+            doc! {"key": {"u": 1}, "name": "u_1", "unique": true},
+            doc! {"key": {"k": 1}, "name": "k_1"},
+        ],
+    )
+    .unwrap();
+    let u = |i: i32| match i % 3 {
+        0 => Bson::Int32(i * 3),
+        1 => Bson::Int64(i64::from(i) * 3),
+        _ => Bson::Double(f64::from(i) * 3.5),
+    };
+    // Record ids past 255 and 65,535 too (two- and three-byte ids in the short layout).
+    for i in 0..300 {
+        insert(&e, &ns, doc! {"_id": i, "u": u(i), "k": i % 7}).unwrap();
+    }
+    let check = |e: &Engine, expected_n: usize| {
+        let coll = e.collection(&ns).unwrap();
+        assert!(e.validate(&coll).unwrap().errors.is_empty(), "validate");
+        let mut scan = find(
+            e,
+            &ns,
+            FindSpec {
+                hint: Some(Bson::Document(doc! {"$natural": 1})),
+                ..FindSpec::default()
+            },
+        );
+        scan.sort_by_key(|d| d.get_i32("_id").unwrap());
+        assert_eq!(scan.len(), expected_n);
+        for (hint, sort) in [
+            ("_id", 1),
+            ("_id", -1),
+            ("u", 1),
+            ("u", -1),
+            ("k", 1),
+            ("k", -1),
+        ] {
+            let mut got = find(
+                e,
+                &ns,
+                FindSpec {
+                    hint: Some(Bson::Document(doc! {hint: 1})),
+                    sort: Some(doc! {hint: sort}),
+                    ..FindSpec::default()
+                },
+            );
+            got.sort_by_key(|d| d.get_i32("_id").unwrap());
+            assert_eq!(got, scan, "hint {hint} sort {sort}");
+        }
+        for d in &scan {
+            let id = d.get("_id").unwrap().clone();
+            let by_id = find(
+                e,
+                &ns,
+                FindSpec {
+                    filter: doc! {"_id": id},
+                    ..FindSpec::default()
+                },
+            );
+            assert_eq!(by_id, vec![d.clone()]);
+        }
+        // Covered: the values come from the unique entries' keys and type bits.
+        let mut covered = find(
+            e,
+            &ns,
+            FindSpec {
+                filter: doc! {"u": {"$gte": Bson::MinKey}},
+                projection: Some(doc! {"_id": 0, "u": 1}),
+                hint: Some(Bson::Document(doc! {"u": 1})),
+                ..FindSpec::default()
+            },
+        );
+        let mut want: Vec<Document> = scan
+            .iter()
+            .map(|d| doc! {"u": d.get("u").unwrap().clone()})
+            .collect();
+        let key = |d: &Document| format!("{:?}", d.get("u"));
+        covered.sort_by_key(key);
+        want.sort_by_key(key);
+        assert_eq!(covered, want);
+    };
+    check(&e, 300);
+    assert_eq!(rewrite_unique_entries_in_the_earlier_layout(&e, &ns), 600);
+    check(&e, 300);
+    // Duplicates of entries in the earlier layout are refused.
+    let dup = insert(&e, &ns, doc! {"_id": 5, "u": -1}).unwrap_err();
+    assert_eq!(dup.code, ErrorCode::DuplicateKey);
+    let dup = insert(&e, &ns, doc! {"_id": 1000, "u": u(4)}).unwrap_err();
+    assert_eq!(dup.code, ErrorCode::DuplicateKey);
+    // Updates rewrite a third of the unique entries in the new layout; deletes remove others.
+    let spec = UpdateSpec {
+        filter: doc! {"k": 1},
+        update: Update::parse(&Bson::Document(doc! {"$mul": {"u": -1}}), None).unwrap(),
+        multi: true,
+        upsert: false,
+        sort: None,
+        hint: None,
+    };
+    let coll = e.collection(&ns).unwrap();
+    let out = e.update(&coll, &spec, &WriteOpts::default()).unwrap();
+    assert_eq!(out.n_matched, 43);
+    let n = e
+        .delete(&coll, &doc! {"k": 2}, true, None, &WriteOpts::default())
+        .unwrap();
+    assert_eq!(n, 43);
+    check(&e, 257);
+    // Reopened: the same.
+    drop(coll);
+    drop(e);
+    let e = open(dir.path());
+    check(&e, 257);
+}
