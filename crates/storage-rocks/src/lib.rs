@@ -10,7 +10,7 @@ use nidus_storage::{
 };
 use rocksdb::{
     statistics::{StatsLevel, Ticker},
-    AsColumnFamilyRef, BlockBasedOptions, BlockBasedTablePinningTier, Cache,
+    AsColumnFamilyRef, BlockBasedIndexType, BlockBasedOptions, BlockBasedTablePinningTier, Cache,
     ColumnFamilyDescriptor, DBRawIteratorWithThreadMode, ErrorKind, FlushOptions, Options,
     ReadOptions, SnapshotWithThreadMode, Transaction, TransactionDB, TransactionDBOptions,
     TransactionOptions, WriteBatchWithTransaction, WriteOptions, DEFAULT_COLUMN_FAMILY_NAME,
@@ -216,6 +216,16 @@ fn cf_options(caches: &BlockCaches, space: Space, point_lookups: bool) -> Option
     // Index and filter blocks of every level stay pinned in the cache: a point read whose data
     // is not cached costs one data-block read, never an index or filter read as well.
     block.set_unpartitioned_pinning_tier(BlockBasedTablePinningTier::All);
+    // Both partitioned into blocks of about 4 KiB under a small top level, all pinned too.
+    // Unpartitioned, a table's filter is one block of 10 bits per key (an index table of 64
+    // MiB holds millions of small entries: a filter of several MiB) and the block cache's
+    // shard that block hashes to (a 64th of the cache) is overfull, so no data block of that
+    // shard stays cached; partitions spread over every shard.
+    block.set_index_type(BlockBasedIndexType::TwoLevelIndexSearch);
+    block.set_partition_filters(true);
+    block.set_pin_top_level_index_and_filter(true);
+    block.set_top_level_index_pinning_tier(BlockBasedTablePinningTier::All);
+    block.set_partition_pinning_tier(BlockBasedTablePinningTier::All);
     let mut opts = match space {
         // Every key of these spaces starts with its collection's or index's 8-byte id, and
         // most writes append to one (new record ids, oplog slots, increasing `_id`s and
