@@ -98,8 +98,8 @@ struct BlockCaches {
     indexes: Cache,
 }
 
-/// The share of the block cache the indexes' blocks (and the pinned index and filter blocks
-/// of every table) may hold ahead of the records' (RocksDB's LRU cache's high-priority pool).
+/// The share of the block cache the indexes' blocks may hold ahead of the records' (RocksDB's
+/// LRU cache's high-priority pool).
 #[cfg_attr(not(nidus_rocks_shim), allow(dead_code))]
 const INDEX_CACHE_SHARE: f64 = 0.9;
 
@@ -196,7 +196,7 @@ extern "C" {
 
 /// The C handle inside a `rocksdb` cache, which the crate keeps private: `Cache` is a
 /// newtype over an `Arc` of a struct whose only field is the handle, so it reads as an `Arc`
-/// of the handle (sizes checked below; `BlockCaches::new` checks the result through the C
+/// of the handle (sizes checked below; `BlockCaches::build` checks the result through the C
 /// API).
 #[cfg(nidus_rocks_shim)]
 fn raw_cache(cache: &Cache) -> *mut librocksdb_sys::rocksdb_cache_t {
