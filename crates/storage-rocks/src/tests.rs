@@ -668,6 +668,7 @@ fn unread_new_keys_commit_and_roll_back_like_any_write() {
 /// random record (an `_id` read), with the records eight times the block cache and the index
 /// half of it, once the cache is warm (deterministic: one thread, a fixed sequence, each
 /// space flushed once to a single table file).
+#[cfg(nidus_rocks_shim)]
 fn index_and_record_misses(caches: BlockCaches) -> (u64, u64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let e = RocksEngine::open_with_caches(dir.path(), caches).expect("open");
