@@ -1,9 +1,7 @@
 //! Index entries: the key layout of the index space and their maintenance on writes.
 //!
 //! Unique index: key = `index id ++ keystring`, value = `record id ++ type bits`, so a second
-//! document with the same key finds the entry with one point read. The record id is written
-//! short (see [`unique_value`]): the `_id` index is read by every point read, and the smaller
-//! its entries the more of it stays cached.
+//! document with the same key finds the entry with one point read.
 //! Non-unique index: key = `index id ++ keystring ++ record id`, value = `type bits`.
 //! Keystrings are self-delimiting, so the record id suffix never changes key order.
 
@@ -180,41 +178,18 @@ pub fn entry_key(ix: &IndexMeta, ks: &[u8], rid: u64) -> Vec<u8> {
 
 fn entry_value(ix: &IndexMeta, type_bits: &[u8], rid: u64) -> Vec<u8> {
     if ix.unique {
-        unique_value(rid, type_bits)
+        let mut v = keys::u64_be(rid).to_vec();
+        v.extend_from_slice(type_bits);
+        v
     } else {
         type_bits.to_vec()
     }
 }
 
-/// A unique entry's value: a tag byte `0x80 | (n - 1)`, the record id's last `n` big-endian
-/// bytes (as few as hold it, at least one), then the key's type bits. Entries written before
-/// hold the record id as 8 bytes; their first byte is the id's top byte, below 0x80 for any
-/// id a store reaches (ids count up from 1), so the tag tells the two apart.
-fn unique_value(rid: u64, type_bits: &[u8]) -> Vec<u8> {
-    let n = (8 - rid.leading_zeros() as usize / 8).max(1);
-    let mut v = Vec::with_capacity(1 + n + type_bits.len());
-    v.push(0x80 | (n as u8 - 1));
-    v.extend_from_slice(&rid.to_be_bytes()[8 - n..]);
-    v.extend_from_slice(type_bits);
-    v
-}
-
-/// A unique entry's record id and type bits (either layout, see [`unique_value`]).
-pub fn unique_value_parts(value: &[u8]) -> Option<(u64, &[u8])> {
-    let (&tag, rest) = value.split_first()?;
-    if tag & 0x80 == 0 {
-        return Some((keys::read_u64(value)?, &value[8..]));
-    }
-    let n = usize::from(tag & 0x07) + 1;
-    let id = rest.get(..n)?;
-    let rid = id.iter().fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
-    Some((rid, &rest[n..]))
-}
-
 /// Record id an entry points at.
 pub fn entry_record_id(ix: &IndexMeta, key: &[u8], value: &[u8]) -> Option<u64> {
     if ix.unique {
-        unique_value_parts(value).map(|(rid, _)| rid)
+        keys::read_u64(value)
     } else {
         key.len()
             .checked_sub(8)
@@ -243,7 +218,7 @@ pub fn insert_keys(
                 None => txn.get(Space::Indexes, &key)?,
             };
             if let Some(existing) = existing {
-                if unique_value_parts(&existing).map(|(r, _)| r) != Some(rid) {
+                if keys::read_u64(&existing) != Some(rid) {
                     // An index being built takes the write and fails at its commit if
                     // the collision is still there (MongoDB's hybrid builds).
                     if let Some(build) = &ix.build {
@@ -297,7 +272,7 @@ pub fn remove_keys(
         // recorded collision): only the record's own entry goes.
         if ix.unique && ix.build.is_some() {
             match txn.get_for_update(Space::Indexes, &key)? {
-                Some(v) if unique_value_parts(&v).map(|(r, _)| r) == Some(rid) => {}
+                Some(v) if keys::read_u64(&v) == Some(rid) => {}
                 _ => continue,
             }
         }
@@ -323,42 +298,4 @@ pub fn duplicate_key_error(coll: &Collection, ix: &IndexMeta, values: &[Bson]) -
     )
     .with_extra("keyPattern", ix.key_document())
     .with_extra("keyValue", key_value)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Record ids of every length read back with their type bits, from the short layout and
-    /// from the earlier 8-byte one; the short layout takes the fewest bytes that hold the id.
-    #[test]
-    fn unique_values_read_back_in_both_layouts() {
-        for (rid, id_bytes) in [
-            (0u64, 1),
-            (1, 1),
-            (255, 1),
-            (256, 2),
-            (65_535, 2),
-            (65_536, 3),
-            (10_000_000, 3),
-            (1 << 24, 4),
-            ((1 << 56) - 1, 7),
-            (1 << 56, 8),
-            (u64::MAX, 8),
-        ] {
-            for type_bits in [&[][..], &[0x01], &[0x80, 0x02, 0xff]] {
-                let short = unique_value(rid, type_bits);
-                assert_eq!(short.len(), 1 + id_bytes + type_bits.len(), "{rid}");
-                assert_eq!(unique_value_parts(&short), Some((rid, type_bits)));
-                if rid < 1 << 63 {
-                    let mut earlier = rid.to_be_bytes().to_vec();
-                    earlier.extend_from_slice(type_bits);
-                    assert_eq!(unique_value_parts(&earlier), Some((rid, type_bits)));
-                }
-            }
-        }
-        assert_eq!(unique_value_parts(&[]), None);
-        assert_eq!(unique_value_parts(&[0x82, 1, 2]), None);
-        assert_eq!(unique_value_parts(&[0, 0, 0, 0, 0, 0, 1]), None);
-    }
 }

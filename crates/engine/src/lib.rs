@@ -328,8 +328,7 @@ impl Engine {
             while c.valid() {
                 let mut k = c.key().to_vec();
                 if ix.unique {
-                    let rid = index::unique_value_parts(c.value()).map_or(0, |(rid, _)| rid);
-                    k.extend_from_slice(&keys::u64_be(rid));
+                    k.extend_from_slice(c.value().get(..8).unwrap_or_default());
                 }
                 found.insert(k);
                 c.next();

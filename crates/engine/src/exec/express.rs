@@ -65,7 +65,7 @@ impl ExpressIxscan {
             return Ok(None);
         };
         self.keys_examined += 1;
-        let Some((rid, _)) = index::unique_value_parts(&entry) else {
+        let Some(rid) = keys::read_u64(&entry) else {
             return Ok(None);
         };
         if self.record_ids_only {

@@ -194,10 +194,7 @@ impl IndexScan {
             let key = c.key();
             let ks = &key[8..];
             let (rid, type_bits) = if self.index.unique {
-                match index::unique_value_parts(c.value()) {
-                    Some((rid, type_bits)) => (Some(rid), type_bits),
-                    None => (None, &[][..]),
-                }
+                (keys::read_u64(c.value()), c.value().get(8..).unwrap_or(&[]))
             } else {
                 (
                     index::entry_record_id(&self.index, key, c.value()),
