@@ -1,13 +1,14 @@
 // A block cache handle whose inserts are all high priority, over the same cache as the one
 // it wraps: the indexes' column family reads through it, the records' through the plain
 // one. RocksDB's LRU cache inserts data blocks at low priority and keeps high-priority
-// entries in a pool of its own (half the capacity by default) ahead of them, so index
-// blocks, read by every point read and every index scan, are evicted after the record
-// blocks around them: with data a few times the cache, an `_id` read still finds its index
-// entry cached and reads one block, the record's. The pool is a bound, not a reservation:
-// records use whatever the indexes leave. No RocksDB option sets a column family's data
-// blocks' priority, hence the wrapper (compiled against the headers of the exact RocksDB
-// that librocksdb-sys builds, see build.rs).
+// entries (and blocks hit since they came in) in a pool of its own ahead of them (the engine
+// lets it take 90% of the cache, see `nidus_cache_new_lru`), so index blocks, read by every
+// point read and every index scan, are evicted after the record blocks around them: with
+// data several times the cache, an `_id` read still finds its index entry cached and reads
+// one block, the record's. The pool is a bound, not a reservation: records use whatever the
+// indexes leave. No RocksDB option sets a column family's data blocks' priority, hence the
+// wrapper (compiled against the headers of the exact RocksDB that librocksdb-sys builds, see
+// build.rs).
 #include <memory>
 
 #include "rocksdb/advanced_cache.h"
