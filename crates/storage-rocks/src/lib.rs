@@ -281,6 +281,14 @@ const RECYCLED_WAL_FILES: usize = 2;
 /// flush switches to the next one.
 pub const PREALLOCATED_WAL_FILE_BYTES: usize = 64 << 20;
 
+/// An empty column family whose name marks what a store holds that earlier versions would
+/// misread. RocksDB refuses to open a database without opening every column family it has,
+/// so a binary that does not know this name stops at start-up ("Column families not opened")
+/// instead of serving wrong results. Format 2: tables with partitioned index and filter
+/// blocks (`cf_options`), in which earlier binaries' point reads missed keys that are there.
+/// A later change of what is on disk that earlier binaries would misread names a new mark.
+const FORMAT_MARK: &str = "nidus.format.2";
+
 /// The block cache of [`RocksEngine::open`] (the server sizes its own, as WiredTiger does).
 pub const DEFAULT_CACHE_BYTES: usize = 256 << 20;
 
@@ -315,7 +323,8 @@ impl RocksEngine {
         db_opts.set_statistics_level(StatsLevel::ExceptHistogramOrTimers);
         let cfs = Space::ALL
             .iter()
-            .map(|&s| ColumnFamilyDescriptor::new(s.name(), cf_options(&caches, s, false)));
+            .map(|&s| ColumnFamilyDescriptor::new(s.name(), cf_options(&caches, s, false)))
+            .chain([ColumnFamilyDescriptor::new(FORMAT_MARK, Options::default())]);
         let mut txn_opts = TransactionDBOptions::default();
         txn_opts.set_default_lock_timeout(LOCK_TIMEOUT_MS);
         txn_opts.set_txn_lock_timeout(LOCK_TIMEOUT_MS);

@@ -746,3 +746,30 @@ fn index_blocks_stay_cached_under_random_point_reads() {
         assert!(misses > 15_000, "{misses} of 20,000 record reads missed");
     }
 }
+
+/// Every store carries the format mark (see `FORMAT_MARK`), which a binary that does not know
+/// it cannot open past; a store of an earlier version gets it when opened.
+#[test]
+fn stores_carry_the_format_mark() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        // A store as an earlier version made it: the spaces' column families only.
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        let names: Vec<&str> = Space::ALL.iter().map(|s| s.name()).collect();
+        rocksdb::DB::open_cf(&opts, dir.path(), names).expect("open an earlier store");
+    }
+    let has_mark = || {
+        rocksdb::DB::list_cf(&Options::default(), dir.path())
+            .expect("list")
+            .iter()
+            .any(|name| name == FORMAT_MARK)
+    };
+    assert!(!has_mark());
+    drop(RocksEngine::open(dir.path()).expect("open"));
+    assert!(has_mark());
+    // Opening without it, as an earlier binary would, fails.
+    let names: Vec<&str> = Space::ALL.iter().map(|s| s.name()).collect();
+    assert!(rocksdb::DB::open_cf(&Options::default(), dir.path(), names).is_err());
+}
