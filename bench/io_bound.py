@@ -19,7 +19,6 @@ Timing is reported, never asserted.
 """
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -29,13 +28,16 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import HERE, free_port, log, make_doc_range, wait_until  # noqa: E402
+from bench import free_port, log, make_doc_range, proc_cpu, wait_until  # noqa: E402
+from scale import GoClient, settle  # noqa: E402
 
-import psutil  # noqa: E402
 import pymongo  # noqa: E402
 
 
 class Server:
+    """A Nidus server on a given data directory (bench.py's `Nidus` makes its own)."""
+    name = "nidus"
+
     def __init__(self, binary, dbpath, cache_gb, logf):
         self.port = free_port()
         self.proc = subprocess.Popen(
@@ -45,23 +47,13 @@ class Server:
         self.client = pymongo.MongoClient(self.uri)
         wait_until(lambda: self.client.admin.command("ping")["ok"] == 1, 120, "nidus")
 
-    def cpu(self):
-        t = psutil.Process(self.proc.pid).cpu_times()
-        return t.user + t.system
+    def pids(self):
+        return [self.proc.pid]
 
     def misses(self):
         rocks = self.client.admin.command("serverStatus")["rocksdb"]
         return (rocks["block.cache.data.miss"],
                 rocks["block.cache.index.miss"] + rocks["block.cache.filter.miss"])
-
-    def settle(self, limit=900):
-        """Waits (at most `limit` seconds) until the server is under 5% of a core for two
-        consecutive seconds (the load's flushes and compactions done)."""
-        t0, quiet = time.perf_counter(), 0
-        while time.perf_counter() - t0 < limit and quiet < 2:
-            c0 = self.cpu()
-            time.sleep(1.0)
-            quiet = quiet + 1 if self.cpu() - c0 < 0.05 else 0
 
     def stop(self):
         self.client.close()
@@ -85,9 +77,7 @@ def main():
     a = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="nidus-io-bound-")
     try:
-        loader = os.path.join(tmp, "pointload")
-        subprocess.run(["go", "build", "-o", loader, "."], check=True,
-                       cwd=os.path.join(HERE, "pointload"))
+        loader = GoClient(tmp)
         dbpath = os.path.join(tmp, "db")
         os.makedirs(dbpath)
         with open(os.path.join(tmp, "nidus.log"), "ab") as logf:
@@ -98,20 +88,15 @@ def main():
             for lo in range(0, a.docs, 1000):
                 coll.insert_many(make_doc_range(lo, min(a.docs, lo + 1000)), ordered=True)
             log(f"loaded {a.docs:,} documents in {time.perf_counter() - t0:.0f} s")
-            s.settle()
+            settle(s.pids, 900)
             s.stop()
             for binary in a.nidus:
                 s = Server(binary, dbpath, a.cache_gb, logf)
                 for r in range(a.rounds):
-                    (d0, m0), c0 = s.misses(), s.cpu()
-                    out = subprocess.run(
-                        [loader, "-system", "nidus", "-uri", s.uri, "-op", "find_one",
-                         "-n", str(a.reads), "-clients", "1", "-lo", "0", "-hi", str(a.docs),
-                         "-seed", str(r + 1)], check=True, capture_output=True, text=True)
-                    (d1, m1), c1 = s.misses(), s.cpu()
-                    res = json.loads(out.stdout)
-                    n = res["ops"]
-                    print(f"{binary} round {r + 1}: {n / res['seconds']:.0f} reads/s, "
+                    (d0, m0), c0 = s.misses(), proc_cpu(s.pids)
+                    n, seconds = loader.run(s, "find_one", a.reads, 1, 0, a.docs, r + 1)
+                    (d1, m1), c1 = s.misses(), proc_cpu(s.pids)
+                    print(f"{binary} round {r + 1}: {n / seconds:.0f} reads/s, "
                           f"{(d1 - d0) / n:.3f} data and {(m1 - m0) / n:.3f} index/filter "
                           f"blocks read per read, server CPU {(c1 - c0) / n * 1e6:.0f} µs",
                           flush=True)

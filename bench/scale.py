@@ -196,16 +196,17 @@ class GoClient:
         return res["ops"], res["seconds"]
 
 
-def settle(side, limit):
+def settle(pids, limit):
     """Waits (at most `limit` seconds) until the server's background work after a load
     (RocksDB's flushes and compactions, PostgreSQL's autovacuum and checkpoints) is done:
-    under 5% of a core over two consecutive seconds. Returns the seconds waited."""
+    its processes (`pids()`) under 5% of a core over two consecutive seconds. Returns the
+    seconds waited."""
     t0 = time.perf_counter()
     quiet = 0
     while time.perf_counter() - t0 < limit and quiet < 2:
-        c0 = proc_cpu(side.s.pids)
+        c0 = proc_cpu(pids)
         time.sleep(1.0)
-        quiet = quiet + 1 if proc_cpu(side.s.pids) - c0 < 0.05 else 0
+        quiet = quiet + 1 if proc_cpu(pids) - c0 < 0.05 else 0
     return time.perf_counter() - t0
 
 
@@ -226,7 +227,7 @@ def run_size(args, n, tmp, rng):
             if got != n:
                 raise RuntimeError(f"{name}: loaded {got} documents, not {n}")
             c1 = proc_cpu(side.s.pids)
-            settled = settle(side, args.settle_max)
+            settled = settle(side.s.pids, args.settle_max)
             out["load"][name] = {
                 "rate": n / elapsed, "seconds": round(elapsed, 1),
                 "server_cpu_us_per_doc": (c1 - c0) / n * 1e6,
