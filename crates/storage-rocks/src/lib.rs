@@ -206,7 +206,7 @@ fn raw_cache(cache: &Cache) -> *mut librocksdb_sys::rocksdb_cache_t {
     unsafe { (*std::ptr::from_ref(cache).cast::<Arc<Handle>>()).as_ptr() }
 }
 
-fn cf_options(caches: &BlockCaches, space: Space, point_lookups: bool) -> Options {
+fn cf_options(caches: &BlockCaches, space: Space) -> Options {
     let cache = caches.of(space);
     let mut block = BlockBasedOptions::default();
     block.set_block_cache(cache);
@@ -255,10 +255,6 @@ fn cf_options(caches: &BlockCaches, space: Space, point_lookups: bool) -> Option
         opts.set_blob_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.set_enable_blob_gc(true);
         opts.set_blob_cache(&caches.shared);
-    }
-    if point_lookups {
-        opts.optimize_for_point_lookup(64);
-        opts.set_block_based_table_factory(&block);
     }
     opts
 }
@@ -323,7 +319,7 @@ impl RocksEngine {
         db_opts.set_statistics_level(StatsLevel::ExceptHistogramOrTimers);
         let cfs = Space::ALL
             .iter()
-            .map(|&s| ColumnFamilyDescriptor::new(s.name(), cf_options(&caches, s, false)))
+            .map(|&s| ColumnFamilyDescriptor::new(s.name(), cf_options(&caches, s)))
             .chain([ColumnFamilyDescriptor::new(FORMAT_MARK, Options::default())]);
         let mut txn_opts = TransactionDBOptions::default();
         txn_opts.set_default_lock_timeout(LOCK_TIMEOUT_MS);
