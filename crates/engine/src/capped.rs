@@ -152,7 +152,7 @@ impl Engine {
                     let bytes = bson::to_vec(&entry).map_err(|e| Error::internal(e.to_string()))?;
                     txn.put(Space::Catalog, &coll.catalog_key(), &bytes)?;
                 }
-                txn.put_new(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
+                txn.put_new(coll.records.space, &coll.records.key(rid), doc.as_bytes())?;
                 crate::write::record_insert(txn.as_mut(), opts, doc)?;
                 let (evicted, victims, next_mark) = if crate::oplog::applying_replicated() {
                     ((0, 0), Vec::new(), None)
@@ -226,9 +226,9 @@ impl Engine {
         };
         let snap = self.kv.snapshot();
         let mut c = snap.cursor(
-            Space::Records,
-            &keys::u64_be(source.id),
-            &keys::prefix_end(source.id),
+            source.records.space,
+            &source.records.lower(),
+            &source.records.upper(),
         );
         c.seek_to_first();
         while c.valid() {
@@ -289,9 +289,9 @@ fn evict(
     let from = coll.capped.evicted_below.load(Ordering::Acquire);
     let victims: Vec<u64> = {
         let mut c = txn.cursor(
-            Space::Records,
-            &keys::with_id(coll.id, from),
-            &keys::with_id(coll.id, new_rid),
+            coll.records.space,
+            &coll.records.key(from),
+            &coll.records.key(new_rid),
         );
         c.seek_to_first();
         let mut out = Vec::new();
@@ -308,15 +308,15 @@ fn evict(
     let (mut n, mut bytes) = (0i64, 0i64);
     let mut deleted = Vec::with_capacity(victims.len());
     for rid in victims {
-        let rkey = keys::with_id(coll.id, rid);
-        let Some(old) = txn.get_for_update(Space::Records, &rkey)? else {
+        let rkey = coll.records.key(rid);
+        let Some(old) = txn.get_for_update(coll.records.space, &rkey)? else {
             continue;
         };
         let raw = RawDocument::from_bytes(&old)?;
         for ix in meta.write_indexes() {
             index::remove_keys(txn, ix, &index::document_keys(ix, raw)?, rid)?;
         }
-        txn.delete(Space::Records, &rkey)?;
+        txn.delete(coll.records.space, &rkey)?;
         n += 1;
         bytes += old.len() as i64;
         if logged {

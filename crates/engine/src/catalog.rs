@@ -8,6 +8,7 @@ use crate::namespace::Namespace;
 use crate::validation::Validator;
 use bson::{doc, Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
+use nidus_storage::{keys, Space};
 use parking_lot::RwLock;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -328,11 +329,72 @@ impl CollectionMeta {
     }
 }
 
+/// Where a collection's documents are: the space, and the collection's id that begins each
+/// key (`id ++ record id`). The oplog's entries are in their own space (see `Space::Oplog`),
+/// every other collection's in `Space::Records`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordStore {
+    pub space: Space,
+    pub id: u64,
+}
+
+impl RecordStore {
+    pub fn of(ns: &Namespace, id: u64) -> RecordStore {
+        let oplog = ns.db == crate::oplog::OPLOG_DB && ns.coll == crate::oplog::OPLOG_COLL;
+        RecordStore {
+            space: if oplog { Space::Oplog } else { Space::Records },
+            id,
+        }
+    }
+
+    /// The key of record `rid`.
+    pub fn key(self, rid: u64) -> [u8; 16] {
+        keys::with_id(self.id, rid)
+    }
+
+    /// The bounds `[lower, upper)` of every key of the collection.
+    pub fn lower(self) -> [u8; 8] {
+        keys::u64_be(self.id)
+    }
+
+    pub fn upper(self) -> [u8; 8] {
+        keys::prefix_end(self.id)
+    }
+}
+
+/// Moves up to `limit` records of collection `to.id` from space `from` to `to.space` in `txn`
+/// (each deleted from `from`); returns how many it moved.
+pub fn move_records(
+    txn: &mut dyn nidus_storage::KvTxn,
+    to: RecordStore,
+    from: Space,
+    limit: usize,
+) -> Result<usize> {
+    let batch: Vec<(Vec<u8>, Vec<u8>)> = {
+        let mut c = txn.cursor(from, &to.lower(), &to.upper());
+        c.seek_to_first();
+        let mut out = Vec::new();
+        while c.valid() && out.len() < limit {
+            out.push((c.key().to_vec(), c.value().to_vec()));
+            c.next();
+        }
+        c.status()?;
+        out
+    };
+    for (k, v) in &batch {
+        txn.put(to.space, k, v)?;
+        txn.delete(from, k)?;
+    }
+    Ok(batch.len())
+}
+
 /// One collection: immutable identity plus its guarded metadata and in-memory counters.
 #[derive(Debug)]
 pub struct Collection {
     pub id: u64,
     pub ns: Namespace,
+    /// Decided by the namespace: a rename that changes it moves the records (`ddl.rs`).
+    pub records: RecordStore,
     pub meta: RwLock<CollectionMeta>,
     next_record_id: AtomicU64,
     /// Document count and data size, kept in memory (no hot counter key in the write path).
@@ -352,6 +414,7 @@ impl Collection {
     pub fn new(id: u64, ns: Namespace, meta: CollectionMeta, next_record_id: u64) -> Collection {
         Collection {
             id,
+            records: RecordStore::of(&ns, id),
             ns,
             meta: RwLock::new(meta),
             next_record_id: AtomicU64::new(next_record_id),

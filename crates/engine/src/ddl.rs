@@ -191,7 +191,7 @@ impl Engine {
         self.commit_logged(txn, ops)?;
         meta.dropped = true;
         self.collections.write().remove(ns);
-        self.delete_prefix(Space::Records, coll.id)?;
+        self.delete_prefix(coll.records.space, coll.id)?;
         for ix in meta.write_indexes() {
             self.delete_prefix(Space::Indexes, ix.id)?;
         }
@@ -314,6 +314,16 @@ impl Engine {
         let mut txn = self.kv.begin();
         txn.delete(Space::Catalog, &old.catalog_key())?;
         self.write_entry(txn.as_mut(), &renamed, &meta)?;
+        if renamed.records != old.records {
+            // To or from the oplog's name: the records change space with the name, in the
+            // rename's transaction.
+            crate::catalog::move_records(
+                txn.as_mut(),
+                renamed.records,
+                old.records.space,
+                usize::MAX,
+            )?;
+        }
         let mut ops = self.ddl_ops(from, || {
             let mut o =
                 bson::doc! { "renameCollection": from.full(), "to": to.full(), "stayTemp": false };
@@ -474,7 +484,7 @@ impl Engine {
         coll.wait_for_txns(&open, || {
             self.stopping.load(std::sync::atomic::Ordering::Relaxed)
         });
-        let upper = keys::prefix_end(coll.id);
+        let upper = coll.records.upper();
         let mut next_rid = 0u64;
         loop {
             let meta = coll.meta.read();
@@ -486,7 +496,7 @@ impl Engine {
                     let mut txn = self.kv.begin();
                     let batch: Vec<Vec<u8>> = {
                         let mut c =
-                            txn.cursor(Space::Records, &keys::with_id(coll.id, next_rid), &upper);
+                            txn.cursor(coll.records.space, &coll.records.key(next_rid), &upper);
                         c.seek_to_first();
                         let mut out = Vec::new();
                         while c.valid() && out.len() < BUILD_BATCH {
@@ -498,7 +508,7 @@ impl Engine {
                     };
                     for rkey in &batch {
                         let rid = keys::read_u64(&rkey[8..]).unwrap_or(0);
-                        let Some(bytes) = txn.get_for_update(Space::Records, rkey)? else {
+                        let Some(bytes) = txn.get_for_update(coll.records.space, rkey)? else {
                             continue;
                         };
                         let doc = RawDocument::from_bytes(&bytes)?;
@@ -546,7 +556,7 @@ impl Engine {
             let mut ready = ix.clone();
             ready.build = None;
             for (ks, rid) in build.take_violations() {
-                let Some(bytes) = txn.get(Space::Records, &keys::with_id(coll.id, rid))? else {
+                let Some(bytes) = txn.get(coll.records.space, &coll.records.key(rid))? else {
                     continue;
                 };
                 let keys_now = index::document_keys(ix, RawDocument::from_bytes(&bytes)?)?;

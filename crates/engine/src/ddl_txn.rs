@@ -17,7 +17,7 @@ use crate::txn::Transaction;
 use crate::{Collection, Engine};
 use bson::Document;
 use nidus_common::{Error, ErrorCode, Result};
-use nidus_storage::{keys, Space};
+
 use std::sync::Arc;
 
 impl Engine {
@@ -161,10 +161,9 @@ impl Engine {
     }
 
     fn is_empty_in_txn(&self, coll: &Collection, txn: &Transaction) -> Result<bool> {
-        let lower = keys::u64_be(coll.id);
-        let upper = keys::prefix_end(coll.id);
+        let (lower, upper) = (coll.records.lower(), coll.records.upper());
         txn.with_kv(|kv| {
-            let mut c = kv.cursor(Space::Records, &lower, &upper);
+            let mut c = kv.cursor(coll.records.space, &lower, &upper);
             c.seek_to_first();
             let empty = !c.valid();
             c.status()?;

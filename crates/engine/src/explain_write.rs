@@ -93,8 +93,12 @@ impl Engine {
             matches!(&spec.op, WriteOp::Update { update, .. } if has_positional(update));
         if let Some((ix, id)) = &simple_id {
             if fields.is_none() && !upsert && !positional {
-                let lookup =
-                    ExpressIxscan::new(self.read_source(None), coll.id, ix.clone(), id.clone());
+                let lookup = ExpressIxscan::new(
+                    self.read_source(None),
+                    coll.records,
+                    ix.clone(),
+                    id.clone(),
+                );
                 let kind = match spec.op {
                     WriteOp::Update {
                         update, returns, ..
@@ -117,7 +121,7 @@ impl Engine {
             Some((ix, id)) => Executor::new(
                 Stage::new(ExpressIxscan::idhack(
                     self.read_source(None),
-                    coll.id,
+                    coll.records,
                     ix,
                     id,
                 )),

@@ -1,6 +1,6 @@
 //! Turns a find request into an executable plan.
 
-use crate::catalog::{CollectionRef, IndexMeta};
+use crate::catalog::{CollectionRef, IndexMeta, RecordStore};
 use crate::exec::MAX_SORT_MEMORY_BYTES;
 use crate::exec::{
     ClusteredScan, CollScan, CountScan, Eof, Executor, ExpressIxscan, Fetch, IndexScan, Limit,
@@ -372,7 +372,7 @@ impl Engine {
             if let Some(id) = parsed.matcher.id_equality() {
                 if let Some(ix) = all_indexes.iter().find(|i| i.is_id()) {
                     let mut lookup =
-                        ExpressIxscan::new(parsed.src.clone(), coll.id, ix.clone(), id);
+                        ExpressIxscan::new(parsed.src.clone(), coll.records, ix.clone(), id);
                     if spec.record_ids_only {
                         lookup = lookup.record_ids_only();
                     }
@@ -443,7 +443,7 @@ impl Engine {
         }
         let stages: Vec<Stage> = candidates
             .iter()
-            .map(|c| self.candidate_plan(coll.id, parsed, c))
+            .map(|c| self.candidate_plan(coll.records, parsed, c))
             .collect();
         let num_records = coll.count.load(std::sync::atomic::Ordering::Relaxed).max(0) as u64;
         let outcome = plan::choose_plan(stages, num_records, limit)?;
@@ -476,7 +476,7 @@ impl Engine {
         ));
         let filter =
             plan::residual_filter(&parsed.matcher, &near.residual).map(|(m, d)| (Arc::new(m), d));
-        let fetch = Stage::new(Fetch::new(parsed.src.clone(), coll.id, scan, filter));
+        let fetch = Stage::new(Fetch::new(parsed.src.clone(), coll.records, scan, filter));
         let stage = Stage::new(crate::exec::GeoNear2dSphere::new(
             fetch, near.query, near.path, near.index,
         ));
@@ -501,14 +501,14 @@ impl Engine {
             };
             return Stage::new(ClusteredScan::new(
                 parsed.src.clone(),
-                coll.id,
+                coll.records,
                 cluster_key.clone(),
                 forward,
                 filter,
                 bounds,
             ));
         }
-        let scan = CollScan::new(parsed.src.clone(), coll.id, forward, filter)
+        let scan = CollScan::new(parsed.src.clone(), coll.records, forward, filter)
             .capped(coll.is_capped())
             .tailable(spec.tailable)
             .visible_through(
@@ -519,16 +519,16 @@ impl Engine {
         Stage::new(scan)
     }
 
-    fn candidate_plan(&self, coll_id: u64, parsed: &Parsed, c: &Candidate) -> Stage {
+    fn candidate_plan(&self, records: RecordStore, parsed: &Parsed, c: &Candidate) -> Stage {
         match c {
-            Candidate::Index(sol) => self.index_plan(coll_id, parsed, sol),
-            Candidate::Or(or) => self.or_plan(coll_id, parsed, or),
+            Candidate::Index(sol) => self.index_plan(records, parsed, sol),
+            Candidate::Or(or) => self.or_plan(records, parsed, or),
         }
     }
 
     /// `FETCH` (the other conjuncts) over `OR` over each clause's `IXSCAN` (under a `FETCH`
     /// of what its bounds leave of the clause).
-    fn or_plan(&self, coll_id: u64, parsed: &Parsed, or: &plan::or::OrSolution) -> Stage {
+    fn or_plan(&self, records: RecordStore, parsed: &Parsed, or: &plan::or::OrSolution) -> Stage {
         let children = or
             .branches
             .iter()
@@ -543,7 +543,7 @@ impl Engine {
                 match plan::residual_filter(&b.clause, &sol.residual) {
                     Some((m, d)) => Stage::new(Fetch::new(
                         parsed.src.clone(),
-                        coll_id,
+                        records,
                         scan,
                         Some((Arc::new(m), d)),
                     )),
@@ -554,11 +554,16 @@ impl Engine {
         let filter =
             plan::residual_filter(&parsed.matcher, &or.residual).map(|(m, d)| (Arc::new(m), d));
         let or_stage = Stage::new(OrStage::new(children));
-        let fetch = Stage::new(Fetch::new(parsed.src.clone(), coll_id, or_stage, filter));
+        let fetch = Stage::new(Fetch::new(parsed.src.clone(), records, or_stage, filter));
         parsed.finish(fetch, true, Fetched::Yes)
     }
 
-    fn index_plan(&self, coll_id: u64, parsed: &Parsed, sol: &plan::IndexSolution) -> Stage {
+    fn index_plan(
+        &self,
+        records: RecordStore,
+        parsed: &Parsed,
+        sol: &plan::IndexSolution,
+    ) -> Stage {
         let scan = |bounds: &plan::bounds::IndexBounds| {
             Stage::new(IndexScan::new(
                 parsed.src.clone(),
@@ -582,7 +587,7 @@ impl Engine {
         if !sol.covered {
             let filter = plan::residual_filter(&parsed.matcher, &sol.residual)
                 .map(|(m, d)| (Arc::new(m), d));
-            stage = Stage::new(Fetch::new(parsed.src.clone(), coll_id, stage, filter));
+            stage = Stage::new(Fetch::new(parsed.src.clone(), records, stage, filter));
         }
         let fetched = if !sol.covered {
             Fetched::Yes
@@ -613,7 +618,7 @@ impl Engine {
             return None;
         };
         let cached = candidates.iter().find(|c| c.key() == solution)?;
-        let stage = self.candidate_plan(coll.id, parsed, cached);
+        let stage = self.candidate_plan(coll.records, parsed, cached);
         match plan::run_cached(stage, max_works, limit) {
             plan::CachedRun::Kept(outcome) => {
                 let mut exec = Executor::from_trial(outcome, None);
@@ -656,7 +661,7 @@ impl Engine {
         let scan = Stage::new(IndexScan::new_range(parsed.src.clone(), ix.clone(), range));
         let filter = (!spec.filter.is_empty())
             .then(|| (parsed.matcher.clone(), parsed.matcher.canonical_document()));
-        let fetch = Stage::new(Fetch::new(parsed.src.clone(), coll.id, scan, filter));
+        let fetch = Stage::new(Fetch::new(parsed.src.clone(), coll.records, scan, filter));
         let sorted = match &parsed.sort {
             Some((pattern, _)) => plan::whole_index_sort(ix, pattern) == Some(true),
             None => true,

@@ -158,7 +158,15 @@ impl Engine {
         let mut map = self.collections.write();
         for d in entries {
             let (id, ns, meta) = catalog::parse_entry(&d)?;
-            let (next_rid, count, size) = self.scan_record_store(snap.as_ref(), id)?;
+            let records = catalog::RecordStore::of(&ns, id);
+            let (next_rid, count, size) = if records.space == Space::Records {
+                self.scan_record_store(snap.as_ref(), records)?
+            } else {
+                // Stores written before the oplog had a space of its own hold its entries
+                // in the records space: moved before anything reads them.
+                self.move_to_space(records, Space::Records)?;
+                self.scan_record_store(self.kv.snapshot().as_ref(), records)?
+            };
             let coll = Collection::new(id, ns.clone(), meta, next_rid);
             coll.adjust_stats(count, size);
             map.insert(ns, Arc::new(coll));
@@ -170,11 +178,10 @@ impl Engine {
     fn scan_record_store(
         &self,
         snap: &dyn nidus_storage::KvSnapshot,
-        id: u64,
+        records: catalog::RecordStore,
     ) -> Result<(u64, i64, i64)> {
-        let lower = keys::u64_be(id);
-        let upper = keys::prefix_end(id);
-        let mut c = snap.cursor(Space::Records, &lower, &upper);
+        let (lower, upper) = (records.lower(), records.upper());
+        let mut c = snap.cursor(records.space, &lower, &upper);
         let (mut count, mut size, mut last) = (0i64, 0i64, 0u64);
         c.seek_to_first();
         while c.valid() {
@@ -185,6 +192,19 @@ impl Engine {
         }
         c.status()?;
         Ok((last + 1, count, size))
+    }
+
+    /// Moves the records of `to.id` found in space `from` into `to`, a thousand per
+    /// transaction: each moves its share atomically (a crash leaves every record in one of
+    /// the two spaces, and the next call moves the rest).
+    fn move_to_space(&self, to: catalog::RecordStore, from: Space) -> Result<()> {
+        loop {
+            let mut txn = self.kv.begin();
+            if catalog::move_records(txn.as_mut(), to, from, 1000)? == 0 {
+                return Ok(());
+            }
+            txn.commit()?;
+        }
     }
 
     fn allocate_id(&self, txn: &mut dyn nidus_storage::KvTxn) -> Result<u64> {
@@ -290,9 +310,9 @@ impl Engine {
             vec![Default::default(); meta.indexes.len()];
         {
             let mut c = snap.cursor(
-                Space::Records,
-                &keys::u64_be(coll.id),
-                &keys::prefix_end(coll.id),
+                coll.records.space,
+                &coll.records.lower(),
+                &coll.records.upper(),
             );
             c.seek_to_first();
             while c.valid() {

@@ -51,7 +51,7 @@ use crate::namespace::Namespace;
 use crate::{Collection, Engine};
 use bson::{doc, Bson, Document, RawDocumentBuf, Timestamp};
 use nidus_common::{Error, ErrorCode, Result};
-use nidus_storage::{keys, KvTxn, Space};
+use nidus_storage::{keys, KvTxn};
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -590,7 +590,7 @@ impl Oplog {
     ) -> Result<Option<Vec<u8>>> {
         Ok(kv
             .snapshot()
-            .get(Space::Records, &self.key(ts_to_u64(ts)))?)
+            .get(self.coll.records.space, &self.key(ts_to_u64(ts)))?)
     }
 
     fn release(&self, first: u64) {
@@ -713,7 +713,7 @@ impl Oplog {
     }
 
     fn key(&self, ts: u64) -> [u8; 16] {
-        keys::with_id(self.coll.id, ts)
+        self.coll.records.key(ts)
     }
 
     /// Entries with `ts` > `after` up to the visibility point, at most `limit`, oldest first.
@@ -729,7 +729,11 @@ impl Oplog {
             return Ok(Vec::new());
         }
         let snap = kv.snapshot();
-        let mut c = snap.cursor(Space::Records, &self.key(start), &self.key(visible + 1));
+        let mut c = snap.cursor(
+            self.coll.records.space,
+            &self.key(start),
+            &self.key(visible + 1),
+        );
         c.seek_to_first();
         let mut out = Vec::new();
         while c.valid() && out.len() < limit {
@@ -784,11 +788,11 @@ impl Oplog {
         // the whole oplog: one transaction holding a delete per entry grew with it). Nothing
         // writes past `after` meanwhile (see above), and the range deletion covers only what
         // was written before it.
-        let (lower, upper) = (self.key(start), keys::prefix_end(self.coll.id));
+        let (lower, upper) = (self.key(start), self.coll.records.upper());
         let (mut n, mut bytes) = (0usize, 0i64);
         {
             let snap = kv.snapshot();
-            let mut c = snap.cursor(Space::Records, &lower, &upper);
+            let mut c = snap.cursor(self.coll.records.space, &lower, &upper);
             c.seek_to_first();
             while c.valid() {
                 n += 1;
@@ -798,7 +802,7 @@ impl Oplog {
             c.status()?;
         }
         if n > 0 {
-            kv.delete_range(Space::Records, &lower, &upper)?;
+            kv.delete_range(self.coll.records.space, &lower, &upper)?;
             self.coll.adjust_stats(-(n as i64), -bytes);
         }
         let mut slots = self.slots.lock();
@@ -821,9 +825,9 @@ impl Oplog {
     pub fn first_ts(&self, kv: &dyn nidus_storage::KvEngine) -> Result<Option<Timestamp>> {
         let snap = kv.snapshot();
         let mut c = snap.cursor(
-            Space::Records,
-            &keys::u64_be(self.coll.id),
-            &keys::prefix_end(self.coll.id),
+            self.coll.records.space,
+            &self.coll.records.lower(),
+            &self.coll.records.upper(),
         );
         c.seek_to_first();
         let ts = c
@@ -838,8 +842,8 @@ impl Oplog {
         let visible = self.visible_u64();
         let snap = kv.snapshot();
         let mut c = snap.cursor(
-            Space::Records,
-            &keys::u64_be(self.coll.id),
+            self.coll.records.space,
+            &self.coll.records.lower(),
             &self.key(visible.saturating_add(1)),
         );
         c.seek_to_last();
@@ -860,7 +864,11 @@ impl Oplog {
             Some(bson::RawBsonRef::Timestamp(ts)) => ts,
             _ => return Err(Error::bad_value("oplog entry without a ts")),
         };
-        txn.put(Space::Records, &self.key(ts_to_u64(ts)), entry.as_bytes())?;
+        txn.put(
+            self.coll.records.space,
+            &self.key(ts_to_u64(ts)),
+            entry.as_bytes(),
+        )?;
         let op = entry.get_str("op").unwrap_or("");
         let ns = entry.get_str("ns").unwrap_or("");
         self.note_touch(ts_to_u64(ts), op, ns);
@@ -992,9 +1000,9 @@ impl Engine {
         let (last, term) = {
             let snap = self.kv.snapshot();
             let mut c = snap.cursor(
-                Space::Records,
-                &keys::u64_be(coll.id),
-                &keys::prefix_end(coll.id),
+                coll.records.space,
+                &coll.records.lower(),
+                &coll.records.upper(),
             );
             c.seek_to_last();
             let out = if c.valid() {
@@ -1175,7 +1183,7 @@ impl Engine {
             let raw = op.to_raw(optime, wall, prev)?;
             // The slot is this write's reservation: no other transaction writes its key.
             txn.put_new(
-                Space::Records,
+                oplog.coll.records.space,
                 &oplog.key(ts_to_u64(optime.ts)),
                 raw.as_bytes(),
             )?;
@@ -1245,7 +1253,11 @@ impl Engine {
             let (mut n, mut bytes, mut first, mut last) = (0i64, 0i64, None, None);
             {
                 let snap = self.kv.snapshot();
-                let mut c = snap.cursor(Space::Records, &oplog.key(from), &oplog.key(visible));
+                let mut c = snap.cursor(
+                    oplog.coll.records.space,
+                    &oplog.key(from),
+                    &oplog.key(visible),
+                );
                 c.seek_to_first();
                 while c.valid() && bytes < excess && (n as usize) < TRUNCATE_BATCH {
                     bytes += c.value().len() as i64;
@@ -1261,7 +1273,7 @@ impl Engine {
                 return Ok(());
             };
             self.kv.delete_range(
-                Space::Records,
+                oplog.coll.records.space,
                 &oplog.key(first),
                 &oplog.key(last.saturating_add(1)),
             )?;
@@ -1333,6 +1345,7 @@ pub(crate) fn collection_command(
 mod tests {
     use super::*;
     use crate::write::{prepare_insert, WriteOpts};
+    use nidus_storage::{KvEngine, Space};
     use nidus_storage_rocks::RocksEngine;
 
     fn engine() -> (tempfile::TempDir, Arc<Engine>) {
@@ -1578,5 +1591,132 @@ mod tests {
             ts > (1 << 32) + 50 && ts < (1 << 32) + 199,
             "oldest ts {ts}"
         );
+    }
+
+    fn keys_in(kv: &dyn KvEngine, space: Space, id: u64) -> usize {
+        let snap = kv.snapshot();
+        let mut c = snap.cursor(space, &keys::u64_be(id), &keys::prefix_end(id));
+        c.seek_to_first();
+        let mut n = 0;
+        while c.valid() {
+            n += 1;
+            c.next();
+        }
+        c.status().expect("cursor");
+        n
+    }
+
+    fn scan(engine: &Engine, ns: &Namespace) -> Vec<Vec<u8>> {
+        let coll = engine.collection(ns).expect("collection");
+        let spec = crate::find::FindSpec::default();
+        let mut exec = engine.plan_find(Some(&coll), &spec).expect("plan");
+        let mut out = Vec::new();
+        while let Some(d) = exec.next_doc().expect("next") {
+            out.push(d.into_bytes());
+        }
+        out
+    }
+
+    /// A store written before the oplog had a space of its own (its entries in the records
+    /// space) reads the same after the next start, which moves them.
+    #[test]
+    fn entries_in_the_records_space_move_to_the_oplog_space_at_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let oplog_ns = Namespace::new(OPLOG_DB, OPLOG_COLL);
+        let (id, logged) = {
+            let kv = Arc::new(RocksEngine::open(dir.path()).expect("rocks"));
+            let engine = Engine::open(kv.clone()).expect("engine");
+            let oplog = engine.enable_oplog(64).expect("oplog").clone();
+            let coll = engine
+                .ensure_collection(&Namespace::new("t", "c"))
+                .expect("coll");
+            for i in 0..2500 {
+                let doc = prepare_insert(
+                    &RawDocumentBuf::from_document(&doc! { "_id": i, "x": "y" }).expect("doc"),
+                )
+                .expect("prepare");
+                engine
+                    .insert_one(&coll, &doc, &WriteOpts::default())
+                    .expect("insert");
+            }
+            let logged: Vec<Vec<u8>> = oplog
+                .read_after(engine.kv(), u64_to_ts(0), 10_000)
+                .expect("read")
+                .into_iter()
+                .map(|d| d.into_bytes())
+                .collect();
+            assert!(logged.len() > 2500, "{} entries", logged.len());
+            assert_eq!(keys_in(kv.as_ref(), Space::Records, oplog.coll.id), 0);
+            assert_eq!(scan(&engine, &oplog_ns), logged);
+            let id = oplog.coll.id;
+            engine.shutdown().expect("shutdown");
+            // The earlier layout: every entry back in the records space.
+            let to = crate::catalog::RecordStore {
+                space: Space::Records,
+                id,
+            };
+            let mut txn = kv.begin();
+            assert_eq!(
+                crate::catalog::move_records(txn.as_mut(), to, Space::Oplog, usize::MAX)
+                    .expect("move"),
+                logged.len()
+            );
+            txn.commit().expect("commit");
+            (id, logged)
+        };
+        let kv = Arc::new(RocksEngine::open(dir.path()).expect("rocks"));
+        let engine = Engine::open(kv.clone()).expect("engine");
+        assert_eq!(keys_in(kv.as_ref(), Space::Records, id), 0);
+        assert_eq!(keys_in(kv.as_ref(), Space::Oplog, id), logged.len());
+        let coll = engine.collection(&oplog_ns).expect("oplog collection");
+        assert_eq!(coll.count.load(Ordering::Relaxed), logged.len() as i64);
+        assert_eq!(scan(&engine, &oplog_ns), logged);
+        let oplog = engine.enable_oplog(64).expect("oplog").clone();
+        let read: Vec<Vec<u8>> = oplog
+            .read_after(engine.kv(), u64_to_ts(0), 10_000)
+            .expect("read")
+            .into_iter()
+            .map(|d| d.into_bytes())
+            .collect();
+        assert_eq!(read, logged);
+        engine.shutdown().expect("shutdown");
+    }
+
+    /// A rename to or from the oplog's name (a standalone's) takes the records to the space
+    /// of the new name, in the rename's transaction.
+    #[test]
+    fn renames_to_and_from_the_oplog_name_move_the_records() {
+        let (_dir, engine) = engine();
+        let (a, oplog_ns, b) = (
+            Namespace::new("t", "a"),
+            Namespace::new(OPLOG_DB, OPLOG_COLL),
+            Namespace::new("t", "b"),
+        );
+        let coll = engine.ensure_collection(&a).expect("coll");
+        for i in 0..300 {
+            let doc = prepare_insert(
+                &RawDocumentBuf::from_document(&doc! { "_id": i, "v": i * 2 }).expect("doc"),
+            )
+            .expect("prepare");
+            engine
+                .insert_one(&coll, &doc, &WriteOpts::default())
+                .expect("insert");
+        }
+        let docs = scan(&engine, &a);
+        assert_eq!(docs.len(), 300);
+        let id = coll.id;
+        let kv = engine.kv();
+        engine
+            .rename_collection(&a, &oplog_ns, false)
+            .expect("rename to the oplog's name");
+        assert_eq!(keys_in(kv, Space::Records, id), 0);
+        assert_eq!(keys_in(kv, Space::Oplog, id), 300);
+        assert_eq!(scan(&engine, &oplog_ns), docs);
+        engine
+            .rename_collection(&oplog_ns, &b, false)
+            .expect("rename from the oplog's name");
+        assert_eq!(keys_in(kv, Space::Oplog, id), 0);
+        assert_eq!(keys_in(kv, Space::Records, id), 300);
+        assert_eq!(scan(&engine, &b), docs);
     }
 }

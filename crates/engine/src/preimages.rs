@@ -16,7 +16,7 @@ use crate::oplog::{ts_to_u64, OplogEntry};
 use crate::Engine;
 use bson::{doc, Document, RawDocumentBuf, Timestamp};
 use nidus_common::{Error, Result};
-use nidus_storage::{keys, KvTxn, Space};
+use nidus_storage::{KvTxn, Space};
 
 const POST_PREFIX: &[u8] = b"postimage\0";
 
@@ -94,7 +94,7 @@ impl Engine {
                 let (keys, _) = index::document_keys_for_write(ix, &raw)?;
                 index::insert_keys(txn, &coll, ix, &keys, rid)?;
             }
-            txn.put_new(Space::Records, &keys::with_id(coll.id, rid), raw.as_bytes())?;
+            txn.put_new(coll.records.space, &coll.records.key(rid), raw.as_bytes())?;
             added.1 += 1;
             added.2 += raw.as_bytes().len() as i64;
             added.0 = Some(coll.clone());

@@ -17,7 +17,7 @@ use nidus_common::{Error, ErrorCode, Result};
 use nidus_expr::LetScope;
 use nidus_query::matcher::{Matcher, ParseOptions};
 use nidus_query::update::{Update, UpdateContext};
-use nidus_storage::{keys, KvTxn, Space};
+use nidus_storage::{KvTxn, Space};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -425,7 +425,7 @@ impl Engine {
             if widened {
                 write_catalog_entry(txn, coll, &meta)?;
             }
-            txn.put_new(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
+            txn.put_new(coll.records.space, &coll.records.key(rid), doc.as_bytes())?;
             self.log_op(ops, coll, &meta, opts, (None, None), || {
                 OplogEntry::insert(&coll.ns, meta.uuid, doc)
             })?;
@@ -493,7 +493,7 @@ impl Engine {
                     for (ix, ks) in meta.write_indexes().zip(doc_keys) {
                         index::insert_new_record_keys(txn.as_mut(), coll, ix, ks, rid)?;
                     }
-                    txn.put_new(Space::Records, &keys::with_id(coll.id, rid), doc.as_bytes())?;
+                    txn.put_new(coll.records.space, &coll.records.key(rid), doc.as_bytes())?;
                     self.log_op(&mut ops, coll, &meta, opts, (None, None), || {
                         OplogEntry::insert(&coll.ns, meta.uuid, doc)
                     })?;
@@ -681,7 +681,7 @@ impl Engine {
         self.check_not_oplog(coll)?;
         let meta = coll.meta.read();
         touch(opts, coll);
-        let rkey = keys::with_id(coll.id, rid);
+        let rkey = coll.records.key(rid);
         let mut reads = 0u64;
         let result = self.write_unit(opts, |txn, ops| {
             reads += 1;
@@ -689,7 +689,7 @@ impl Engine {
                 // A retry after a write conflict reads the document again.
                 opctx::with(|op| op.add_examined(0, 1));
             }
-            let Some(bytes) = txn.get_for_update(Space::Records, &rkey)? else {
+            let Some(bytes) = txn.get_for_update(coll.records.space, &rkey)? else {
                 return Ok(None);
             };
             let old_raw = RawDocument::from_bytes(&bytes)?;
@@ -732,7 +732,7 @@ impl Engine {
                 v.check_update(&coll.ns, old_raw, &new_raw)?;
             }
             self.rewrite_index_entries(txn, coll, &meta, old_raw, &new_raw, rid)?;
-            txn.put(Space::Records, &rkey, new_raw.as_bytes())?;
+            txn.put(coll.records.space, &rkey, new_raw.as_bytes())?;
             self.log_op(ops, coll, &meta, opts, (Some(&old_doc), Some(&new_doc)), || {
                 Ok(OplogEntry::update(&coll.ns, meta.uuid, &old_doc, &new_doc, update))
             })?;
@@ -837,14 +837,14 @@ impl Engine {
         self.check_not_oplog(coll)?;
         let meta = coll.meta.read();
         touch(opts, coll);
-        let rkey = keys::with_id(coll.id, rid);
+        let rkey = coll.records.key(rid);
         let mut reads = 0u64;
         let deleted = self.write_unit(opts, |txn, ops| {
             reads += 1;
             if reads > 1 {
                 opctx::with(|op| op.add_examined(0, 1));
             }
-            let Some(bytes) = txn.get_for_update(Space::Records, &rkey)? else {
+            let Some(bytes) = txn.get_for_update(coll.records.space, &rkey)? else {
                 return Ok(None);
             };
             let raw = RawDocument::from_bytes(&bytes)?;
@@ -856,7 +856,7 @@ impl Engine {
                 index::remove_keys(txn, ix, &removed, rid)?;
                 count_index_changes(0, removed.len());
             }
-            txn.delete(Space::Records, &rkey)?;
+            txn.delete(coll.records.space, &rkey)?;
             let doc = Document::try_from(raw)?;
             self.log_op(ops, coll, &meta, opts, (Some(&doc), None), || {
                 Ok(OplogEntry::delete(&coll.ns, meta.uuid, &doc))

@@ -172,7 +172,7 @@ impl BlockCaches {
     fn of(&self, space: Space) -> &Cache {
         match space {
             Space::Indexes => &self.indexes,
-            Space::Records | Space::Catalog => &self.shared,
+            Space::Records | Space::Catalog | Space::Oplog => &self.shared,
         }
     }
 }
@@ -206,6 +206,13 @@ fn raw_cache(cache: &Cache) -> *mut librocksdb_sys::rocksdb_cache_t {
     unsafe { (*std::ptr::from_ref(cache).cast::<Arc<Handle>>()).as_ptr() }
 }
 
+/// Every key of the records, indexes and oplog spaces starts with its collection's or index's
+/// 8-byte id, and most writes append to one (new record ids, oplog slots, increasing `_id`s
+/// and index values): the memtable inserts each key from where the last key of its id went
+/// instead of searching its skip list from the top. Not a wrapped option: RocksDB reads it
+/// from an options string.
+const HINT_PREFIX: &str = "memtable_insert_with_hint_prefix_extractor=rocksdb.FixedPrefix.8";
+
 fn cf_options(caches: &BlockCaches, space: Space) -> Options {
     let cache = caches.of(space);
     let mut block = BlockBasedOptions::default();
@@ -227,15 +234,17 @@ fn cf_options(caches: &BlockCaches, space: Space) -> Options {
     block.set_top_level_index_pinning_tier(BlockBasedTablePinningTier::All);
     block.set_partition_pinning_tier(BlockBasedTablePinningTier::All);
     let mut opts = match space {
-        // Every key of these spaces starts with its collection's or index's 8-byte id, and
-        // most writes append to one (new record ids, oplog slots, increasing `_id`s and
-        // index values): the memtable inserts each key from where the last key of its id
-        // went instead of searching its skip list from the top. Not a wrapped option:
-        // RocksDB reads it from an options string.
         Space::Records | Space::Indexes => Options::default()
-            .get_options_from_string(
-                "memtable_insert_with_hint_prefix_extractor=rocksdb.FixedPrefix.8",
-            )
+            .get_options_from_string(HINT_PREFIX)
+            .expect("a valid options string"),
+        // The oplog's tables are deleted when truncation passes them. RocksDB rewrites every
+        // table of the last level once no snapshot needs its sequence numbers (its
+        // "BottommostFiles" compactions), which for the oplog is work on tables about to go:
+        // delayed by an hour, the oplog of a busy server has wrapped past them by then.
+        Space::Oplog => Options::default()
+            .get_options_from_string(format!(
+                "{HINT_PREFIX};bottommost_file_compaction_delay=3600"
+            ))
             .expect("a valid options string"),
         Space::Catalog => Options::default(),
     };
@@ -246,7 +255,7 @@ fn cf_options(caches: &BlockCaches, space: Space) -> Options {
     // transaction's snapshot check) and every insert looks up its unique keys, which are new.
     opts.set_memtable_prefix_bloom_ratio(0.02);
     opts.set_memtable_whole_key_filtering(true);
-    if space == Space::Records {
+    if matches!(space, Space::Records | Space::Oplog) {
         // Values of 64 KiB and more (large documents, and oplog entries holding them) go to
         // blob files: written once, with only a small reference in the LSM tree, so flushes
         // and compactions stop copying them. Their reads are cached in the same block cache.
@@ -282,7 +291,9 @@ pub const PREALLOCATED_WAL_FILE_BYTES: usize = 64 << 20;
 /// so a binary that does not know this name stops at start-up ("Column families not opened")
 /// instead of serving wrong results. Format 2: tables with partitioned index and filter
 /// blocks (`cf_options`), in which earlier binaries' point reads missed keys that are there.
-/// A later change of what is on disk that earlier binaries would misread names a new mark.
+/// A later change of what is on disk that earlier binaries would misread names a new mark,
+/// unless it adds a column family, which stops them the same way: the `oplog` column family
+/// (the oplog's entries moved out of `records`, where an earlier binary would find none).
 const FORMAT_MARK: &str = "nidus.format.2";
 
 /// The block cache of [`RocksEngine::open`] (the server sizes its own, as WiredTiger does).

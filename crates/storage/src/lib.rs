@@ -18,16 +18,22 @@ pub enum Space {
     Records,
     /// Index entries keyed by `index id ++ keystring (++ record id)`.
     Indexes,
+    /// The oplog's entries, keyed by `collection id ++ ts` as records are: a stream appended
+    /// at every write and truncated at its oldest end. Apart from the records because keys
+    /// appended to two places of one space make every flushed table span the gap between
+    /// them, so each compaction of new tables rewrote the other stream's tables as well.
+    Oplog,
 }
 
 impl Space {
-    pub const ALL: [Space; 3] = [Space::Catalog, Space::Records, Space::Indexes];
+    pub const ALL: [Space; 4] = [Space::Catalog, Space::Records, Space::Indexes, Space::Oplog];
 
     pub fn name(self) -> &'static str {
         match self {
             Space::Catalog => "catalog",
             Space::Records => "records",
             Space::Indexes => "indexes",
+            Space::Oplog => "oplog",
         }
     }
 }

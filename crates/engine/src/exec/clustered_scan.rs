@@ -1,11 +1,12 @@
 use super::{IndexScan, Stage, StageImpl, StageState};
 use crate::catalog::IndexMeta;
+use crate::catalog::RecordStore;
 use crate::plan::bounds::{IndexBounds, Interval, OrderedIntervalList};
 use crate::txn::ReadSource;
 use bson::{Bson, Document, RawDocumentBuf};
 use nidus_common::Result;
 use nidus_query::matcher::Matcher;
-use nidus_storage::{keys, KvRead, Space};
+use nidus_storage::KvRead;
 use std::sync::Arc;
 
 /// The scan of a clustered collection (`clustered.rs`): its documents in cluster key (`_id`)
@@ -15,7 +16,7 @@ use std::sync::Arc;
 /// has no child stage in explain.
 pub struct ClusteredScan {
     src: ReadSource,
-    coll_id: u64,
+    records: RecordStore,
     keys: Box<Stage>,
     forward: bool,
     filter: Option<(Arc<Matcher>, Document)>,
@@ -27,7 +28,7 @@ pub struct ClusteredScan {
 impl ClusteredScan {
     pub fn new(
         src: ReadSource,
-        coll_id: u64,
+        records: RecordStore,
         cluster_key: IndexMeta,
         forward: bool,
         filter: Option<(Arc<Matcher>, Document)>,
@@ -49,7 +50,7 @@ impl ClusteredScan {
         let keys = Stage::new(IndexScan::new(src.clone(), cluster_key, bounds, forward));
         ClusteredScan {
             src,
-            coll_id,
+            records,
             keys: Box::new(keys),
             forward,
             filter,
@@ -81,10 +82,10 @@ impl StageImpl for ClusteredScan {
         let Some(rid) = m.rid else {
             return Ok(StageState::NeedTime);
         };
-        let key = keys::with_id(self.coll_id, rid);
+        let key = self.records.key(rid);
         let bytes = match &m.snapshot {
-            Some(s) => s.get(Space::Records, &key)?,
-            None => self.src.view()?.get(Space::Records, &key)?,
+            Some(s) => s.get(self.records.space, &key)?,
+            None => self.src.view()?.get(self.records.space, &key)?,
         };
         // The document was deleted after its key was read (a later snapshot).
         let Some(bytes) = bytes else {

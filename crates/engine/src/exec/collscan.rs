@@ -1,9 +1,10 @@
 use super::{Member, StageImpl, StageState};
+use crate::catalog::RecordStore;
 use crate::txn::ReadSource;
 use bson::{Document, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_query::matcher::Matcher;
-use nidus_storage::{keys, KvRead, Space};
+use nidus_storage::{keys, KvRead};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -19,7 +20,7 @@ const MIN_PART_RECORDS: u64 = 16_384;
 /// `COLLSCAN`: the record store in RecordId order (natural order), forward or backward.
 pub struct CollScan {
     src: ReadSource,
-    coll_id: u64,
+    records: RecordStore,
     forward: bool,
     filter: Option<Arc<Matcher>>,
     filter_doc: Option<Document>,
@@ -50,7 +51,7 @@ pub struct CollScan {
 impl CollScan {
     pub fn new(
         src: ReadSource,
-        coll_id: u64,
+        records: RecordStore,
         forward: bool,
         filter: Option<(Arc<Matcher>, Document)>,
     ) -> CollScan {
@@ -60,7 +61,7 @@ impl CollScan {
         };
         CollScan {
             src,
-            coll_id,
+            records,
             forward,
             filter,
             filter_doc,
@@ -98,7 +99,7 @@ impl CollScan {
             return Ok(());
         };
         if snap
-            .get(Space::Records, &keys::with_id(self.coll_id, rid))?
+            .get(self.records.space, &self.records.key(rid))?
             .is_none()
         {
             return Err(Error::new(
@@ -113,27 +114,27 @@ impl CollScan {
         // The visibility point is read before the snapshot is taken: every entry at or
         // below it committed before it was published.
         let upper = match (&self.oplog, self.range.1) {
-            (Some(o), _) => keys::with_id(self.coll_id, o.visible_u64().saturating_add(1)).to_vec(),
-            (None, Some(end)) => keys::with_id(self.coll_id, end).to_vec(),
-            (None, None) => keys::prefix_end(self.coll_id).to_vec(),
+            (Some(o), _) => self.records.key(o.visible_u64().saturating_add(1)).to_vec(),
+            (None, Some(end)) => self.records.key(end).to_vec(),
+            (None, None) => self.records.upper().to_vec(),
         };
         let src = self.src.clone();
         let snap = src.view()?;
         self.check_position(&snap)?;
         let lower = match self.range.0 {
-            Some(start) => keys::with_id(self.coll_id, start).to_vec(),
-            None => keys::u64_be(self.coll_id).to_vec(),
+            Some(start) => self.records.key(start).to_vec(),
+            None => self.records.lower().to_vec(),
         };
-        let mut c = snap.cursor(Space::Records, &lower, &upper);
+        let mut c = snap.cursor(self.records.space, &lower, &upper);
         match (self.resume, self.forward) {
             (None, true) => c.seek_to_first(),
             (None, false) => c.seek_to_last(),
-            (Some(rid), true) => c.seek(&keys::with_id(self.coll_id, rid.saturating_add(1))),
+            (Some(rid), true) => c.seek(&self.records.key(rid.saturating_add(1))),
             (Some(0), false) => {
                 self.exhausted = true;
                 return Ok(());
             }
-            (Some(rid), false) => c.seek_for_prev(&keys::with_id(self.coll_id, rid - 1)),
+            (Some(rid), false) => c.seek_for_prev(&self.records.key(rid - 1)),
         }
         while c.valid() && self.buffer.len() < BATCH {
             let rid = keys::read_u64(&c.key()[8..]).unwrap_or(0);
@@ -179,9 +180,9 @@ impl CollScan {
         }
         let (first, last) = {
             let snap = self.src.view().ok()?;
-            let lower = keys::u64_be(self.coll_id);
-            let upper = keys::prefix_end(self.coll_id);
-            let mut c = snap.cursor(Space::Records, &lower, &upper);
+            let lower = self.records.lower();
+            let upper = self.records.upper();
+            let mut c = snap.cursor(self.records.space, &lower, &upper);
             c.seek_to_first();
             let first = c.valid().then(|| keys::read_u64(&c.key()[8..]))??;
             c.seek_to_last();
@@ -201,7 +202,7 @@ impl CollScan {
         Some(
             (0..n)
                 .map(|i| {
-                    let mut part = CollScan::new(self.src.clone(), self.coll_id, true, None);
+                    let mut part = CollScan::new(self.src.clone(), self.records, true, None);
                     part.filter = self.filter.clone();
                     part.range = ((i > 0).then(|| bound(i)), (i + 1 < n).then(|| bound(i + 1)));
                     part.examined_sink = Some(shared.clone());

@@ -1,6 +1,7 @@
 use super::update::UpdateAction;
 use super::{Member, StageImpl, StageState};
 use crate::catalog::IndexMeta;
+use crate::catalog::RecordStore;
 use crate::index;
 use crate::txn::ReadSource;
 use bson::{Bson, Document, RawBson, RawDocumentBuf};
@@ -11,7 +12,7 @@ use nidus_storage::{keys, KvRead, Space};
 /// without planning (MongoDB 8.0's express path).
 pub struct ExpressIxscan {
     src: ReadSource,
-    coll_id: u64,
+    records: RecordStore,
     index: IndexMeta,
     value: Bson,
     done: bool,
@@ -26,10 +27,15 @@ pub struct ExpressIxscan {
 }
 
 impl ExpressIxscan {
-    pub fn new(src: ReadSource, coll_id: u64, index: IndexMeta, value: Bson) -> ExpressIxscan {
+    pub fn new(
+        src: ReadSource,
+        records: RecordStore,
+        index: IndexMeta,
+        value: Bson,
+    ) -> ExpressIxscan {
         ExpressIxscan {
             src,
-            coll_id,
+            records,
             index,
             value,
             done: false,
@@ -49,10 +55,15 @@ impl ExpressIxscan {
     }
 
     /// The same lookup named `IDHACK`, as the classic engine shows it under UPDATE/DELETE.
-    pub fn idhack(src: ReadSource, coll_id: u64, index: IndexMeta, value: Bson) -> ExpressIxscan {
+    pub fn idhack(
+        src: ReadSource,
+        records: RecordStore,
+        index: IndexMeta,
+        value: Bson,
+    ) -> ExpressIxscan {
         ExpressIxscan {
             idhack: true,
-            ..ExpressIxscan::new(src, coll_id, index, value)
+            ..ExpressIxscan::new(src, records, index, value)
         }
     }
 
@@ -72,7 +83,7 @@ impl ExpressIxscan {
             self.docs_examined += 1;
             return Ok(Some(Member::rid_only(rid)));
         }
-        let Some(bytes) = snap.get(Space::Records, &keys::with_id(self.coll_id, rid))? else {
+        let Some(bytes) = snap.get(self.records.space, &self.records.key(rid))? else {
             return Ok(None);
         };
         self.docs_examined += 1;

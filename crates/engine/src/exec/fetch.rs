@@ -1,16 +1,17 @@
 use super::{Stage, StageImpl, StageState};
+use crate::catalog::RecordStore;
 use crate::txn::ReadSource;
 use bson::{Document, RawDocumentBuf};
 use nidus_common::Result;
 use nidus_query::matcher::Matcher;
-use nidus_storage::{keys, KvRead, Space};
+use nidus_storage::KvRead;
 use std::sync::Arc;
 
 /// `FETCH`: reads the document an index key points at (in the snapshot the key was read
 /// in) and applies the part of the filter the index bounds did not answer.
 pub struct Fetch {
     src: ReadSource,
-    coll_id: u64,
+    records: RecordStore,
     child: Box<Stage>,
     filter: Option<(Arc<Matcher>, Document)>,
     docs_examined: i64,
@@ -20,13 +21,13 @@ pub struct Fetch {
 impl Fetch {
     pub fn new(
         src: ReadSource,
-        coll_id: u64,
+        records: RecordStore,
         child: Stage,
         filter: Option<(Arc<Matcher>, Document)>,
     ) -> Fetch {
         Fetch {
             src,
-            coll_id,
+            records,
             child: Box::new(child),
             filter,
             docs_examined: 0,
@@ -51,10 +52,10 @@ impl StageImpl for Fetch {
             let Some(rid) = m.rid else {
                 return Ok(StageState::NeedTime);
             };
-            let key = keys::with_id(self.coll_id, rid);
+            let key = self.records.key(rid);
             let bytes = match &m.snapshot {
-                Some(s) => s.get(Space::Records, &key)?,
-                None => self.src.view()?.get(Space::Records, &key)?,
+                Some(s) => s.get(self.records.space, &key)?,
+                None => self.src.view()?.get(self.records.space, &key)?,
             };
             // The record went away between reading the key and here (a later snapshot).
             let Some(bytes) = bytes else {

@@ -190,10 +190,10 @@ pub(crate) fn plan_text(
         })
         .collect();
     let union = if want_score {
-        Stage::new(TextOr::new(src.clone(), coll.id, scans, filter))
+        Stage::new(TextOr::new(src.clone(), coll.records, scans, filter))
     } else {
         let or = Stage::new(OrStage::new(scans));
-        Stage::new(Fetch::new(src.clone(), coll.id, or, filter))
+        Stage::new(Fetch::new(src.clone(), coll.records, or, filter))
     };
     let mut stage = Stage::new(TextMatch::new(
         union,

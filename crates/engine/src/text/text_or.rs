@@ -2,12 +2,13 @@
 //! of the scores its index keys hold for the query's terms; it then reads each document and
 //! applies the rest of the filter.
 
+use crate::catalog::RecordStore;
 use crate::exec::{Member, Stage, StageImpl, StageState};
 use crate::txn::ReadSource;
 use bson::{Bson, Document, RawDocumentBuf};
 use nidus_common::Result;
 use nidus_query::matcher::Matcher;
-use nidus_storage::{keys, KvRead, KvSnapshot, Space};
+use nidus_storage::{KvRead, KvSnapshot};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ type Scored = (f64, Option<Arc<dyn KvSnapshot>>);
 
 pub struct TextOr {
     src: ReadSource,
-    coll_id: u64,
+    records: RecordStore,
     children: Vec<Stage>,
     current: usize,
     filter: Option<(Arc<Matcher>, Document)>,
@@ -29,13 +30,13 @@ pub struct TextOr {
 impl TextOr {
     pub fn new(
         src: ReadSource,
-        coll_id: u64,
+        records: RecordStore,
         children: Vec<Stage>,
         filter: Option<(Arc<Matcher>, Document)>,
     ) -> TextOr {
         TextOr {
             src,
-            coll_id,
+            records,
             children,
             current: 0,
             filter,
@@ -75,10 +76,10 @@ impl StageImpl for TextOr {
         let Some((rid, (score, snapshot))) = output.next() else {
             return Ok(StageState::IsEof);
         };
-        let key = keys::with_id(self.coll_id, rid);
+        let key = self.records.key(rid);
         let bytes = match &snapshot {
-            Some(s) => s.get(Space::Records, &key)?,
-            None => self.src.view()?.get(Space::Records, &key)?,
+            Some(s) => s.get(self.records.space, &key)?,
+            None => self.src.view()?.get(self.records.space, &key)?,
         };
         // The document went away since its key was read.
         let Some(bytes) = bytes else {
