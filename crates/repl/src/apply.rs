@@ -18,11 +18,11 @@ use nidus_engine::Engine;
 use nidus_query::update::Update;
 
 /// Applies one committed entry unless this member already holds it.
-pub fn apply_entry(engine: &Engine, raw: &RawDocumentBuf, entry: &Document) -> Result<()> {
+pub fn apply_entry(engine: &Engine, raw: &RawDocumentBuf, entry: Option<&Document>) -> Result<()> {
     let Some(oplog) = engine.oplog() else {
         return Ok(());
     };
-    let ts = entry
+    let ts = raw
         .get_timestamp("ts")
         .map_err(|_| Error::bad_value("oplog entry without a ts"))?;
     // The same entry (byte for byte) is already here; a different one at this `ts` is a
@@ -33,6 +33,16 @@ pub fn apply_entry(engine: &Engine, raw: &RawDocumentBuf, entry: &Document) -> R
     {
         return Ok(());
     }
+    // Converted only here: a primary applies its own entries, all already held.
+    let converted;
+    let entry = match entry {
+        Some(d) => d,
+        None => {
+            converted = Document::try_from(raw.as_ref())
+                .map_err(|e| Error::bad_value(format!("oplog entry: {e}")))?;
+            &converted
+        }
+    };
     nidus_engine::oplog::clock().advance_to(ts);
     // The collection a CRUD entry needs is created first, on its own, so the entry goes with
     // the document write itself.

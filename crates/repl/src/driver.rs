@@ -55,7 +55,7 @@ fn entry_optime(e: &Entry) -> Option<OpTime> {
     if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
         return None;
     }
-    OpTime::of_entry(&Document::from_reader(&e.data[..]).ok()?)
+    OpTime::of_raw(bson::RawDocument::from_bytes(&e.data[..]).ok()?)
 }
 
 pub(crate) fn spawn(
@@ -950,9 +950,8 @@ impl Driver {
                     }
                     let raw = bson::RawDocumentBuf::from_bytes(e.data.to_vec())
                         .map_err(|err| store_error(format!("entry {}: {err}", e.index)))?;
-                    let doc = Document::try_from(raw.as_ref())
-                        .map_err(|err| store_error(format!("entry {}: {err}", e.index)))?;
-                    let copied = OpTime::of_entry(&doc).is_some_and(|op| {
+                    let op = OpTime::of_raw(&raw);
+                    let copied = op.is_some_and(|op| {
                         nidus_engine::oplog::ts_to_u64(op.ts) <= self.sync_applied
                     });
                     if copied {
@@ -960,10 +959,12 @@ impl Driver {
                         continue;
                     }
                     // MongoDB stops a member that cannot apply an entry; so does this one.
-                    crate::apply::apply_entry(coord.engine(), &raw, &doc).map_err(|err| {
-                        store_error(format!("cannot apply oplog entry {}: {}", doc, err.message))
+                    crate::apply::apply_entry(coord.engine(), &raw, None).map_err(|err| {
+                        let doc = Document::try_from(raw.as_ref())
+                            .map_or_else(|_| format!("entry {}", e.index), |d| d.to_string());
+                        store_error(format!("cannot apply oplog entry {doc}: {}", err.message))
                     })?;
-                    if let Some(op) = OpTime::of_entry(&doc) {
+                    if let Some(op) = op {
                         self.applied = op;
                         coord.observe_timestamp(op.ts);
                     }

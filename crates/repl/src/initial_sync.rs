@@ -642,7 +642,7 @@ fn apply_oplog(
             if ts_u64(ts) <= ts_u64(begin) {
                 engine.apply_replicated(&raw, || Ok(()))?;
             } else {
-                crate::apply::apply_entry(engine, &raw, &entry).map_err(|e| {
+                crate::apply::apply_entry(engine, &raw, Some(&entry)).map_err(|e| {
                     Error::internal(format!("cannot apply oplog entry {entry}: {}", e.message))
                 })?;
                 coord.initial_sync.update(|s| s.applied_ops += 1);
