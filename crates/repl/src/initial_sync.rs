@@ -647,7 +647,7 @@ fn apply_oplog(
                 })?;
                 coord.initial_sync.update(|s| s.applied_ops += 1);
             }
-            if let Some(op) = OpTime::of_entry(&entry) {
+            if let Some(op) = OpTime::of_raw(&raw) {
                 applied = op;
                 coord.observe_timestamp(op.ts);
             }

@@ -92,23 +92,12 @@ impl OpTime {
         doc! { "ts": self.ts, "t": self.term }
     }
 
-    /// [`OpTime::of_entry`] read from the entry's bytes, without converting the entry.
+    /// The optime of an oplog entry (`ts`, `t`, `wall`), read from its bytes.
     pub fn of_raw(d: &bson::RawDocument) -> Option<OpTime> {
         let ts = d.get_timestamp("ts").ok()?;
         let term = d.get_i64("t").ok()?;
         let wall = d
             .get_datetime("wall")
-            .unwrap_or_else(|_| bson::DateTime::from_millis(ts.time as i64 * 1000));
-        Some(OpTime { ts, term, wall })
-    }
-
-    /// The optime of an oplog entry document (`ts`, `t`, `wall`).
-    pub fn of_entry(d: &Document) -> Option<OpTime> {
-        let ts = d.get_timestamp("ts").ok()?;
-        let term = d.get_i64("t").ok()?;
-        let wall = d
-            .get_datetime("wall")
-            .copied()
             .unwrap_or_else(|_| bson::DateTime::from_millis(ts.time as i64 * 1000));
         Some(OpTime { ts, term, wall })
     }
