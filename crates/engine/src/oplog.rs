@@ -1348,6 +1348,14 @@ mod tests {
     use nidus_storage::{KvEngine, Space};
     use nidus_storage_rocks::RocksEngine;
 
+    fn insert(engine: &Engine, coll: &CollectionRef, d: Document) {
+        let doc =
+            prepare_insert(&RawDocumentBuf::from_document(&d).expect("doc")).expect("prepare");
+        engine
+            .insert_one(coll, &doc, &WriteOpts::default())
+            .expect("insert");
+    }
+
     fn engine() -> (tempfile::TempDir, Arc<Engine>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let kv = Arc::new(RocksEngine::open(dir.path()).expect("rocks"));
@@ -1472,14 +1480,7 @@ mod tests {
                 let (engine, coll) = (engine.clone(), coll.clone());
                 std::thread::spawn(move || {
                     for i in 0..200 {
-                        let doc = prepare_insert(
-                            &RawDocumentBuf::from_document(&doc! { "_id": format!("{k}-{i}") })
-                                .expect("doc"),
-                        )
-                        .expect("prepare");
-                        engine
-                            .insert_one(&coll, &doc, &WriteOpts::default())
-                            .expect("insert");
+                        insert(&engine, &coll, doc! { "_id": format!("{k}-{i}") });
                     }
                 })
             })
@@ -1541,14 +1542,7 @@ mod tests {
         };
         for round in 0..3 {
             for i in 0..100 {
-                let doc = prepare_insert(
-                    &RawDocumentBuf::from_document(&doc! { "_id": round * 100 + i, "pad": &pad })
-                        .expect("doc"),
-                )
-                .expect("prepare");
-                engine
-                    .insert_one(&coll, &doc, &WriteOpts::default())
-                    .expect("insert");
+                insert(&engine, &coll, doc! { "_id": round * 100 + i, "pad": &pad });
             }
             assert!(within_bound(&oplog), "round {round}");
         }
@@ -1631,13 +1625,7 @@ mod tests {
                 .ensure_collection(&Namespace::new("t", "c"))
                 .expect("coll");
             for i in 0..2500 {
-                let doc = prepare_insert(
-                    &RawDocumentBuf::from_document(&doc! { "_id": i, "x": "y" }).expect("doc"),
-                )
-                .expect("prepare");
-                engine
-                    .insert_one(&coll, &doc, &WriteOpts::default())
-                    .expect("insert");
+                insert(&engine, &coll, doc! { "_id": i, "x": "y" });
             }
             let logged: Vec<Vec<u8>> = oplog
                 .read_after(engine.kv(), u64_to_ts(0), 10_000)
@@ -1694,13 +1682,7 @@ mod tests {
         );
         let coll = engine.ensure_collection(&a).expect("coll");
         for i in 0..300 {
-            let doc = prepare_insert(
-                &RawDocumentBuf::from_document(&doc! { "_id": i, "v": i * 2 }).expect("doc"),
-            )
-            .expect("prepare");
-            engine
-                .insert_one(&coll, &doc, &WriteOpts::default())
-                .expect("insert");
+            insert(&engine, &coll, doc! { "_id": i, "v": i * 2 });
         }
         let docs = scan(&engine, &a);
         assert_eq!(docs.len(), 300);
