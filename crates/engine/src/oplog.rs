@@ -568,17 +568,18 @@ impl Oplog {
         }
     }
 
-    /// Reserves the given `ts` (a replicated entry's, later than every local one: a
-    /// secondary writes nothing of its own).
-    fn reserve_at(&self, ts: u64) -> Reservation<'_> {
+    /// Reserves the `ts` values `first..=last` of replicated entries (later than every local
+    /// one: a secondary writes nothing of its own): nothing past `first` becomes visible
+    /// until the reservation is dropped, then everything through `last` at once.
+    fn reserve_at(&self, first: u64, last: u64) -> Reservation<'_> {
         let mut slots = self.slots.lock();
-        clock().advance_to(u64_to_ts(ts));
-        slots.in_flight.insert(ts);
-        slots.last_reserved = slots.last_reserved.max(ts);
+        clock().advance_to(u64_to_ts(last));
+        slots.in_flight.insert(first);
+        slots.last_reserved = slots.last_reserved.max(last);
         Reservation {
             oplog: self,
-            first: ts,
-            n: 1,
+            first,
+            n: last - first + 1,
         }
     }
 
@@ -1097,59 +1098,80 @@ impl Engine {
         Ok(())
     }
 
-    /// Inside [`Engine::apply_replicated`]: the first commit carries the replicated entry,
+    /// Inside [`Engine::apply_replicated`]: the first commit carries the replicated entries,
     /// the writes' own entries are not logged.
     fn commit_replicated(&self, mut txn: Box<dyn KvTxn>) -> Result<()> {
-        let entry = REPLICATED.with(|r| r.borrow_mut().as_mut().and_then(Option::take));
-        let (Some(entry), Some(oplog)) = (entry, self.oplog()) else {
+        let entries = REPLICATED.with(|r| r.borrow_mut().as_mut().map(std::mem::take));
+        let (Some(entries), Some(oplog)) = (entries.filter(|e| !e.is_empty()), self.oplog()) else {
             txn.commit()?;
             return Ok(());
         };
-        let ts = match entry.get("ts")? {
-            Some(bson::RawBsonRef::Timestamp(ts)) => ts,
-            _ => return Err(Error::bad_value("oplog entry without a ts")),
+        let ts_of = |e: &RawDocumentBuf| match e.get("ts")? {
+            Some(bson::RawBsonRef::Timestamp(ts)) => Ok(ts_to_u64(ts)),
+            _ => Err(Error::bad_value("oplog entry without a ts")),
         };
-        let slot = oplog.reserve_at(ts_to_u64(ts));
-        oplog.append_replicated(txn.as_mut(), &entry)?;
-        let bytes = entry.as_bytes().len() as i64;
+        // Entries come in log order: the first has the lowest `ts`, the last the highest.
+        let (first, last) = match (entries.first(), entries.last()) {
+            (Some(f), Some(l)) => (ts_of(f)?, ts_of(l)?),
+            _ => return Err(Error::internal("no replicated entry")),
+        };
+        let slot = oplog.reserve_at(first, last.max(first));
+        let mut bytes = 0;
+        for entry in &entries {
+            oplog.append_replicated(txn.as_mut(), entry)?;
+            bytes += entry.as_bytes().len() as i64;
+        }
         if let Err(e) = txn.commit() {
-            // The entry goes with the next attempt of the write.
+            // The entries go with the next attempt of the write.
             REPLICATED.with(|r| {
                 if let Some(slot) = r.borrow_mut().as_mut() {
-                    *slot = Some(entry);
+                    *slot = entries;
                 }
             });
             return Err(e.into());
         }
         drop(slot);
-        oplog.note_written(1, bytes);
+        oplog.note_written(entries.len() as i64, bytes);
         Ok(())
     }
 
     /// Runs `f` with its writes not logged: a rollback restores documents to the state the
     /// set holds, which is no operation of its own.
     pub fn without_oplog<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        REPLICATED.with(|r| *r.borrow_mut() = Some(None));
+        REPLICATED.with(|r| *r.borrow_mut() = Some(Vec::new()));
         let out = f();
         REPLICATED.with(|r| r.borrow_mut().take());
         out
     }
 
-    /// Applies a replicated oplog entry (a secondary's): `apply` makes the entry's change
-    /// through the ordinary write paths, and the entry itself, with the primary's `ts`, is
-    /// written in the same storage transaction as the first write `apply` commits (in one of
-    /// its own when `apply` writes nothing, e.g. a no-op or an already applied delete).
+    /// Applies a replicated oplog entry (a secondary's copy of the primary's write), see
+    /// [`Engine::apply_replicated_group`].
     pub fn apply_replicated<T>(
         &self,
         entry: &RawDocumentBuf,
         apply: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
-        REPLICATED.with(|r| *r.borrow_mut() = Some(Some(entry.clone())));
+        self.apply_replicated_group(vec![entry.clone()], apply)
+    }
+
+    /// Applies replicated oplog entries, consecutive in the log: `apply` makes their changes
+    /// through the ordinary write paths, and the entries themselves, with the primary's `ts`
+    /// values, are written in the same storage transaction as the first write `apply`
+    /// commits (in one of their own when `apply` writes nothing, e.g. a no-op or an already
+    /// applied delete). When `apply` fails nothing of the entries is written.
+    pub fn apply_replicated_group<T>(
+        &self,
+        entries: Vec<RawDocumentBuf>,
+        apply: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        REPLICATED.with(|r| *r.borrow_mut() = Some(entries));
         let out = apply();
-        let left = REPLICATED.with(|r| r.borrow_mut().take()).flatten();
+        let left = REPLICATED
+            .with(|r| r.borrow_mut().take())
+            .unwrap_or_default();
         let out = out?;
-        if let Some(entry) = left {
-            REPLICATED.with(|r| *r.borrow_mut() = Some(Some(entry)));
+        if !left.is_empty() {
+            REPLICATED.with(|r| *r.borrow_mut() = Some(left));
             let done = self.commit_replicated(self.kv.begin());
             REPLICATED.with(|r| r.borrow_mut().take());
             done?;
@@ -1311,9 +1333,9 @@ pub(crate) fn applying_replicated() -> bool {
 
 thread_local! {
     static LAST_WRITE: std::cell::Cell<Option<Timestamp>> = const { std::cell::Cell::new(None) };
-    /// Set while this thread applies a replicated entry (`Some`), holding the entry until a
-    /// commit has written it.
-    static REPLICATED: std::cell::RefCell<Option<Option<RawDocumentBuf>>> =
+    /// Set while this thread applies replicated entries (`Some`), holding them until a
+    /// commit has written them (empty: writes not logged, see [`Engine::without_oplog`]).
+    static REPLICATED: std::cell::RefCell<Option<Vec<RawDocumentBuf>>> =
         const { std::cell::RefCell::new(None) };
 }
 

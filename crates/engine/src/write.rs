@@ -475,9 +475,14 @@ impl Engine {
                 Ok(ks)
             })
             .collect::<Result<Vec<_>>>();
-        // A retryable write's statements all inserted here get one record.
-        let statements =
-            stmt_record::consecutive_inserts(docs.iter().map(|(_, o)| o.statement.as_ref()));
+        // A retryable write's statements all inserted here get one record. A member applying
+        // replicated entries records each statement with its entry's `_id` and `ts`, as one at
+        // a time: an insert entry may be an upsert's, whose retry reads them.
+        let statements = if crate::oplog::applying_replicated() {
+            None
+        } else {
+            stmt_record::consecutive_inserts(docs.iter().map(|(_, o)| o.statement.as_ref()))
+        };
         let result = prepared.and_then(|all_keys| {
             self.retry(first, || {
                 let mut txn = self.kv.begin();

@@ -8,9 +8,15 @@
 //! already holds (its own write as primary, or one applied before a restart) is not applied
 //! again. A retryable write's entry also writes its executed-statement record
 //! (`stmt_record`), so a retry sent to this member after a failover is not run twice.
+//!
+//! Consecutive inserts into one collection are applied as a group ([`InsertGroup`]), as
+//! MongoDB's appliers group them: one storage transaction for the documents, their entries
+//! and their statement records, instead of one per entry. A group that fails as a whole
+//! (an `_id` already there, a capped collection) is applied one entry at a time, which
+//! gives each entry its idempotent meaning and its own error.
 
 use crate::diff::apply_diff;
-use bson::{doc, Bson, Document, RawDocumentBuf};
+use bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::namespace::Namespace;
 use nidus_engine::write::{UpdateSpec, WriteOpts};
@@ -50,7 +56,102 @@ pub fn apply_entry(engine: &Engine, raw: &RawDocumentBuf, entry: Option<&Documen
         let ns = Namespace::parse(entry.get_str("ns").unwrap_or_default())?;
         engine.ensure_collection(&ns)?;
     }
-    engine.apply_replicated(raw, || apply_op(engine, entry))
+    engine.apply_replicated(raw, || apply_op(engine, entry, statement_of(raw)))
+}
+
+/// Consecutive insert entries of one collection, applied together: at most 64 entries and
+/// 256 KiB of documents, MongoDB's bounds for its appliers' insert groups.
+#[derive(Default)]
+pub struct InsertGroup {
+    entries: Vec<RawDocumentBuf>,
+    bytes: usize,
+}
+
+impl InsertGroup {
+    const MAX_ENTRIES: usize = 64;
+    const MAX_BYTES: usize = 256 << 10;
+
+    /// Takes `raw` into the group when it is an insert into the group's collection and the
+    /// group has room; otherwise hands it back.
+    pub fn push(&mut self, raw: RawDocumentBuf) -> std::result::Result<(), RawDocumentBuf> {
+        let Some(ns) = insert_ns(&raw) else {
+            return Err(raw);
+        };
+        let size = raw.as_bytes().len();
+        let fits = match self.entries.first() {
+            None => true,
+            Some(first) => {
+                insert_ns(first) == Some(ns)
+                    && self.entries.len() < Self::MAX_ENTRIES
+                    && self.bytes + size <= Self::MAX_BYTES
+            }
+        };
+        if !fits {
+            return Err(raw);
+        }
+        self.bytes += size;
+        self.entries.push(raw);
+        Ok(())
+    }
+
+    /// The entries, in log order, leaving the group empty.
+    pub fn take(&mut self) -> Vec<RawDocumentBuf> {
+        self.bytes = 0;
+        std::mem::take(&mut self.entries)
+    }
+}
+
+/// The collection of an insert entry (a transaction's inserts are inside an `applyOps`
+/// command entry, never grouped).
+fn insert_ns(raw: &RawDocument) -> Option<&str> {
+    match raw.get_str("op") {
+        Ok("i") => raw.get_str("ns").ok(),
+        _ => None,
+    }
+}
+
+/// Inserts the entries' documents (an [`InsertGroup`]'s) in one storage transaction with
+/// the entries and their statement records. False, with nothing written, when that is not
+/// how they apply: this member holds an entry already (a primary applies its own), a
+/// document's `_id` is there already, the collection takes its inserts one at a time
+/// (capped), or anything fails; [`apply_entry`] then applies them one at a time.
+pub fn apply_inserts_at_once(engine: &Engine, entries: &[RawDocumentBuf]) -> bool {
+    let (Some(oplog), Some(ns)) = (engine.oplog(), entries.first().and_then(|e| insert_ns(e)))
+    else {
+        return false;
+    };
+    let mut last = None;
+    for raw in entries {
+        let Ok(ts) = raw.get_timestamp("ts") else {
+            return false;
+        };
+        if !matches!(oplog.entry_at(engine.kv(), ts), Ok(None)) {
+            return false;
+        }
+        last = Some(ts);
+    }
+    let Ok(coll) = Namespace::parse(ns).and_then(|ns| engine.ensure_collection(&ns)) else {
+        return false;
+    };
+    let mut docs = Vec::with_capacity(entries.len());
+    for raw in entries {
+        let Ok(doc) = raw.get_document("o") else {
+            return false;
+        };
+        let opts = WriteOpts {
+            bypass_document_validation: true,
+            statement: statement_of(raw),
+            ..WriteOpts::default()
+        };
+        docs.push((doc, opts));
+    }
+    let batch: Vec<_> = docs.iter().map(|(d, o)| (*d, o)).collect();
+    if let Some(last) = last {
+        nidus_engine::oplog::clock().advance_to(last);
+    }
+    engine
+        .apply_replicated_group(entries.to_vec(), || engine.insert_batch(&coll, &batch))
+        .is_ok()
 }
 
 fn ns_of(entry: &Document) -> Result<Namespace> {
@@ -73,10 +174,14 @@ fn ignore(e: Error, codes: &[ErrorCode]) -> Result<()> {
 }
 
 /// One operation (an entry, or an item of an `applyOps`).
-fn apply_op(engine: &Engine, entry: &Document) -> Result<()> {
+fn apply_op(
+    engine: &Engine,
+    entry: &Document,
+    statement: Option<nidus_engine::stmt_record::StatementId>,
+) -> Result<()> {
     let opts = WriteOpts {
         bypass_document_validation: true,
-        statement: statement_of(entry),
+        statement,
         ..WriteOpts::default()
     };
     let o = entry.get_document("o").cloned().unwrap_or_default();
@@ -138,9 +243,9 @@ fn apply_op(engine: &Engine, entry: &Document) -> Result<()> {
 /// with its record, as on the primary, so a driver that retries the write on this member once
 /// it is primary gets the first attempt's result instead of running it again (with the
 /// document images when the entry says a findAndModify's reply needs them).
-fn statement_of(entry: &Document) -> Option<nidus_engine::stmt_record::StatementId> {
-    let lsid = match entry.get_document("lsid").ok()?.get("id")? {
-        Bson::Binary(b) => b.bytes.clone(),
+fn statement_of(entry: &RawDocument) -> Option<nidus_engine::stmt_record::StatementId> {
+    let lsid = match entry.get_document("lsid").ok()?.get("id").ok()?? {
+        bson::RawBsonRef::Binary(b) => b.bytes.to_vec(),
         _ => return None,
     };
     let txn_number = entry.get_i64("txnNumber").ok()?;
@@ -266,7 +371,8 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
                 .map_err(|_| Error::bad_value("bad applyOps"))?
             {
                 if let Bson::Document(op) = op {
-                    apply_op(engine, op)?;
+                    // Items carry no session fields: a statement is the entry's own.
+                    apply_op(engine, op, None)?;
                 }
             }
             Ok(())
@@ -274,5 +380,256 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
         other => Err(Error::bad_value(format!(
             "oplog command '{other}' is not applied by this member"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nidus_engine::find::FindSpec;
+    use nidus_engine::oplog::u64_to_ts;
+    use nidus_engine::stmt_record::StatementId;
+    use nidus_engine::write::prepare_insert;
+    use std::sync::Arc;
+
+    const LSID: [u8; 16] = [7; 16];
+    const STATEMENTS: u32 = 150;
+
+    fn engine() -> (tempfile::TempDir, Arc<Engine>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kv = Arc::new(nidus_storage_rocks::RocksEngine::open(dir.path()).expect("rocks"));
+        let engine = Engine::open(kv).expect("engine");
+        engine.enable_oplog(64).expect("oplog");
+        (dir, engine)
+    }
+
+    fn ns(c: &str) -> Namespace {
+        Namespace::new("t", c)
+    }
+
+    fn raw(d: Document) -> RawDocumentBuf {
+        prepare_insert(&RawDocumentBuf::from_document(&d).expect("doc")).expect("prepare")
+    }
+
+    fn insert(engine: &Engine, c: &str, docs: Vec<Document>, opts: &[WriteOpts]) {
+        let coll = engine.ensure_collection(&ns(c)).expect("coll");
+        let docs: Vec<_> = docs.into_iter().map(raw).collect();
+        let plain = WriteOpts::default();
+        let batch: Vec<_> = docs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.as_ref(), opts.get(i).unwrap_or(&plain)))
+            .collect();
+        // A capped collection takes its inserts one at a time.
+        if batch.len() < 2 || engine.insert_batch(&coll, &batch).is_err() {
+            for (d, o) in batch {
+                engine.insert_one(&coll, d, o).expect("insert");
+            }
+        }
+    }
+
+    fn doc_of(i: i32) -> Document {
+        doc! { "_id": i, "k": i % 7, "u": i, "s": format!("d{i}"), "a": [i, { "x": i }] }
+    }
+
+    /// A primary's writes: a retryable `insert_many` past one group's 64 entries, inserts
+    /// into two collections taking turns, an update and a delete between inserts, a capped
+    /// collection's inserts, plain inserts: its oplog's entries, in order.
+    fn primary_entries() -> Vec<RawDocumentBuf> {
+        let (_dir, p) = engine();
+        p.create_indexes(
+            &ns("c"),
+            &[
+                doc! { "key": { "k": 1 }, "name": "k_1" },
+                doc! { "key": { "u": 1 }, "name": "u_1", "unique": true },
+            ],
+        )
+        .expect("indexes");
+        p.create_collection(&ns("cap"), doc! { "capped": true, "size": 4096 })
+            .expect("capped");
+        let stmts: Vec<_> = (0..STATEMENTS)
+            .map(|s| WriteOpts {
+                statement: Some(StatementId::new(&LSID, 1, s, false)),
+                ..WriteOpts::default()
+            })
+            .collect();
+        insert(&p, "c", (0..150).map(doc_of).collect(), &stmts);
+        for i in 150..170 {
+            insert(&p, if i % 3 == 0 { "d" } else { "c" }, vec![doc_of(i)], &[]);
+        }
+        let c = p.collection(&ns("c")).expect("c");
+        let set = UpdateSpec {
+            filter: doc! { "_id": 3 },
+            update: Update::parse(&Bson::Document(doc! { "$set": { "s": "updated" } }), None)
+                .expect("update"),
+            multi: false,
+            upsert: false,
+            sort: None,
+            hint: None,
+        };
+        p.update(&c, &set, &WriteOpts::default()).expect("update");
+        insert(&p, "c", (170..180).map(doc_of).collect(), &[]);
+        p.delete(&c, &doc! { "_id": 4 }, false, None, &WriteOpts::default())
+            .expect("delete");
+        insert(&p, "cap", (0..40).map(doc_of).collect(), &[]);
+        insert(&p, "c", (180..260).map(doc_of).collect(), &[]);
+        p.oplog()
+            .expect("oplog")
+            .read_after(p.kv(), u64_to_ts(0), usize::MAX)
+            .expect("read")
+    }
+
+    /// Applies `entries` as the Raft driver does (grouping consecutive inserts) or one at a
+    /// time; how many groups went in at once and how many fell back.
+    fn apply_all(engine: &Engine, entries: &[RawDocumentBuf], grouped: bool) -> (usize, usize) {
+        let (mut at_once, mut fell_back) = (0, 0);
+        let mut group = InsertGroup::default();
+        let mut flush = |group: &mut InsertGroup| {
+            let entries = group.take();
+            if entries.len() > 1 && apply_inserts_at_once(engine, &entries) {
+                at_once += 1;
+                return;
+            }
+            fell_back += usize::from(entries.len() > 1);
+            for raw in &entries {
+                apply_entry(engine, raw, None).expect("apply");
+            }
+        };
+        for raw in entries {
+            if !grouped {
+                apply_entry(engine, raw, None).expect("apply");
+                continue;
+            }
+            let Err(raw) = group.push(raw.clone()) else {
+                continue;
+            };
+            flush(&mut group);
+            if let Err(raw) = group.push(raw) {
+                apply_entry(engine, &raw, None).expect("apply");
+            }
+        }
+        flush(&mut group);
+        (at_once, fell_back)
+    }
+
+    /// What a member holds: each collection's documents read by a collection scan and by
+    /// each index in both directions, its oplog's entries among `logged` (not its own
+    /// "initiating set"), the retryable statements' records.
+    fn state(engine: &Engine, logged: &[RawDocumentBuf]) -> Vec<String> {
+        let mut out = Vec::new();
+        for (c, hints) in [
+            ("c", vec![None, Some("_id_"), Some("k_1"), Some("u_1")]),
+            ("d", vec![None, Some("_id_")]),
+            ("cap", vec![None]),
+        ] {
+            let Some(coll) = engine.collection(&ns(c)) else {
+                out.push(format!("{c}: missing"));
+                continue;
+            };
+            for hint in hints {
+                for dir in [1, -1] {
+                    let spec = FindSpec {
+                        hint: hint.map(|h| Bson::String(h.to_string())),
+                        sort: Some(doc! { "_id": dir }),
+                        ..Default::default()
+                    };
+                    let mut exec = engine.plan_find(Some(&coll), &spec).expect("plan");
+                    let mut docs = Vec::new();
+                    while let Some(m) = exec.get_next().expect("next") {
+                        docs.push(Document::try_from(m.doc().expect("doc").as_ref()).expect("d"));
+                    }
+                    if dir == -1 {
+                        docs.reverse();
+                    }
+                    out.push(format!("{c} {hint:?}: {docs:?}"));
+                }
+            }
+        }
+        for e in engine
+            .oplog()
+            .expect("oplog")
+            .read_after(engine.kv(), u64_to_ts(0), usize::MAX)
+            .expect("read")
+            .into_iter()
+            .filter(|e| logged.iter().any(|l| l.get("ts").ok() == e.get("ts").ok()))
+        {
+            out.push(format!(
+                "entry {:?}",
+                Document::try_from(e.as_ref()).expect("e")
+            ));
+        }
+        for s in 0..STATEMENTS {
+            let stmt = StatementId::new(&LSID, 1, s, false);
+            out.push(format!("stmt {s}: {:?}", engine.executed_statement(&stmt)));
+        }
+        out
+    }
+
+    /// Grouped application leaves a member exactly as one-at-a-time application does: the
+    /// same documents through every index and direction, the same oplog, the same statement
+    /// records; also when documents are there already (the group falls back).
+    #[test]
+    fn grouped_inserts_apply_as_one_at_a_time() {
+        let entries = primary_entries();
+        let mut states = Vec::new();
+        for existing in [false, true] {
+            let mut per_mode = Vec::new();
+            for grouped in [false, true] {
+                let (_dir, s) = engine();
+                if existing {
+                    // As after an initial sync's copy: documents there before their entries.
+                    let creates: Vec<_> = entries
+                        .iter()
+                        .filter(|e| e.get_str("op").ok() == Some("c"))
+                        .cloned()
+                        .collect();
+                    apply_all(&s, &creates, false);
+                    s.without_oplog(|| {
+                        insert(
+                            &s,
+                            "c",
+                            vec![doc! { "_id": 200, "u": -1, "old": true }],
+                            &[],
+                        );
+                        Ok(())
+                    })
+                    .expect("existing");
+                }
+                let (at_once, fell_back) = apply_all(&s, &entries, grouped);
+                if grouped {
+                    assert!(at_once >= 4, "{at_once} groups at once");
+                    // The capped collection's group, and with a document there the group
+                    // holding its `_id`.
+                    assert_eq!(fell_back, 1 + usize::from(existing));
+                }
+                per_mode.push(state(&s, &entries));
+            }
+            for (one, grouped) in per_mode[0].iter().zip(&per_mode[1]) {
+                assert_eq!(one, grouped, "existing {existing}");
+            }
+            assert_eq!(per_mode[0].len(), per_mode[1].len(), "existing {existing}");
+            states.push(per_mode.remove(0));
+        }
+        // Every entry logged, every statement recorded with its entry's ts; the document
+        // there already replaced.
+        let applied = &states[0];
+        let logged = applied.iter().filter(|l| l.starts_with("entry ")).count();
+        assert_eq!(logged, entries.len());
+        assert!(applied
+            .iter()
+            .any(|l| l.starts_with("stmt 149: Ok(Some(Inserted")));
+        assert!(!applied.iter().any(|l| l.contains("Ok(None)")));
+        assert!(!states[1].iter().any(|l| l.contains("old")));
+    }
+
+    /// A primary applying its own entries (all in its oplog) changes nothing.
+    #[test]
+    fn a_member_holding_the_entries_applies_none() {
+        let entries = primary_entries();
+        let (_dir, s) = engine();
+        apply_all(&s, &entries, true);
+        let before = state(&s, &entries);
+        assert_eq!(apply_all(&s, &entries, true), (0, 13));
+        assert_eq!(state(&s, &entries), before);
     }
 }

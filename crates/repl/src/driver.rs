@@ -942,6 +942,7 @@ impl Driver {
         self.last_applied = self.last_applied.max(last);
         let mut new_config: Option<(ReplSetConfig, Vec<u8>)> = None;
         let mut conf_state = None;
+        let mut inserts = crate::apply::InsertGroup::default();
         for e in &entries {
             match e.get_entry_type() {
                 EntryType::EntryNormal => {
@@ -950,26 +951,24 @@ impl Driver {
                     }
                     let raw = bson::RawDocumentBuf::from_bytes(e.data.to_vec())
                         .map_err(|err| store_error(format!("entry {}: {err}", e.index)))?;
-                    let op = OpTime::of_raw(&raw);
-                    let copied = op.is_some_and(|op| {
+                    let copied = OpTime::of_raw(&raw).is_some_and(|op| {
                         nidus_engine::oplog::ts_to_u64(op.ts) <= self.sync_applied
                     });
                     if copied {
                         // In the data an initial sync copied (it applied through there).
                         continue;
                     }
-                    // MongoDB stops a member that cannot apply an entry; so does this one.
-                    crate::apply::apply_entry(coord.engine(), &raw, None).map_err(|err| {
-                        let doc = Document::try_from(raw.as_ref())
-                            .map_or_else(|_| format!("entry {}", e.index), |d| d.to_string());
-                        store_error(format!("cannot apply oplog entry {doc}: {}", err.message))
-                    })?;
-                    if let Some(op) = op {
-                        self.applied = op;
-                        coord.observe_timestamp(op.ts);
-                    }
+                    let Err(raw) = inserts.push(raw) else {
+                        continue;
+                    };
+                    self.apply_inserts(coord, &mut inserts)?;
+                    let Err(raw) = inserts.push(raw) else {
+                        continue;
+                    };
+                    self.apply_one(coord, &raw)?;
                 }
                 EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
+                    self.apply_inserts(coord, &mut inserts)?;
                     self.last_conf_index = e.index;
                     let cs = if e.get_entry_type() == EntryType::EntryConfChange {
                         let cc = ConfChange::parse_from_bytes(&e.data)
@@ -1003,6 +1002,7 @@ impl Driver {
                 }
             }
         }
+        self.apply_inserts(coord, &mut inserts)?;
         self.store.set_applied(
             last,
             new_config.as_ref().map(|(_, b)| b.as_slice()),
@@ -1018,6 +1018,45 @@ impl Driver {
             }
         }
         Ok(())
+    }
+
+    /// Applies one committed entry. MongoDB stops a member that cannot apply an entry; so
+    /// does this one.
+    fn apply_one(&mut self, coord: &Coordinator, raw: &bson::RawDocumentBuf) -> raft::Result<()> {
+        crate::apply::apply_entry(coord.engine(), raw, None).map_err(|err| {
+            let doc = Document::try_from(raw.as_ref())
+                .map_or_else(|_| "(undecodable)".to_string(), |d| d.to_string());
+            store_error(format!("cannot apply oplog entry {doc}: {}", err.message))
+        })?;
+        self.note_applied(coord, raw);
+        Ok(())
+    }
+
+    /// Applies the inserts gathered in `group` (together when they can be, see
+    /// [`crate::apply::InsertGroup`]) and empties it.
+    fn apply_inserts(
+        &mut self,
+        coord: &Coordinator,
+        group: &mut crate::apply::InsertGroup,
+    ) -> raft::Result<()> {
+        let entries = group.take();
+        if entries.len() > 1 && crate::apply::apply_inserts_at_once(coord.engine(), &entries) {
+            if let Some(last) = entries.last() {
+                self.note_applied(coord, last);
+            }
+            return Ok(());
+        }
+        for raw in &entries {
+            self.apply_one(coord, raw)?;
+        }
+        Ok(())
+    }
+
+    fn note_applied(&mut self, coord: &Coordinator, raw: &bson::RawDocumentBuf) {
+        if let Some(op) = OpTime::of_raw(raw) {
+            self.applied = op;
+            coord.observe_timestamp(op.ts);
+        }
     }
 
     /// A new primary writes MongoDB's "new primary" no-op, which also commits everything
