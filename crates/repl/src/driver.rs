@@ -951,7 +951,8 @@ impl Driver {
                     }
                     let raw = bson::RawDocumentBuf::from_bytes(e.data.to_vec())
                         .map_err(|err| store_error(format!("entry {}: {err}", e.index)))?;
-                    let copied = OpTime::of_raw(&raw).is_some_and(|op| {
+                    let op = OpTime::of_raw(&raw);
+                    let copied = op.is_some_and(|op| {
                         nidus_engine::oplog::ts_to_u64(op.ts) <= self.sync_applied
                     });
                     if copied {
@@ -966,6 +967,7 @@ impl Driver {
                         continue;
                     };
                     self.apply_one(coord, &raw)?;
+                    self.note_applied(coord, op);
                 }
                 EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
                     self.apply_inserts(coord, &mut inserts)?;
@@ -1022,14 +1024,12 @@ impl Driver {
 
     /// Applies one committed entry. MongoDB stops a member that cannot apply an entry; so
     /// does this one.
-    fn apply_one(&mut self, coord: &Coordinator, raw: &bson::RawDocumentBuf) -> raft::Result<()> {
+    fn apply_one(&self, coord: &Coordinator, raw: &bson::RawDocumentBuf) -> raft::Result<()> {
         crate::apply::apply_entry(coord.engine(), raw, None).map_err(|err| {
             let doc = Document::try_from(raw.as_ref())
                 .map_or_else(|_| "(undecodable)".to_string(), |d| d.to_string());
             store_error(format!("cannot apply oplog entry {doc}: {}", err.message))
-        })?;
-        self.note_applied(coord, raw);
-        Ok(())
+        })
     }
 
     /// Applies the inserts gathered in `group` (together when they can be, see
@@ -1040,20 +1040,22 @@ impl Driver {
         group: &mut crate::apply::InsertGroup,
     ) -> raft::Result<()> {
         let entries = group.take();
-        if entries.len() > 1 && crate::apply::apply_inserts_at_once(coord.engine(), &entries) {
-            if let Some(last) = entries.last() {
-                self.note_applied(coord, last);
-            }
+        let Some(last) = entries.last() else {
             return Ok(());
+        };
+        if entries.len() == 1 || !crate::apply::apply_inserts_at_once(coord.engine(), &entries) {
+            for raw in &entries {
+                self.apply_one(coord, raw)?;
+            }
         }
-        for raw in &entries {
-            self.apply_one(coord, raw)?;
-        }
+        // Entries apply in order and a failure stops the member: the last one's optime is
+        // how far this member applied.
+        self.note_applied(coord, OpTime::of_raw(last));
         Ok(())
     }
 
-    fn note_applied(&mut self, coord: &Coordinator, raw: &bson::RawDocumentBuf) {
-        if let Some(op) = OpTime::of_raw(raw) {
+    fn note_applied(&mut self, coord: &Coordinator, op: Option<OpTime>) {
+        if let Some(op) = op {
             self.applied = op;
             coord.observe_timestamp(op.ts);
         }

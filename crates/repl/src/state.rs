@@ -93,12 +93,30 @@ impl OpTime {
     }
 
     /// The optime of an oplog entry (`ts`, `t`, `wall`), read from its bytes.
+    /// One pass over the elements: the three fields come after the entry's `o`, which a
+    /// lookup per field would walk past three times.
     pub fn of_raw(d: &bson::RawDocument) -> Option<OpTime> {
-        let ts = d.get_timestamp("ts").ok()?;
-        let term = d.get_i64("t").ok()?;
-        let wall = d
-            .get_datetime("wall")
-            .unwrap_or_else(|_| bson::DateTime::from_millis(ts.time as i64 * 1000));
+        let (mut ts, mut term, mut wall) = (None, None, None);
+        for el in d.iter_elements() {
+            let Ok(el) = el else {
+                break;
+            };
+            let slot = match el.key() {
+                "ts" => &mut ts,
+                "t" => &mut term,
+                "wall" => &mut wall,
+                _ => continue,
+            };
+            *slot = el.value().ok();
+            if ts.is_some() && term.is_some() && wall.is_some() {
+                break;
+            }
+        }
+        let ts = ts?.as_timestamp()?;
+        let term = term?.as_i64()?;
+        let wall = wall
+            .and_then(|w| w.as_datetime())
+            .unwrap_or_else(|| bson::DateTime::from_millis(ts.time as i64 * 1000));
         Some(OpTime { ts, term, wall })
     }
 
@@ -117,5 +135,47 @@ impl OpTime {
     /// `optimeDate`: the timestamp's seconds as a date.
     pub fn date(self) -> bson::DateTime {
         bson::DateTime::from_millis(self.ts.time as i64 * 1000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    /// `ts`, `t` and `wall` wherever they sit in the entry; `wall` defaults to the `ts`
+    /// seconds; an entry without a `ts` or a `t` (or with another type there) has none.
+    #[test]
+    fn optime_of_an_entrys_bytes() {
+        let ts = Timestamp {
+            time: 1_700_000_000,
+            increment: 7,
+        };
+        let wall = bson::DateTime::from_millis(1_700_000_000_123);
+        let from_ts = bson::DateTime::from_millis(1_700_000_000_000);
+        let cases = vec![
+            (
+                doc! { "op": "i", "ns": "d.c", "o": { "_id": 1, "ts": 5, "t": "x" }, "ts": ts, "t": 3i64, "v": 2i64, "wall": wall },
+                Some((3, wall)),
+            ),
+            (
+                doc! { "wall": wall, "t": 4i64, "ts": ts, "o": {} },
+                Some((4, wall)),
+            ),
+            (doc! { "ts": ts, "t": 5i64 }, Some((5, from_ts))),
+            (doc! { "ts": ts, "t": 5i64, "wall": 1 }, Some((5, from_ts))),
+            (doc! { "ts": ts }, None),
+            (doc! { "t": 5i64, "wall": wall }, None),
+            (doc! { "ts": 1, "t": 5i64 }, None),
+            (doc! { "ts": ts, "t": 5 }, None),
+        ];
+        for (entry, want) in cases {
+            let raw = bson::RawDocumentBuf::from_document(&entry).expect("raw");
+            let got = OpTime::of_raw(&raw).map(|o| {
+                assert_eq!(o.ts, ts, "{entry}");
+                (o.term, o.wall)
+            });
+            assert_eq!(got, want, "{entry}");
+        }
     }
 }
