@@ -74,6 +74,53 @@ struct Cache {
     config: Vec<u8>,
     /// Bytes of the stored log entries.
     log_bytes: u64,
+    /// The terms of the newest entries appended since the store opened.
+    terms: RecentTerms,
+}
+
+/// The terms of a run of consecutive log entries ending at the newest appended one, at most
+/// [`RecentTerms::MAX`]: Raft asks the term of a recent entry for every append it sends (the
+/// entry before a follower's next) and for every commit it considers, which would otherwise
+/// read and decode the whole entry. Holds only indexes in the log past the snapshot index
+/// when kept as [`LogStore::write_log`] and [`LogStore::apply_snapshot`] keep it (terms below
+/// the snapshot index are answered from the snapshot or refused before this is asked).
+#[derive(Default)]
+struct RecentTerms {
+    /// The index of `terms[0]`.
+    from: u64,
+    terms: std::collections::VecDeque<u64>,
+}
+
+impl RecentTerms {
+    const MAX: usize = 1 << 14;
+
+    fn get(&self, index: u64) -> Option<u64> {
+        let i = usize::try_from(index.checked_sub(self.from)?).ok()?;
+        self.terms.get(i).copied()
+    }
+
+    /// After `entries` (consecutive) were written, replacing any entries from the first's
+    /// index on.
+    fn appended(&mut self, entries: &[Entry]) {
+        let Some(first) = entries.first().map(|e| e.index) else {
+            return;
+        };
+        let end = self.from + self.terms.len() as u64;
+        if first < self.from || first > end {
+            self.terms.clear();
+            self.from = first;
+        } else {
+            self.terms.truncate((first - self.from) as usize);
+        }
+        self.terms.extend(entries.iter().map(|e| e.term));
+        let over = self.terms.len().saturating_sub(Self::MAX);
+        self.terms.drain(..over);
+        self.from += over as u64;
+    }
+
+    fn clear(&mut self) {
+        self.terms.clear();
+    }
 }
 
 /// The most bytes the Raft log keeps (0: the oplog's size bound); `--setParameter
@@ -392,6 +439,7 @@ impl LogStore {
         cache.snapshot = meta.clone();
         cache.snapshot_data = snapshot.data.to_vec();
         cache.last_index = meta.index;
+        cache.terms.clear();
         cache.log_bytes = 0;
         if let Some(c) = data.config {
             cache.config = c;
@@ -566,6 +614,7 @@ impl LogStore {
             self.commit_unsynced(txn)?;
         }
         cache.last_index = last;
+        cache.terms.appended(entries);
         cache.log_bytes = cache.log_bytes.saturating_sub(removed) + added;
         if let Some(hs) = hard_state {
             cache.hard_state = hs.clone();
@@ -643,9 +692,14 @@ impl Storage for LogStore {
     }
 
     fn term(&self, idx: u64) -> raft::Result<u64> {
-        let (snap_index, snap_term, last) = {
+        let (snap_index, snap_term, last, recent) = {
             let c = self.cache.read();
-            (c.snapshot.index, c.snapshot.term, c.last_index)
+            (
+                c.snapshot.index,
+                c.snapshot.term,
+                c.last_index,
+                c.terms.get(idx),
+            )
         };
         if idx == snap_index {
             return Ok(snap_term);
@@ -655,6 +709,9 @@ impl Storage for LogStore {
         }
         if idx > last {
             return Err(raft::Error::Store(raft::StorageError::Unavailable));
+        }
+        if let Some(term) = recent {
+            return Ok(term);
         }
         match self.entry(idx)? {
             Some(e) => Ok(e.term),
@@ -930,5 +987,99 @@ mod tests {
         // Finishing the initial sync forgets the marker with the pending sync.
         s.initial_sync_done(9).unwrap();
         assert_eq!(s.file_copy_state().unwrap(), None);
+    }
+
+    /// The terms the store answers from its recent-terms cache equal those a store opened
+    /// fresh on the same data reads from the entries, at every index around the log (below
+    /// the snapshot, at it, in the log, past its end), after each step of a sequence of
+    /// appends, suffix replacements (within and before the cached run), compactions and an
+    /// installed snapshot; and equal the terms the sequence wrote.
+    #[test]
+    fn recent_terms_answer_as_the_stored_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv: Arc<dyn KvEngine> =
+            Arc::new(nidus_storage_rocks::RocksEngine::open(dir.path()).unwrap());
+        let s = LogStore::open(kv.clone()).unwrap();
+        s.bootstrap(
+            1,
+            ConfState {
+                voters: vec![1],
+                ..Default::default()
+            },
+            cfg(),
+        )
+        .unwrap();
+        let run = |from: u64, n: u64, term: u64| -> Vec<Entry> {
+            (from..from + n).map(|i| entry(i, term)).collect()
+        };
+        enum Step {
+            Append(Vec<Entry>),
+            Compact(u64),
+            Snapshot(u64, u64),
+        }
+        let steps = vec![
+            Step::Append(run(2, 10, 1)),
+            Step::Append(run(12, 5, 2)),
+            // Replaces 8.. (inside the cached run).
+            Step::Append(run(8, 3, 3)),
+            Step::Compact(5),
+            Step::Append(run(11, RecentTerms::MAX as u64 + 20, 4)),
+            // Replaces an index older than the cached run holds.
+            Step::Append(run(9, 4, 5)),
+            Step::Compact(10),
+            Step::Append(run(13, 7, 6)),
+            Step::Snapshot(40, 7),
+            Step::Append(run(41, 3, 7)),
+            Step::Append(run(42, 2, 8)),
+        ];
+        let mut model: std::collections::BTreeMap<u64, u64> = [(1, 1)].into();
+        let (mut snap_index, mut snap_term) = (1u64, 1u64);
+        for (n, step) in steps.into_iter().enumerate() {
+            match step {
+                Step::Append(es) => {
+                    let first = es[0].index;
+                    model.retain(|i, _| *i < first);
+                    model.extend(es.iter().map(|e| (e.index, e.term)));
+                    let hs = HardState {
+                        term: es[es.len() - 1].term,
+                        commit: es[es.len() - 1].index,
+                        ..Default::default()
+                    };
+                    s.append(&es, Some(&hs)).unwrap();
+                }
+                Step::Compact(i) => {
+                    s.compact(i, optime(i as u32)).unwrap();
+                    snap_term = model[&i];
+                    snap_index = i;
+                }
+                Step::Snapshot(i, t) => {
+                    let mut snap = Snapshot::default();
+                    snap.mut_metadata().index = i;
+                    snap.mut_metadata().term = t;
+                    snap.data = SnapshotData {
+                        config: Some(cfg()),
+                        optime: Some(optime(i as u32)),
+                    }
+                    .encode()
+                    .into();
+                    s.apply_snapshot(&snap, false).unwrap();
+                    model.clear();
+                    (snap_index, snap_term) = (i, t);
+                }
+            }
+            let fresh = LogStore::open(kv.clone()).unwrap();
+            let last = *model.keys().next_back().unwrap_or(&snap_index);
+            for idx in snap_index.saturating_sub(2)..last + 3 {
+                let got = s.term(idx).ok();
+                assert_eq!(got, fresh.term(idx).ok(), "step {n}, index {idx}");
+                let want = match idx {
+                    i if i == snap_index => Some(snap_term),
+                    i if i < snap_index => None,
+                    i => model.get(&i).copied(),
+                };
+                assert_eq!(got, want, "step {n}, index {idx}");
+            }
+        }
+        assert!(s.cache.read().terms.terms.len() <= RecentTerms::MAX);
     }
 }
