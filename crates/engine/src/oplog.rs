@@ -861,18 +861,11 @@ impl Oplog {
     /// entry) into `txn`. The caller keeps the local clock ahead with `clock().advance_to`
     /// and publishes visibility through a [`Reservation`] of its own if readers must wait.
     pub fn append_replicated(&self, txn: &mut dyn KvTxn, entry: &RawDocumentBuf) -> Result<()> {
-        let ts = match entry.get("ts")? {
-            Some(bson::RawBsonRef::Timestamp(ts)) => ts,
-            _ => return Err(Error::bad_value("oplog entry without a ts")),
-        };
-        txn.put(
-            self.coll.records.space,
-            &self.key(ts_to_u64(ts)),
-            entry.as_bytes(),
-        )?;
+        let ts = replicated_ts(entry)?;
+        txn.put(self.coll.records.space, &self.key(ts), entry.as_bytes())?;
         let op = entry.get_str("op").unwrap_or("");
         let ns = entry.get_str("ns").unwrap_or("");
-        self.note_touch(ts_to_u64(ts), op, ns);
+        self.note_touch(ts, op, ns);
         Ok(())
     }
 
@@ -937,6 +930,14 @@ impl Oplog {
             *self.over.lock() = true;
             self.over_cv.notify_one();
         }
+    }
+}
+
+/// The `ts` of a replicated entry (as u64).
+fn replicated_ts(entry: &bson::RawDocument) -> Result<u64> {
+    match entry.get("ts")? {
+        Some(bson::RawBsonRef::Timestamp(ts)) => Ok(ts_to_u64(ts)),
+        _ => Err(Error::bad_value("oplog entry without a ts")),
     }
 }
 
@@ -1106,13 +1107,9 @@ impl Engine {
             txn.commit()?;
             return Ok(());
         };
-        let ts_of = |e: &RawDocumentBuf| match e.get("ts")? {
-            Some(bson::RawBsonRef::Timestamp(ts)) => Ok(ts_to_u64(ts)),
-            _ => Err(Error::bad_value("oplog entry without a ts")),
-        };
         // Entries come in log order: the first has the lowest `ts`, the last the highest.
         let (first, last) = match (entries.first(), entries.last()) {
-            (Some(f), Some(l)) => (ts_of(f)?, ts_of(l)?),
+            (Some(f), Some(l)) => (replicated_ts(f)?, replicated_ts(l)?),
             _ => return Err(Error::internal("no replicated entry")),
         };
         let slot = oplog.reserve_at(first, last.max(first));

@@ -112,10 +112,14 @@ fn insert_ns(raw: &RawDocument) -> Option<&str> {
 
 /// Inserts the entries' documents (an [`InsertGroup`]'s) in one storage transaction with
 /// the entries and their statement records. False, with nothing written, when that is not
-/// how they apply: this member holds an entry already (a primary applies its own), a
-/// document's `_id` is there already, the collection takes its inserts one at a time
-/// (capped), or anything fails; [`apply_entry`] then applies them one at a time.
+/// how they apply: a lone entry (as MongoDB, no group of one), this member holds an entry
+/// already (a primary applies its own), a document's `_id` is there already, the collection
+/// takes its inserts one at a time (capped), or anything fails; [`apply_entry`] then applies
+/// them one at a time.
 pub fn apply_inserts_at_once(engine: &Engine, entries: &[RawDocumentBuf]) -> bool {
+    if entries.len() < 2 {
+        return false;
+    }
     let (Some(oplog), Some(ns)) = (engine.oplog(), entries.first().and_then(|e| insert_ns(e)))
     else {
         return false;
@@ -486,7 +490,7 @@ mod tests {
         let mut group = InsertGroup::default();
         let mut flush = |group: &mut InsertGroup| {
             let entries = group.take();
-            if entries.len() > 1 && apply_inserts_at_once(engine, &entries) {
+            if apply_inserts_at_once(engine, &entries) {
                 at_once += 1;
                 return;
             }

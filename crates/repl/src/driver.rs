@@ -1043,7 +1043,7 @@ impl Driver {
         let Some(last) = entries.last() else {
             return Ok(());
         };
-        if entries.len() == 1 || !crate::apply::apply_inserts_at_once(coord.engine(), &entries) {
+        if !crate::apply::apply_inserts_at_once(coord.engine(), &entries) {
             for raw in &entries {
                 self.apply_one(coord, raw)?;
             }
