@@ -630,7 +630,7 @@ impl Driver {
         let committed = ready.take_committed_entries();
         self.apply(coord, committed)?;
         if !ready.entries().is_empty() || ready.hs().is_some() {
-            self.store.append(ready.entries(), ready.hs())?;
+            self.store.save_ready(&ready)?;
             if let Some(op) = ready.entries().iter().rev().find_map(entry_optime) {
                 self.durable = op;
                 coord.observe_timestamp(op.ts);

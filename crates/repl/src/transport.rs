@@ -241,34 +241,37 @@ impl<O: LinkOwner> Writer<O> {
             }
             let cmd = o.outgoing(self.id, encode_messages(&msgs));
             let bytes = nidus_wire::encode_msg(next_request_id(), 0, 0, &cmd, None);
-            let started = Instant::now();
-            let mut stream = &conn.stream;
-            if stream.write_all(&bytes).is_err() {
-                if let Some(c) = self.conn.take() {
-                    c.close();
-                }
-                self.failed(&*o, false);
-                o.on_unreachable(self.id, had_messages, had_snapshot);
-                continue;
-            }
+            // The request is pending before it is written: its reply can arrive (and the
+            // reader look for it) before `write_all` returns here.
             let accepted = {
                 let mut st = conn.shared.state.lock();
                 if st.dead {
                     false
                 } else {
                     st.pending.push_back(Pending {
-                        started,
+                        started: Instant::now(),
                         had_messages,
                         had_snapshot,
                     });
                     true
                 }
             };
-            conn.shared.changed.notify_all();
             if !accepted {
                 // The reader already gave up on this connection (and reported what it held).
                 o.on_unreachable(self.id, had_messages, had_snapshot);
+                continue;
             }
+            let mut stream = &conn.stream;
+            if stream.write_all(&bytes).is_err() {
+                // Closing ends the reader, which reports this request with the others pending.
+                if let Some(c) = self.conn.take() {
+                    c.close();
+                }
+                self.failed(&*o, false);
+                continue;
+            }
+            #[cfg(test)]
+            tests::after_write();
         }
         if let Some(c) = self.conn.take() {
             c.close();
@@ -351,15 +354,32 @@ struct Reader<O: LinkOwner> {
 impl<O: LinkOwner> Reader<O> {
     fn run(mut self) {
         // Reads until the connection fails or is closed; a peer that exits closes it, which
-        // is noticed here at once even while nothing is pending.
+        // is noticed here at once even while nothing is pending. Replies are read into one
+        // buffer, as many as each read brings, under the one read timeout the connection
+        // keeps (`READ_POLL`); a reply that stalls part-way is found as a request waiting
+        // longer than `IO_TIMEOUT`.
+        let mut buf: Vec<u8> = Vec::new();
+        let mut chunk = vec![0u8; 16 << 10];
         loop {
             if self.shared.state.lock().dead {
                 break;
             }
-            let mut first = [0u8; 1];
-            match self.stream.read(&mut first) {
+            match reply_len(&buf) {
+                Err(_) => break,
+                Ok(Some(n)) => {
+                    let reply = decode_reply(&buf[..n]);
+                    buf.drain(..n);
+                    let Ok(reply) = reply else { break };
+                    if !self.replied(&reply) {
+                        break;
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+            }
+            match self.stream.read(&mut chunk) {
                 Ok(0) => break,
-                Ok(_) => {}
+                Ok(k) => buf.extend_from_slice(&chunk[..k]),
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                     let stalled = self
                         .shared
@@ -371,25 +391,10 @@ impl<O: LinkOwner> Reader<O> {
                     if stalled {
                         break;
                     }
-                    continue;
                 }
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => break,
             }
-            let reply = match read_reply(&mut self.stream, first[0]) {
-                Ok(r) => r,
-                Err(_) => break,
-            };
-            let Some(o) = self.owner.upgrade() else { break };
-            let done = {
-                let mut st = self.shared.state.lock();
-                st.replied = true;
-                st.pending.pop_front()
-            };
-            self.shared.changed.notify_all();
-            // A reply nobody asked for: the stream is out of step.
-            let Some(p) = done else { break };
-            o.on_reply(self.id, &reply, p.started.elapsed(), p.had_snapshot);
         }
         let drained: Vec<Pending> = {
             let mut st = self.shared.state.lock();
@@ -408,24 +413,36 @@ impl<O: LinkOwner> Reader<O> {
             let _ = tx.try_send(Vec::new());
         }
     }
+
+    /// A reply to the oldest pending request: false when the connection is to end (the owner
+    /// is gone, or nothing was pending: the stream is out of step).
+    fn replied(&self, reply: &Document) -> bool {
+        let Some(o) = self.owner.upgrade() else {
+            return false;
+        };
+        let done = {
+            let mut st = self.shared.state.lock();
+            st.replied = true;
+            st.pending.pop_front()
+        };
+        self.shared.changed.notify_all();
+        let Some(p) = done else { return false };
+        o.on_reply(self.id, reply, p.started.elapsed(), p.had_snapshot);
+        true
+    }
 }
 
-/// Reads the rest of a reply whose first byte was read; a reply that is not `ok` is an error.
-fn read_reply(s: &mut TcpStream, first: u8) -> std::io::Result<Document> {
-    s.set_read_timeout(Some(IO_TIMEOUT))?;
-    let mut len = [first, 0, 0, 0];
-    let read = s.read_exact(&mut len[1..]).and_then(|()| {
-        let n = i32::from_le_bytes(len);
-        if n < nidus_wire::HEADER_LEN as i32 || n as usize > nidus_wire::MAX_MESSAGE_SIZE_BYTES {
-            return Err(std::io::Error::other("bad reply length"));
-        }
-        let mut message = len.to_vec();
-        message.resize(n as usize, 0);
-        s.read_exact(&mut message[4..])?;
-        Ok(message)
-    });
-    s.set_read_timeout(Some(READ_POLL))?;
-    decode_reply(&read?)
+/// The length of the whole message at the start of `buf`, once all of it is there; an error
+/// for a length no reply can have.
+fn reply_len(buf: &[u8]) -> std::io::Result<Option<usize>> {
+    let Some(len) = buf.first_chunk::<4>() else {
+        return Ok(None);
+    };
+    let n = i32::from_le_bytes(*len);
+    if n < nidus_wire::HEADER_LEN as i32 || n as usize > nidus_wire::MAX_MESSAGE_SIZE_BYTES {
+        return Err(std::io::Error::other("bad reply length"));
+    }
+    Ok((buf.len() >= n as usize).then_some(n as usize))
 }
 
 /// The set's key (`--keyFile`), set once at startup before any member connection is made.
@@ -574,5 +591,115 @@ pub fn command(
         "status": status,
         "messages": messages,
         "$db": "admin",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+    /// A pause after each request is written (microseconds): the writer's thread losing the
+    /// processor right after its write, while the peer answers.
+    static PAUSE_AFTER_WRITE_US: AtomicU64 = AtomicU64::new(0);
+
+    pub(super) fn after_write() {
+        let us = PAUSE_AFTER_WRITE_US.load(Ordering::Relaxed);
+        if us > 0 {
+            std::thread::sleep(Duration::from_micros(us));
+        }
+    }
+
+    #[derive(Default)]
+    struct Owner {
+        host: String,
+        replies: AtomicUsize,
+        unreachable: AtomicUsize,
+        done: AtomicBool,
+    }
+
+    impl LinkOwner for Owner {
+        fn peer_host(&self, _id: u64) -> Option<String> {
+            Some(self.host.clone())
+        }
+        fn outgoing(&self, _to: u64, messages: Vec<Bson>) -> Document {
+            doc! { "replSetRaftMessages": 1, "messages": messages, "$db": "admin" }
+        }
+        fn heartbeat_interval(&self) -> Duration {
+            Duration::from_secs(60)
+        }
+        fn on_reply(&self, _id: u64, _reply: &Document, _ping: Duration, _snapshot: bool) {
+            self.replies.fetch_add(1, Ordering::SeqCst);
+        }
+        fn on_unreachable(&self, _id: u64, _messages: bool, _snapshot: bool) {
+            self.unreachable.fetch_add(1, Ordering::SeqCst);
+        }
+        fn on_peer_gone(&self, _id: u64) {}
+        fn stopping(&self) -> bool {
+            self.done.load(Ordering::SeqCst)
+        }
+    }
+
+    /// A peer answering every request at once with `{ok: 1}`; counts its connections.
+    fn answering_peer() -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let host = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                count.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let reply = nidus_wire::encode_msg(1, 0, 0, &doc! { "ok": 1.0 }, None);
+                    loop {
+                        let mut len = [0u8; 4];
+                        if conn.read_exact(&mut len).is_err() {
+                            return;
+                        }
+                        let mut rest = vec![0u8; i32::from_le_bytes(len) as usize - 4];
+                        if conn.read_exact(&mut rest).is_err() || conn.write_all(&reply).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (host, accepted)
+    }
+
+    /// A reply that arrives before the writer is done with its request (the writer paused
+    /// right after writing) is the reply to that request: the link keeps its one connection
+    /// and every batch is answered, none reported unreachable.
+    #[test]
+    fn a_reply_before_the_writer_resumes_keeps_the_connection() {
+        let (host, accepted) = answering_peer();
+        let owner = Arc::new(Owner {
+            host,
+            ..Default::default()
+        });
+        PAUSE_AFTER_WRITE_US.store(2000, Ordering::Relaxed);
+        let link = Link::start(Arc::downgrade(&owner), 2);
+        const BATCHES: usize = 50;
+        // One batch at a time, each after the previous one's outcome (batches queued together
+        // would go as one request).
+        for sent in 1..=BATCHES {
+            let mut m = Message::default();
+            m.set_msg_type(MessageType::MsgHeartbeat);
+            link.send(vec![m]);
+            let until = Instant::now() + Duration::from_secs(10);
+            while owner.replies.load(Ordering::SeqCst) + owner.unreachable.load(Ordering::SeqCst)
+                < sent
+                && Instant::now() < until
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        PAUSE_AFTER_WRITE_US.store(0, Ordering::Relaxed);
+        owner.done.store(true, Ordering::SeqCst);
+        assert_eq!(owner.unreachable.load(Ordering::SeqCst), 0);
+        assert_eq!(owner.replies.load(Ordering::SeqCst), BATCHES);
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
     }
 }

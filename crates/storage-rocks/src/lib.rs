@@ -38,9 +38,10 @@ struct Inner {
 }
 
 /// The RocksDB statistics tickers `serverStatus().rocksdb` reports: block-cache hits and misses
-/// by block kind (a miss is a block read from a file), bloom-filter outcomes and the bytes
-/// written by the WAL, flushes, compactions and blob files (write amplification).
-const TICKERS: [Ticker; 16] = [
+/// by block kind (a miss is a block read from a file), bloom-filter outcomes, the bytes
+/// written by the WAL, flushes, compactions and blob files (write amplification), and the
+/// WAL syncs.
+const TICKERS: [Ticker; 17] = [
     Ticker::BlockCacheDataMiss,
     Ticker::BlockCacheDataHit,
     Ticker::BlockCacheIndexMiss,
@@ -57,6 +58,7 @@ const TICKERS: [Ticker; 16] = [
     Ticker::CompactWriteBytes,
     Ticker::BlobDbBlobFileBytesWritten,
     Ticker::BlobDbBlobFileBytesRead,
+    Ticker::WalFileSynced,
 ];
 
 impl Inner {

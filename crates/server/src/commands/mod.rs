@@ -791,7 +791,16 @@ fn run_handler(
             body.insert("writeConcernError", wce);
         }
     }
-    if write_concern.journal {
+    let replication_error =
+        repl_set::wait_for_write_concern(state, &write_concern, last_write, deadline);
+    // A write a majority committed is journaled on a majority (each member's Raft append of
+    // its entry was synced, and with it the WAL's earlier writes), which is what `j` asks of
+    // `w: "majority"`.
+    let majority_committed = write_concern.majority
+        && replication_error.is_none()
+        && last_write.is_some()
+        && state.repl.as_ref().is_some_and(|r| !r.implicit());
+    if write_concern.journal && !majority_committed {
         // On a primary the Raft log's synced append of the write's oplog entry journals the
         // write with it (one WAL): wait for that instead of a second sync.
         let journaled = match (state.repl.as_ref(), last_write) {
@@ -802,8 +811,7 @@ fn run_handler(
             state.engine.sync()?;
         }
     }
-    if let Some(wce) = repl_set::wait_for_write_concern(state, &write_concern, last_write, deadline)
-    {
+    if let Some(wce) = replication_error {
         if !body.contains_key("writeConcernError") {
             body.insert("writeConcernError", wce);
         }
