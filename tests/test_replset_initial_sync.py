@@ -334,7 +334,12 @@ def test_file_copy_initial_sync_installs_the_sources_files_while_writes_go_on(rs
     assert not any((primary.dbpath / "nidus-backups").glob("*"))
     assert not (third.dbpath / ".initialsync").exists()
 
-    # A restart keeps the data, and the member goes on applying.
+    # A restart keeps the data, and the member goes on applying. The primary's log is back
+    # to its default bound first: with the tiny one, the writes below could have it compact
+    # past the restarting member (not heard from lately) and send it a snapshot, a new
+    # initial sync, before it caught up.
+    for m in rs.members[:2]:
+        admin(m, {"setParameter": 1, "raftLogMaxSizeBytes": 0})
     third.stop()
     third.restart()
     rs.wait_for_state(third, "SECONDARY", 60)
