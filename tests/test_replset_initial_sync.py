@@ -12,9 +12,10 @@ import datetime
 import threading
 import time
 
+import pytest
 from pymongo import ASCENDING, WriteConcern
 from pymongo.collation import Collation
-from pymongo.errors import PyMongoError
+from pymongo.errors import PyMongoError, WriteConcernError
 
 from nidus_harness import ReplicaSet, wait_until
 
@@ -372,6 +373,17 @@ def test_file_copy_killed_mid_copy_starts_again(rs, monkeypatch):
 
     wait_until(copying, 30, "file copy in progress", tolerate=(PyMongoError,))
     assert (third.dbpath / ".initialsync").is_dir()
+    # A member in initial sync acknowledges no write, though its Raft log takes the entries:
+    # `w: 3` waits out its wtimeout (the write is kept), `w: 2` is acknowledged.
+    with primary.client() as c:
+        with pytest.raises(WriteConcernError) as e:
+            c.test.get_collection("c", write_concern=WriteConcern(w=3, wtimeout=1500)).insert_one(
+                {"_id": "during-copy"})
+        assert e.value.code == 64
+        assert c.test.c.find_one({"_id": "during-copy"}) == {"_id": "during-copy"}
+        c.test.get_collection("c", write_concern=WriteConcern(w=2, wtimeout=20000)).insert_one(
+            {"_id": "during-copy-w2"})
+    assert status(third)["myState"] == 5  # still copying: STARTUP2
     third.kill()
     with primary.client() as c:
         c.test.get_collection("c", write_concern=WriteConcern(w="majority")).insert_one({"_id": "after-kill"})

@@ -534,9 +534,10 @@ impl Driver {
                 continue;
             }
             let peer = coord.peer_info(id).unwrap_or_default();
-            // A member in initial sync (STARTUP2 with a configuration) holds no data yet.
-            let syncing = peer.state == MemberState::Startup2 && peer.config_version >= 0;
-            if !peer.healthy || syncing || peer.frozen_until.is_some_and(|t| Instant::now() < t) {
+            if !peer.healthy
+                || peer.in_initial_sync()
+                || peer.frozen_until.is_some_and(|t| Instant::now() < t)
+            {
                 continue;
             }
             let key = (m.raft_priority(), pr.matched, id);
@@ -1185,6 +1186,11 @@ impl Driver {
                     // The primary's own writes are in its oplog when they are proposed.
                     self.proposed_through
                         .map_or(0, |t| ((t.time as u64) << 32) | t.increment as u64)
+                } else if coord.peer_in_initial_sync(*id) {
+                    // Its Raft log may hold the entries, but the data of those a snapshot
+                    // stands for is still being copied: as in MongoDB, a member in initial
+                    // sync acknowledges no write.
+                    0
                 } else {
                     self.index_ts
                         .range(..=*matched)

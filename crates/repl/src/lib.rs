@@ -129,6 +129,14 @@ pub struct PeerInfo {
     pub visible_seen: Option<Instant>,
 }
 
+impl PeerInfo {
+    /// The peer runs an initial sync: STARTUP2 with a configuration (a member without one is
+    /// not in a set yet). It holds no data yet, whatever its Raft log holds.
+    pub fn in_initial_sync(&self) -> bool {
+        self.state == MemberState::Startup2 && self.config_version >= 0
+    }
+}
+
 impl Default for PeerInfo {
     fn default() -> PeerInfo {
         PeerInfo {
@@ -424,6 +432,15 @@ impl Coordinator {
 
     pub fn peer_info(&self, id: u64) -> Option<PeerInfo> {
         self.peers.read().get(&id).cloned()
+    }
+
+    /// Whether the peer last reported an initial sync under way (see
+    /// [`PeerInfo::in_initial_sync`]).
+    pub fn peer_in_initial_sync(&self, id: u64) -> bool {
+        self.peers
+            .read()
+            .get(&id)
+            .is_some_and(PeerInfo::in_initial_sync)
     }
 
     pub fn uptime_secs(&self) -> i64 {
