@@ -562,7 +562,9 @@ impl LogStore {
             .unwrap_or(0))
     }
 
-    /// Appends entries (replacing any conflicting suffix) and saves the hard state, durably.
+    /// Appends entries (replacing any conflicting suffix) and saves the hard state, durably
+    /// (the tests' way to write a log; the driver saves what Raft hands it with `save_ready`).
+    #[cfg(test)]
     pub fn append(&self, entries: &[Entry], hard_state: Option<&HardState>) -> raft::Result<()> {
         self.write_log(entries, hard_state, true)
     }
