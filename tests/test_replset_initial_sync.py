@@ -15,7 +15,7 @@ import time
 import pytest
 from pymongo import ASCENDING, WriteConcern
 from pymongo.collation import Collation
-from pymongo.errors import PyMongoError, WriteConcernError
+from pymongo.errors import OperationFailure, PyMongoError, WriteConcernError
 
 from nidus_harness import ReplicaSet, wait_until
 
@@ -260,6 +260,9 @@ def test_member_whose_log_ends_before_the_compacted_log_resyncs(rs):
     primary = two_of_three(rs)
     add_third(rs, primary)
     rs.wait_for_state(rs.members[2], "SECONDARY", 30)
+    # The third votes (its newlyAdded mark cleared), so the set keeps a majority without the
+    # second.
+    wait_until(lambda: status(primary)["votingMembersCount"] == 3, 20, "the third votes")
     behind = rs.members[1]
     with primary.client() as c:
         c.test.get_collection("pre", write_concern=WriteConcern(w=3, wtimeout=20000)).insert_many(
@@ -395,6 +398,77 @@ def test_file_copy_killed_mid_copy_starts_again(rs, monkeypatch):
     assert_same_data(primary, third)
     with third.client(readPreference="secondaryPreferred") as c:
         assert c.test.c.find_one({"_id": "after-kill"}) == {"_id": "after-kill"}
+
+
+def member_flags(m) -> list:
+    conf = admin(m, {"replSetGetConfig": 1, "$_internalIncludeNewlyAdded": True})["config"]
+    return [x.get("newlyAdded", False) for x in conf["members"]]
+
+
+def vote_counts(m) -> tuple:
+    st = status(m)
+    return (st["votingMembersCount"], st["majorityVoteCount"], st["writeMajorityCount"],
+            st["writableVotingMembersCount"])
+
+
+def test_newly_added_member_votes_once_its_initial_sync_is_done(rs, monkeypatch):
+    """MongoDB's `newlyAdded`: a voting member added by replSetReconfig neither votes nor
+    counts towards `w: "majority"` until it is past initial sync; then the primary's own
+    reconfiguration (version + 1) makes it a voter."""
+    set_log_bound(rs)
+    primary = two_of_three(rs)
+    second, third = rs.members[1], rs.members[2]
+    load(primary)
+    wait_until(lambda: raft_log(primary)["firstIndex"] > 1000, 30, "log compacted")
+    # The third's initial sync holds after its first collection.
+    third.stop()
+    monkeypatch.setenv("NIDUS_TEST_INITIAL_SYNC_PAUSE_MS", "10000")
+    third.restart()
+    monkeypatch.delenv("NIDUS_TEST_INITIAL_SYNC_PAUSE_MS")
+    add_third(rs, primary)
+    version = admin(primary, {"replSetGetConfig": 1})["config"]["version"]
+    # Shown only when asked for (and in local.system.replset); not a voter yet.
+    assert "newlyAdded" not in admin(primary, {"replSetGetConfig": 1})["config"]["members"][2]
+    assert member_flags(primary) == [False, False, True]
+    assert vote_counts(primary) == (2, 2, 2, 2)
+    with primary.client() as c:
+        stored = c.local["system.replset"].find_one()
+    assert [m.get("newlyAdded", False) for m in stored["members"]] == [False, False, True]
+    stored["version"] += 1
+    with pytest.raises(OperationFailure) as e:
+        admin(primary, {"replSetReconfig": stored})
+    assert e.value.code == 93 and "Cannot provide newlyAdded field" in str(e.value), e.value.details
+    wait_until(lambda: status(third)["myState"] == 5, 30, "third in initial sync",
+               tolerate=(OperationFailure,))
+    # The majority is the first two: with the second gone, a `w: "majority"` write is not
+    # acknowledged though the syncing member's Raft log takes the entry.
+    second.kill()
+    with primary.client() as c:
+        reply = c.test.command({"insert": "c", "documents": [{"_id": "no-majority"}],
+                                "writeConcern": {"w": "majority", "wtimeout": 700}})
+    assert reply["n"] == 1
+    assert reply.get("writeConcernError", {}).get("code") in (64, 11602), reply
+    assert status(third)["myState"] == 5
+    second.restart()
+    wait_until(lambda: (rs.hello(primary) or {}).get("isWritablePrimary"), 30, "member 0 primary")
+    # Past initial sync: the primary clears the mark (a new version) and the member votes.
+    rs.wait_for_state(third, "SECONDARY", 90)
+    wait_until(lambda: member_flags(primary) == [False, False, False], 20, "newlyAdded cleared")
+    assert admin(primary, {"replSetGetConfig": 1})["config"]["version"] == version + 1
+    assert vote_counts(primary) == (3, 2, 2, 3)
+    for m in rs.members:
+        wait_until(lambda m=m: (rs.hello(m) or {}).get("setVersion") == version + 1, 20,
+                   f"{rs.host(m)} on the new version")
+    # Now the third counts: with the second gone, the first and the third are a majority.
+    second.kill()
+    with primary.client() as c:
+        c.test.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=20000)).insert_one(
+            {"_id": "majority-with-third"})
+        want = c.test.c.count_documents({})
+    with third.client(readPreference="secondaryPreferred") as c:
+        assert c.test.c.find_one({"_id": "majority-with-third"}) is not None
+        assert c.test.c.find_one({"_id": "no-majority"}) is not None
+        assert c.test.c.count_documents({}) == want
 
 
 def test_initial_sync_method_is_checked_at_startup(tmp_path):

@@ -76,9 +76,11 @@ def test_reconfig_refusals_follow_mongodb(rs):
         (lambda c: {**c, "version": 2, "_id": "other"}, 103, "differ in replica set name; old was rs0, and new is other"),
         (lambda c: {**c, "version": 2, "members": [c["members"][0], {**c["members"][1], "_id": 5}]},
          103, "but in the new configuration the _id field is 5 and in the old configuration it is 1"),
-        (lambda c: {**c, "version": 2, "members": c["members"] + [
-            {"_id": 2, "host": rs.host(rs.members[2])}, {"_id": 3, "host": "127.0.0.1:1"}]},
-         93, "Non force replica set reconfig can only add or remove at most 1 voting member."),
+        # `newlyAdded` is the server's to set (a configuration copied from
+        # local.system.replset carries it). The single voting change rule is checked in
+        # membership's unit tests: here every new voter is newly added, so no vote changes.
+        (lambda c: {**c, "version": 2, "members": [c["members"][0], {"_id": 3, "host": "127.0.0.1:1", "newlyAdded": True}]},
+         93, "Cannot provide newlyAdded field to member config during reconfig."),
         (lambda c: {**c, "version": 2, "members": c["members"][1:]}, 74, "maps to this node"),
         (lambda c: {**c, "version": 2, "members": [{**c["members"][0], "priority": 0}, c["members"][1]]},
          104, "is not electable under the new configuration with {version: 2, term: "),
@@ -120,14 +122,16 @@ def test_add_member_to_set_with_data_then_change_and_remove_it(rs):
     conf["members"] = before["members"] + [{"_id": 2, "host": rs.host(third)}]
     assert reconfig(primary, conf)["ok"] == 1
     after = get_config(primary)
-    assert after["version"] == 2
+    assert after["version"] >= 2
     assert after["settings"]["replicaSetId"] == before["settings"]["replicaSetId"]
     assert [m["host"] for m in after["members"]] == [rs.host(m) for m in rs.members]
     rs.wait_for_state(third, "SECONDARY", 60)
+    # Version 3: the primary's own reconfiguration once the new member (newly added) is past
+    # its initial sync.
     hosts = sorted(rs.host(m) for m in rs.members)
     for m in rs.members:
-        wait_until(lambda m=m: (h := rs.hello(m)) and h.get("setVersion") == 2
-                   and sorted(h["hosts"]) == hosts, 20, f"{rs.host(m)} reports version 2")
+        wait_until(lambda m=m: (h := rs.hello(m)) and h.get("setVersion") == 3
+                   and sorted(h["hosts"]) == hosts, 20, f"{rs.host(m)} reports version 3")
     # The new member holds the same data (initial sync) and keeps applying.
     with primary.client() as c:
         c.test.c.insert_one({"_id": "late"})
@@ -140,11 +144,11 @@ def test_add_member_to_set_with_data_then_change_and_remove_it(rs):
         assert [i["name"] for i in c.test.c.list_indexes()] == ["_id_", "k_1"]
     st = admin(primary, {"replSetGetStatus": 1})
     assert st["votingMembersCount"] == 3 and st["majorityVoteCount"] == 2
-    assert {m["name"]: m["configVersion"] for m in st["members"]}[rs.host(third)] in (2,)
+    assert {m["name"]: m["configVersion"] for m in st["members"]}[rs.host(third)] == 3
     # local.system.replset holds the configuration in force on every member.
     for m in rs.members:
-        wait_until(lambda m=m: m.client().local["system.replset"].find_one()["version"] == 2, 10,
-                   f"{rs.host(m)} local.system.replset version 2")
+        wait_until(lambda m=m: m.client().local["system.replset"].find_one()["version"] == 3, 10,
+                   f"{rs.host(m)} local.system.replset version 3")
 
     # Hidden, priority 0, then non-voting (a Raft learner).
     conf = get_config(primary)
@@ -152,7 +156,7 @@ def test_add_member_to_set_with_data_then_change_and_remove_it(rs):
     conf["members"][2].update({"priority": 0, "hidden": True})
     reconfig(primary, conf)
     h = rs.hello(primary)
-    assert h["setVersion"] == 3 and rs.host(third) not in h["hosts"] + h.get("passives", [])
+    assert h["setVersion"] == 4 and rs.host(third) not in h["hosts"] + h.get("passives", [])
     wait_until(lambda: (rs.hello(third) or {}).get("hidden") is True, 10, "third reports hidden")
     conf = get_config(primary)
     conf["version"] += 1
@@ -172,12 +176,12 @@ def test_add_member_to_set_with_data_then_change_and_remove_it(rs):
     conf["members"] = conf["members"][:2]
     reconfig(primary, conf)
     h = rs.hello(primary)
-    assert h["setVersion"] == 5 and sorted(h["hosts"]) == sorted(rs.host(m) for m in rs.members[:2])
+    assert h["setVersion"] == 6 and sorted(h["hosts"]) == sorted(rs.host(m) for m in rs.members[:2])
     assert "passives" not in h
     assert len(admin(primary, {"replSetGetStatus": 1})["members"]) == 2
     with primary.client() as c:
         c.test.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=20000)).insert_one({"_id": "after-remove"})
-        assert c.local["system.replset"].find_one()["version"] == 5
+        assert c.local["system.replset"].find_one()["version"] == 6
     # The removed member learns it from the set's replies: REMOVED, no status.
     wait_until(lambda: (h := rs.hello(third)) is not None and h["secondary"] is False, 20,
                "the removed member leaves SECONDARY")
@@ -252,6 +256,9 @@ def test_mongosh_rs_helpers(rs):
     wait_until(lambda: len([x for x in admin(primary, {"replSetGetStatus": 1})["members"]
                             if x["stateStr"] == "SECONDARY" and x["health"] == 1]) == 2, 20,
                "two healthy secondaries")
+    # The member added votes once the primary's reconfiguration (version 3) clears its
+    # newlyAdded mark.
+    wait_until(lambda: (rs.hello(primary) or {}).get("setVersion") == 3, 20, "version 3")
     # What mongosh prints against MongoDB: the oplog window and each secondary's lag.
     out = shell(primary, "rs.printReplicationInfo()")
     for label in ("actual oplog size", "configured oplog size", "log length start to end",
@@ -265,9 +272,9 @@ def test_mongosh_rs_helpers(rs):
     # rs.reconfig bumps the version itself; rs.remove drops the member.
     out = shell(primary, "const c = rs.conf(); c.members[1].priority = 0.5; "
                          "rs.reconfig(c).ok + ' ' + rs.conf().version + ' ' + rs.conf().members[1].priority")
-    assert out.strip() == "1 3 0.5"
+    assert out.strip() == "1 4 0.5"
     out = shell(primary, f'rs.remove("{third}").ok + " " + rs.conf().members.length + " " + db.hello().setVersion')
-    assert out.strip() == "1 2 4"
+    assert out.strip() == "1 2 5"
 
 
 def test_maintenance_mode_is_recovering(rs):

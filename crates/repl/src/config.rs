@@ -7,6 +7,9 @@ use nidus_common::{Error, ErrorCode, Result};
 /// MongoDB's limits on a configuration.
 pub const MAX_MEMBERS: usize = 50;
 pub const MAX_VOTING_MEMBERS: usize = 7;
+/// The member field MongoDB's `replSetGetConfig` leaves out unless asked
+/// (`$_internalIncludeNewlyAdded`); `local.system.replset` keeps it.
+pub const NEWLY_ADDED: &str = "newlyAdded";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemberConfig {
@@ -18,6 +21,11 @@ pub struct MemberConfig {
     pub secondary_delay_secs: i64,
     pub build_indexes: bool,
     pub tags: Document,
+    /// MongoDB's `newlyAdded`: a voting member added by `replSetReconfig` that has not yet
+    /// reported a state past initial sync. Until the primary's automatic reconfiguration
+    /// clears it, the member neither votes nor counts towards a majority (here: a Raft
+    /// learner) and has an effective priority of 0.
+    pub newly_added: bool,
 }
 
 impl MemberConfig {
@@ -26,19 +34,27 @@ impl MemberConfig {
         self.id as u64 + 1
     }
 
+    /// Votes in elections and counts towards majorities: MongoDB's `isVoter`.
+    pub fn is_voter(&self) -> bool {
+        self.votes > 0 && !self.newly_added
+    }
+
     /// Priority 0 members never become primary.
     pub fn electable(&self) -> bool {
-        self.priority > 0.0 && self.votes > 0
+        self.priority > 0.0 && self.is_voter()
     }
 
     /// Raft's election priority: MongoDB priorities are 0..=1000 with fractions; scaled so
-    /// that the order is kept.
+    /// that the order is kept. A newly added member's effective priority is 0.
     pub fn raft_priority(&self) -> i64 {
+        if self.newly_added {
+            return 0;
+        }
         (self.priority * 1000.0).round() as i64
     }
 
     fn to_document(&self) -> Document {
-        doc! {
+        let mut d = doc! {
             "_id": self.id as i32,
             "host": &self.host,
             "arbiterOnly": false,
@@ -48,7 +64,11 @@ impl MemberConfig {
             "tags": self.tags.clone(),
             "secondaryDelaySecs": self.secondary_delay_secs,
             "votes": self.votes,
+        };
+        if self.newly_added {
+            d.insert(NEWLY_ADDED, true);
         }
+        d
     }
 }
 
@@ -154,6 +174,7 @@ impl ReplSetConfig {
                 secondary_delay_secs: 0,
                 build_indexes: true,
                 tags: Document::new(),
+                newly_added: false,
             }],
             settings: Settings::default(),
             write_concern_majority_journal_default: true,
@@ -289,9 +310,24 @@ impl ReplSetConfig {
         self.members.iter().find(|m| m.host == host)
     }
 
+    /// Members that vote (MongoDB's `votingMembersCount`).
+    pub fn voters(&self) -> usize {
+        self.members.iter().filter(|m| m.is_voter()).count()
+    }
+
     /// Voting members needed for a majority (`w: "majority"`).
     pub fn majority(&self) -> usize {
-        self.members.iter().filter(|m| m.votes > 0).count() / 2 + 1
+        self.voters() / 2 + 1
+    }
+
+    /// MongoDB's marking of a reconfiguration's new voting members (by `_id`) as newly
+    /// added, keeping the mark of members that still have it under `old`. A member that ends
+    /// up with `votes: 0` has none.
+    pub fn mark_newly_added(&mut self, old: &ReplSetConfig) {
+        for m in &mut self.members {
+            let before = old.members.iter().find(|o| o.id == m.id);
+            m.newly_added = m.votes > 0 && before.is_none_or(|o| o.newly_added);
+        }
     }
 
     /// What `replSetGetConfig` returns and `local.system.replset` holds.
@@ -408,6 +444,7 @@ fn parse_member(m: &Document) -> Result<MemberConfig> {
         )));
     }
     let build_indexes = bool_field(m, "buildIndexes", true)?;
+    let newly_added = bool_field(m, NEWLY_ADDED, false)?;
     if !build_indexes && priority != 0.0 {
         return Err(invalid("priority must be 0 when buildIndexes=false"));
     }
@@ -420,6 +457,7 @@ fn parse_member(m: &Document) -> Result<MemberConfig> {
         secondary_delay_secs,
         build_indexes,
         tags: m.get_document("tags").cloned().unwrap_or_default(),
+        newly_added,
     })
 }
 

@@ -37,7 +37,7 @@ const TRANSFER_LAG: u64 = 1000;
 pub(crate) fn conf_state(config: &ReplSetConfig) -> ConfState {
     let mut cs = ConfState::default();
     for m in &config.members {
-        if m.votes > 0 {
+        if m.is_voter() {
             cs.voters.push(m.raft_id());
         } else {
             cs.learners.push(m.raft_id());
@@ -331,6 +331,50 @@ impl Driver {
         self.raw.tick();
         if leader {
             self.maybe_priority_takeover(coord);
+            self.maybe_clear_newly_added(coord);
+        }
+    }
+
+    /// MongoDB's term (Raft's bootstrap term 1 is MongoDB's 0).
+    fn term(&self) -> i64 {
+        self.raw.raft.term.saturating_sub(1) as i64
+    }
+
+    /// MongoDB's automatic reconfiguration on the primary: a newly added member heard to be
+    /// past initial sync (SECONDARY, RECOVERING or ROLLBACK) loses its `newlyAdded` mark, one
+    /// member per configuration, which the Raft configuration change turns from learner into
+    /// voter.
+    fn maybe_clear_newly_added(&mut self, coord: &Coordinator) {
+        if !self.was_writable || self.raw.raft.has_pending_conf() {
+            return;
+        }
+        let Some(config) = &self.config else { return };
+        let synced = config.members.iter().position(|m| {
+            m.newly_added
+                && coord.peer_info(m.raft_id()).is_some_and(|p| {
+                    p.healthy
+                        && matches!(
+                            p.state,
+                            MemberState::Secondary
+                                | MemberState::Recovering
+                                | MemberState::Rollback
+                        )
+                })
+        });
+        let Some(i) = synced else { return };
+        let mut next = config.clone();
+        next.members[i].newly_added = false;
+        next.version += 1;
+        next.term = self.term();
+        match crate::membership::propose(&mut self.raw, &next) {
+            Ok(()) => eprintln!(
+                "replication: member {} finished its initial sync: configuration version {} makes it a voter",
+                next.members[i].host, next.version
+            ),
+            Err(e) => eprintln!(
+                "replication: cannot propose the configuration that makes member {} a voter: {}",
+                next.members[i].host, e.message
+            ),
         }
     }
 
@@ -470,6 +514,15 @@ impl Driver {
     /// set when this member leads).
     fn reconfig(&mut self, config: ReplSetConfig, force: bool) -> nidus_common::Result<()> {
         if self.raw.raft.state == StateRole::Leader {
+            // The command checked `config` against the configuration it saw; this member may
+            // have installed a newer one of its own since (an automatic reconfiguration).
+            if let (false, Some(current)) = (force, &self.config) {
+                let mut current = current.clone();
+                if current.term >= 0 {
+                    current.term = self.term();
+                }
+                crate::membership::check_compatible(&current, &config, false)?;
+            }
             return crate::membership::propose(&mut self.raw, &config);
         }
         if !force {

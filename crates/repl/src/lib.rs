@@ -101,7 +101,10 @@ impl View {
 /// How a write concern wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplicationWait {
+    /// The members asked for hold the entry (for `majority`, the set's Raft commit does).
     Satisfied,
+    /// The implicit one-member set: there is no one to replicate to, and no commit to wait for.
+    Alone,
     TimedOut,
     /// This member stopped being primary while waiting.
     NotPrimary,
@@ -323,7 +326,7 @@ impl Coordinator {
         self.view.read().config.as_ref().map_or(1, |c| {
             c.members
                 .iter()
-                .filter(|m| m.votes > 0 && m.build_indexes)
+                .filter(|m| m.is_voter() && m.build_indexes)
                 .count()
         })
     }
@@ -373,7 +376,7 @@ impl Coordinator {
         deadline: Option<Instant>,
     ) -> ReplicationWait {
         if self.implicit() {
-            return ReplicationWait::Satisfied;
+            return ReplicationWait::Alone;
         }
         let target = ((ts.time as u64) << 32) | ts.increment as u64;
         loop {
@@ -964,22 +967,30 @@ impl Coordinator {
     }
 
     /// `replSetGetConfig`.
-    pub fn config_document(&self) -> Result<Document> {
+    pub fn config_document(&self, include_newly_added: bool) -> Result<Document> {
         let v = self.view.read();
-        match &v.config {
-            // The configuration in force carries the current term, as MongoDB's primary
-            // rewrites it on election (a forced configuration has none, -1).
-            Some(c) if c.term >= 0 => {
-                let mut d = c.to_document();
-                d.insert("term", v.term as i32);
-                Ok(d)
-            }
-            Some(c) => Ok(c.to_document()),
-            None => Err(Error::new(
+        let Some(c) = &v.config else {
+            return Err(Error::new(
                 ErrorCode::NotYetInitialized,
                 "no replset config has been received",
-            )),
+            ));
+        };
+        let mut d = c.to_document();
+        // The configuration in force carries the current term, as MongoDB's primary
+        // rewrites it on election (a forced configuration has none, -1).
+        if c.term >= 0 {
+            d.insert("term", v.term as i32);
         }
+        if !include_newly_added {
+            if let Ok(members) = d.get_array_mut("members") {
+                for m in members {
+                    if let Bson::Document(m) = m {
+                        m.remove(config::NEWLY_ADDED);
+                    }
+                }
+            }
+        }
+        Ok(d)
     }
 
     /// `replSetGetStatus`.
@@ -1084,7 +1095,7 @@ impl Coordinator {
             }
             members.push(Bson::Document(d));
         }
-        let voting = config.members.iter().filter(|m| m.votes > 0).count() as i32;
+        let voting = config.voters() as i32;
         let majority = config.majority() as i32;
         let (first, last, bytes) = self.store.log_stats();
         let mut extra = doc! {

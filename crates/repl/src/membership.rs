@@ -87,7 +87,7 @@ pub fn check_compatible(old: &ReplSetConfig, new: &ReplSetConfig, force: bool) -
         let voters = |c: &ReplSetConfig| -> BTreeSet<i64> {
             c.members
                 .iter()
-                .filter(|m| m.votes > 0)
+                .filter(|m| m.is_voter())
                 .map(|m| m.id)
                 .collect()
         };
@@ -358,7 +358,19 @@ impl Coordinator {
             new.version = forced_version(new.version);
             new.term = -1;
         } else {
+            // `newlyAdded` is the server's to set and clear (a configuration read from
+            // `local.system.replset` carries it).
+            if new.members.iter().any(|m| m.newly_added) {
+                return Err(Error::new(
+                    ErrorCode::InvalidReplicaSetConfig,
+                    format!(
+                        "Cannot provide {} field to member config during reconfig.",
+                        crate::config::NEWLY_ADDED
+                    ),
+                ));
+            }
             new.term = view.term;
+            new.mark_newly_added(&old);
         }
         check_compatible(&old, &new, force)?;
         let me = self.self_member(&new).ok_or_else(|| {
@@ -522,6 +534,61 @@ mod tests {
                 .code(),
             103
         );
+    }
+
+    #[test]
+    fn new_voters_are_newly_added_learners_until_cleared() {
+        let old = config(2, &[(0, "a:1", 1), (1, "b:1", 1)]);
+        // Two new voters and a new non-voter at once: the voters are newly added, so no
+        // vote changes and the single voting change rule holds.
+        let mut new = config(
+            3,
+            &[
+                (0, "a:1", 1),
+                (1, "b:1", 1),
+                (2, "c:1", 1),
+                (3, "d:1", 1),
+                (4, "e:1", 0),
+            ],
+        );
+        assert_eq!(
+            check_compatible(&old, &new, false).unwrap_err().code.code(),
+            93
+        );
+        new.mark_newly_added(&old);
+        let marked: Vec<bool> = new.members.iter().map(|m| m.newly_added).collect();
+        assert_eq!(marked, [false, false, true, true, false]);
+        check_compatible(&old, &new, false).unwrap();
+        assert_eq!((new.voters(), new.majority()), (2, 2));
+        let cs = crate::driver::conf_state(&new);
+        assert_eq!((cs.voters, cs.learners), (vec![1, 2], vec![3, 4, 5]));
+        let c = &new.members[2];
+        assert!(!c.electable() && c.raft_priority() == 0 && !c.is_voter());
+        // The mark is stored and read back.
+        let back = ReplSetConfig::from_stored(&new.to_document()).unwrap();
+        let stored: Vec<bool> = back.members.iter().map(|m| m.newly_added).collect();
+        assert_eq!(stored, marked);
+        // A later reconfiguration from a document without the mark (replSetGetConfig leaves
+        // it out) keeps it on members still newly added, except one made a non-voter.
+        let mut later = config(
+            4,
+            &[(0, "a:1", 1), (1, "b:1", 1), (2, "c:1", 1), (3, "d:1", 0)],
+        );
+        later.mark_newly_added(&new);
+        let marked: Vec<bool> = later.members.iter().map(|m| m.newly_added).collect();
+        assert_eq!(marked, [false, false, true, false]);
+        // Cleared (the primary's automatic reconfiguration): a Raft voter, promoted from
+        // learner by one AddNode.
+        let mut cleared = new.clone();
+        cleared.version += 1;
+        cleared.members[2].newly_added = false;
+        check_compatible(&new, &cleared, false).unwrap();
+        let got: Vec<(ConfChangeType, u64)> = changes(&crate::driver::conf_state(&new), &cleared)
+            .iter()
+            .map(|c| (c.get_change_type(), c.node_id))
+            .collect();
+        assert_eq!(got, vec![(ConfChangeType::AddNode, 3)]);
+        assert_eq!((cleared.voters(), cleared.majority()), (3, 2));
     }
 
     #[test]

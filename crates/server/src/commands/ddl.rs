@@ -947,7 +947,7 @@ fn wait_for_commit_quorum(ctx: &Ctx, majority: bool, nodes: i64) -> Result<()> {
         return Ok(());
     }
     match repl.wait_for_replication(ts, majority, nodes, ctx.deadline) {
-        nidus_repl::ReplicationWait::Satisfied => Ok(()),
+        nidus_repl::ReplicationWait::Satisfied | nidus_repl::ReplicationWait::Alone => Ok(()),
         nidus_repl::ReplicationWait::TimedOut => Err(Error::new(
             ErrorCode::MaxTimeMSExpired,
             "operation exceeded time limit",

@@ -791,15 +791,8 @@ fn run_handler(
             body.insert("writeConcernError", wce);
         }
     }
-    let replication_error =
-        repl_set::wait_for_write_concern(state, &write_concern, last_write, deadline);
-    // A write a majority committed is journaled on a majority (each member's Raft append of
-    // its entry was synced, and with it the WAL's earlier writes), which is what `j` asks of
-    // `w: "majority"`.
-    let majority_committed = write_concern.majority
-        && replication_error.is_none()
-        && last_write.is_some()
-        && state.repl.as_ref().is_some_and(|r| !r.implicit());
+    let replication = repl_set::wait_for_write_concern(state, &write_concern, last_write, deadline);
+    let majority_committed = matches!(replication, repl_set::WriteConcernWait::MajorityCommitted);
     if write_concern.journal && !majority_committed {
         // On a primary the Raft log's synced append of the write's oplog entry journals the
         // write with it (one WAL): wait for that instead of a second sync.
@@ -811,7 +804,7 @@ fn run_handler(
             state.engine.sync()?;
         }
     }
-    if let Some(wce) = replication_error {
+    if let repl_set::WriteConcernWait::Failed(wce) = replication {
         if !body.contains_key("writeConcernError") {
             body.insert("writeConcernError", wce);
         }

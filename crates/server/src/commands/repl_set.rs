@@ -71,7 +71,11 @@ pub fn maintenance(ctx: &mut Ctx) -> Result<Document> {
 pub fn get_config(ctx: &mut Ctx) -> Result<Document> {
     let repl = coordinator(ctx)?;
     let mut out = Document::new();
-    out.insert("config", repl.config_document()?);
+    let include_newly_added = matches!(
+        ctx.body.get("$_internalIncludeNewlyAdded"),
+        Some(Bson::Boolean(true))
+    );
+    out.insert("config", repl.config_document(include_newly_added)?);
     Ok(out)
 }
 
@@ -262,6 +266,22 @@ pub fn check_member_state(
     Ok(())
 }
 
+/// How a write's wait for its write concern ended.
+#[derive(Debug)]
+pub enum WriteConcernWait {
+    /// Nothing to wait for: no replica set or the implicit one, no write, `w` of at most 1,
+    /// or a `w` greater than the data-bearing members (that error is the write concern's own).
+    NotWaited,
+    /// `w: "majority"`: the set's Raft commit holds the write, so it is journaled on a
+    /// majority (each member's Raft append of the entry was synced, the WAL's earlier writes
+    /// with it), which is what `j` asks of a majority write.
+    MajorityCommitted,
+    /// `w: N`: N members hold the write.
+    Replicated,
+    /// The write stays done; the reply's `writeConcernError`.
+    Failed(Document),
+}
+
 /// Waits for `w: "majority"` / `w: N` (N > 1) after a write that logged `last_write`, until
 /// `wtimeout` (or the command's `maxTimeMS`). The write stays done either way; a timeout is
 /// MongoDB's write concern error 64.
@@ -270,12 +290,13 @@ pub fn wait_for_write_concern(
     wc: &super::WriteConcern,
     last_write: Option<bson::Timestamp>,
     deadline: Option<std::time::Instant>,
-) -> Option<Document> {
-    let repl = state.repl.as_ref()?;
-    let ts = last_write?;
+) -> WriteConcernWait {
+    let (Some(repl), Some(ts)) = (state.repl.as_ref(), last_write) else {
+        return WriteConcernWait::NotWaited;
+    };
     let nodes = wc.nodes.unwrap_or(1);
     if (!wc.majority && nodes <= 1) || nodes > repl.data_bearing_members() as i64 {
-        return None;
+        return WriteConcernWait::NotWaited;
     }
     let until = wc
         .wtimeout_ms
@@ -284,18 +305,22 @@ pub fn wait_for_write_concern(
         .chain(deadline)
         .min();
     match repl.wait_for_replication(ts, wc.majority, nodes, until) {
-        nidus_repl::ReplicationWait::Satisfied => None,
+        nidus_repl::ReplicationWait::Satisfied if wc.majority => {
+            WriteConcernWait::MajorityCommitted
+        }
+        nidus_repl::ReplicationWait::Satisfied => WriteConcernWait::Replicated,
+        nidus_repl::ReplicationWait::Alone => WriteConcernWait::NotWaited,
         nidus_repl::ReplicationWait::TimedOut => {
             let mut spec = wc.spec.clone().unwrap_or_default();
             spec.insert("provenance", "clientSupplied");
-            Some(bson::doc! {
+            WriteConcernWait::Failed(bson::doc! {
                 "code": ErrorCode::WriteConcernTimeout.code(),
                 "codeName": "WriteConcernTimeout",
                 "errmsg": "waiting for replication timed out",
                 "errInfo": { "wtimeout": true, "writeConcern": spec },
             })
         }
-        nidus_repl::ReplicationWait::NotPrimary => Some(bson::doc! {
+        nidus_repl::ReplicationWait::NotPrimary => WriteConcernWait::Failed(bson::doc! {
             "code": ErrorCode::InterruptedDueToReplStateChange.code(),
             "codeName": "InterruptedDueToReplStateChange",
             "errmsg": "operation was interrupted because a node stepped down while waiting for replication",
