@@ -33,6 +33,12 @@ const LEADER_GONE_FOR: Duration = Duration::from_secs(3);
 /// How far behind (in log entries) a member may be and still be handed the primary role;
 /// Raft's leader transfer brings it fully up to date before it campaigns.
 const TRANSFER_LAG: u64 = 1000;
+/// Raft's commit broadcast is skipped (`skip_bcast_commit`): a follower learns a new commit
+/// index from the next append the primary sends it, which under a stream of writes follows
+/// within the client's round trip. When none has gone out this long after the commit index
+/// moved (the writes stopped), the primary sends an append carrying just the commit index, so
+/// secondaries apply the last writes at most this late.
+const COMMIT_FORWARD_DELAY: Duration = Duration::from_millis(2);
 
 pub(crate) fn conf_state(config: &ReplSetConfig) -> ConfState {
     let mut cs = ConfState::default();
@@ -84,6 +90,7 @@ pub(crate) fn spawn(
         applied,
         check_quorum: true,
         pre_vote: true,
+        skip_bcast_commit: true,
         max_size_per_msg: 1 << 20,
         max_inflight_msgs: 256,
         priority,
@@ -131,6 +138,9 @@ pub(crate) fn spawn(
         sync_applied,
         last_conf_index: applied,
         leader_gone: None,
+        sent_commit: Default::default(),
+        commit_forward_at: None,
+        commit_to_save: None,
     };
     coord.observe_timestamp(driver.applied.ts);
     coord.observe_timestamp(driver.durable.ts);
@@ -223,6 +233,15 @@ struct Driver {
     /// The primary this member followed is gone (connections to it are refused): the
     /// election clock is advanced (`hurry_election`).
     leader_gone: Option<LeaderGone>,
+    /// On the primary: the newest commit index sent to each member (in an append or a
+    /// heartbeat).
+    sent_commit: std::collections::HashMap<u64, u64>,
+    /// On the primary: when to forward the commit index to members no append carried it to
+    /// (`COMMIT_FORWARD_DELAY`).
+    commit_forward_at: Option<Instant>,
+    /// A newer commit index from the `Ready` being handled, not saved yet: `apply_now` writes
+    /// it with the applied index, else `on_ready` alone at its end.
+    commit_to_save: Option<u64>,
 }
 
 struct LeaderGone {
@@ -253,7 +272,10 @@ impl Driver {
             let wait = if self.raw.has_ready() {
                 Duration::ZERO
             } else {
-                tick.saturating_sub(self.last_tick.elapsed())
+                let next_tick = tick.saturating_sub(self.last_tick.elapsed());
+                self.commit_forward_at.map_or(next_tick, |t| {
+                    next_tick.min(t.saturating_duration_since(Instant::now()))
+                })
             };
             match self.rx.recv_timeout(wait) {
                 Ok(input) => {
@@ -292,6 +314,7 @@ impl Driver {
                         .map(|()| self.advance_apply())
                 }
             });
+            self.forward_commit();
             let ready = released.and_then(|()| self.on_ready(&coord));
             if let Err(e) = ready.and_then(|()| self.maybe_compact(&coord)) {
                 // MongoDB stops a member that cannot persist its replication state; this one
@@ -540,7 +563,12 @@ impl Driver {
         let internal = |e: raft::Error| nidus_common::Error::internal(e.to_string());
         let cs = crate::membership::install_locally(&mut self.raw, &config).map_err(internal)?;
         self.store
-            .set_applied(self.raw.raft.raft_log.applied, Some(&bytes), Some(&cs))
+            .set_applied(
+                self.raw.raft.raft_log.applied,
+                None,
+                Some(&bytes),
+                Some(&cs),
+            )
             .map_err(internal)?;
         let sole_voter = cs.voters == [self.id()];
         self.set_config(&coord, config.clone());
@@ -634,13 +662,72 @@ impl Driver {
         }
     }
 
+    /// Hands Raft's messages to the peer links, noting (on the primary) the commit index each
+    /// member was sent.
+    fn send(&mut self, coord: &Coordinator, msgs: Vec<raft::eraftpb::Message>) {
+        if msgs.is_empty() {
+            return;
+        }
+        if self.raw.raft.state == StateRole::Leader {
+            for m in &msgs {
+                if matches!(
+                    m.get_msg_type(),
+                    MessageType::MsgAppend | MessageType::MsgHeartbeat
+                ) {
+                    let sent = self.sent_commit.entry(m.to).or_default();
+                    *sent = (*sent).max(m.commit);
+                }
+            }
+        }
+        coord.send_messages(msgs);
+    }
+
+    /// On the primary: once `COMMIT_FORWARD_DELAY` passed since the commit index moved past
+    /// what a member was sent, an append to each such member carries it (Raft sends entries
+    /// the member lacks with it, or none). A member Raft sends nothing to (it is probed, or
+    /// paused) learns it from Raft's next heartbeat or append.
+    fn forward_commit(&mut self) {
+        if self.raw.raft.state != StateRole::Leader {
+            self.commit_forward_at = None;
+            return;
+        }
+        let committed = self.raw.raft.raft_log.committed;
+        let me = self.id();
+        let sent = &self.sent_commit;
+        let behind = |id: &u64| *id != me && sent.get(id).copied().unwrap_or(0) < committed;
+        if !self.raw.raft.prs().iter().any(|(id, _)| behind(id)) {
+            self.commit_forward_at = None;
+            return;
+        }
+        let now = Instant::now();
+        match self.commit_forward_at {
+            None => self.commit_forward_at = Some(now + COMMIT_FORWARD_DELAY),
+            Some(at) if now >= at => {
+                let ids: Vec<u64> = self
+                    .raw
+                    .raft
+                    .prs()
+                    .iter()
+                    .map(|(id, _)| *id)
+                    .filter(behind)
+                    .collect();
+                for id in ids {
+                    self.raw.raft.send_append(id);
+                    self.sent_commit.insert(id, committed);
+                }
+                self.commit_forward_at = None;
+            }
+            Some(_) => {}
+        }
+    }
+
     fn on_ready(&mut self, coord: &Coordinator) -> raft::Result<()> {
         if !self.raw.has_ready() {
             return Ok(());
         }
         let mut ready = self.raw.ready();
         if !ready.messages().is_empty() {
-            coord.send_messages(ready.take_messages());
+            self.send(coord, ready.take_messages());
         }
         if !ready.snapshot().is_empty() {
             let snap = ready.snapshot().clone();
@@ -682,8 +769,14 @@ impl Driver {
             self.maybe_rollback(coord)?;
         }
         let committed = ready.take_committed_entries();
+        // A hard state that needs no sync moved only the commit index: it is written with the
+        // applied index of the entries it commits (one write), or alone below.
+        let commit_only = ready.entries().is_empty() && !ready.must_sync();
+        if let (true, Some(hs)) = (commit_only, ready.hs()) {
+            self.commit_to_save = Some(hs.commit);
+        }
         self.apply(coord, committed)?;
-        if !ready.entries().is_empty() || ready.hs().is_some() {
+        if !ready.entries().is_empty() || (ready.hs().is_some() && !commit_only) {
             self.store.save_ready(&ready)?;
             if let Some(op) = ready.entries().iter().rev().find_map(entry_optime) {
                 self.durable = op;
@@ -693,16 +786,20 @@ impl Driver {
             }
         }
         if !ready.persisted_messages().is_empty() {
-            coord.send_messages(ready.take_persisted_messages());
+            self.send(coord, ready.take_persisted_messages());
         }
         let mut light = self.raw.advance(ready);
         if let Some(commit) = light.commit_index() {
-            self.store.set_commit(commit)?;
+            self.commit_to_save = self.commit_to_save.max(Some(commit));
         }
-        coord.send_messages(light.take_messages());
+        self.send(coord, light.take_messages());
         let committed = light.take_committed_entries();
         self.apply(coord, committed)?;
         self.advance_apply();
+        if let Some(commit) = self.commit_to_save.take() {
+            // Nothing was applied with it (entries held, delayed, or applied already).
+            self.store.set_commit(commit)?;
+        }
         Ok(())
     }
 
@@ -1061,6 +1158,7 @@ impl Driver {
         self.apply_inserts(coord, &mut inserts)?;
         self.store.set_applied(
             last,
+            self.commit_to_save.take(),
             new_config.as_ref().map(|(_, b)| b.as_slice()),
             conf_state.as_ref(),
         )?;
@@ -1119,6 +1217,7 @@ impl Driver {
     /// before its term.
     fn on_became_leader(&mut self, coord: &Coordinator) {
         self.leader_since = Some(Instant::now());
+        self.sent_commit.clear();
         self.leader_first_index = self.raw.raft.raft_log.last_index();
         let term = self.raw.raft.term.saturating_sub(1) as i64;
         let wall = bson::DateTime::now();

@@ -366,17 +366,30 @@ impl LogStore {
             .map_err(kv_err)
     }
 
-    /// Records applied entries: the applied index and, when a configuration entry was among
+    /// Records applied entries: the applied index, a newer commit index (`commit`, which
+    /// needs no sync of its own: see `set_commit`) and, when a configuration entry was among
     /// them, the configuration and Raft's configuration state, in one write.
     pub fn set_applied(
         &self,
         applied: u64,
+        commit: Option<u64>,
         config: Option<&[u8]>,
         conf_state: Option<&ConfState>,
     ) -> raft::Result<()> {
+        let mut cache = self.cache.write();
         let mut txn = self.kv.begin();
         txn.put(Space::Catalog, APPLIED, &applied.to_be_bytes())
             .map_err(kv_err)?;
+        let hard_state = commit
+            .filter(|c| *c > cache.hard_state.commit)
+            .map(|commit| HardState {
+                commit,
+                ..cache.hard_state.clone()
+            });
+        if let Some(hs) = &hard_state {
+            txn.put(Space::Catalog, HARD_STATE, &encode(hs)?)
+                .map_err(kv_err)?;
+        }
         if let Some(c) = config {
             txn.put(Space::Catalog, CONFIG, c).map_err(kv_err)?;
         }
@@ -389,7 +402,9 @@ impl LogStore {
         } else {
             self.commit(txn)?;
         }
-        let mut cache = self.cache.write();
+        if let Some(hs) = hard_state {
+            cache.hard_state = hs;
+        }
         if let Some(cs) = conf_state {
             cache.conf_state = cs.clone();
         }
@@ -1091,6 +1106,37 @@ mod tests {
             }
         }
         assert!(s.cache.read().terms.terms.len() <= RecentTerms::MAX);
+    }
+
+    /// The driver writes a commit index that needs no sync with the applied index of the
+    /// entries it commits: one write, read back after a restart; an older one changes nothing.
+    #[test]
+    fn the_applied_index_carries_a_newer_commit_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let cs = ConfState {
+            voters: vec![1, 2, 3],
+            ..Default::default()
+        };
+        {
+            let s = open(dir.path());
+            s.bootstrap(1, cs, cfg()).unwrap();
+            let hs = HardState {
+                term: 4,
+                vote: 2,
+                commit: 1,
+                ..Default::default()
+            };
+            s.append(&[entry(2, 4), entry(3, 4), entry(4, 4)], Some(&hs))
+                .unwrap();
+            s.set_applied(3, Some(3), None, None).unwrap();
+            s.set_applied(3, Some(2), None, None).unwrap();
+            let state = s.initial_state().unwrap().hard_state;
+            assert_eq!((state.term, state.vote, state.commit), (4, 2, 3));
+        }
+        let s = open(dir.path());
+        let state = s.initial_state().unwrap().hard_state;
+        assert_eq!((state.term, state.vote, state.commit), (4, 2, 3));
+        assert_eq!(s.applied().unwrap(), 3);
     }
 
     /// What Raft relies on after a crash (a vote, a term, appended entries) is synced before
