@@ -352,6 +352,34 @@ def test_writes_replicate_to_every_member(rs):
         maj.insert_one({"_id": "after-kill"})
 
 
+def test_secondaries_apply_the_last_write_soon_after_writes_stop(rs):
+    """Raft's broadcast of each commit index is off: a secondary learns it from the next
+    append, or, once writes stop, from one the primary sends a few milliseconds later; not
+    from Raft's heartbeat (every electionTimeoutMillis / 5: 12 s here), which it would
+    otherwise wait for before applying the last write (secondaries apply committed entries)."""
+    from pymongo import WriteConcern
+
+    rs.initiate(priorities=[3, 2, 1], settings={"electionTimeoutMillis": 60000})
+    wait_until(lambda: (rs.hello(rs.members[0]) or {}).get("isWritablePrimary"), 60,
+               "the priority-3 member as primary")
+    secondaries = rs.members[1:]
+    for m in secondaries:
+        rs.wait_for_state(m, "SECONDARY", 60)
+    readers = [m.client(readPreference="secondaryPreferred") for m in secondaries]
+    try:
+        with rs.members[0].client() as c:
+            coll = c.test.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=20000))
+            for i in range(5):
+                coll.insert_one({"_id": i})
+                for m, r in zip(secondaries, readers):
+                    wait_until(lambda r=r, i=i: r.test.c.find_one({"_id": i}), 5,
+                               f"{rs.host(m)} applies the write {i}")
+                time.sleep(0.2)
+    finally:
+        for r in readers:
+            r.close()
+
+
 def test_majority_writes_survive_failover(rs):
     from pymongo import WriteConcern
 
