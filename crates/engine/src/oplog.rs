@@ -484,6 +484,9 @@ pub struct Oplog {
     /// The newest readable entries, decoded once for every change stream (`oplog_cache`).
     recent: crate::oplog_cache::Recent,
     advanced_cv: Condvar,
+    /// Called once a local write's entries are visible (the replication layer's: the
+    /// primary proposes them at once, with no thread between the writer and its driver).
+    on_local_write: parking_lot::RwLock<Option<LocalWriteHook>>,
     term: AtomicI64,
     max_bytes: AtomicI64,
     /// Set when the oplog may be over its size; the truncation thread waits on it.
@@ -503,6 +506,9 @@ pub struct Oplog {
     /// txnNumber), for the `prevOpTime` chain.
     chains: Mutex<std::collections::HashMap<Vec<u8>, (i64, OpTime)>>,
 }
+
+/// See `Oplog::set_local_write_hook`.
+pub type LocalWriteHook = Arc<dyn Fn() + Send + Sync>;
 
 /// Reserved `ts` values; released (committed or aborted) when dropped.
 pub struct Reservation<'a> {
@@ -539,6 +545,7 @@ impl Oplog {
             announcer: crate::oplog_notify::Announcer::new(last),
             recent: crate::oplog_cache::Recent::new(last),
             advanced_cv: Condvar::new(),
+            on_local_write: parking_lot::RwLock::new(None),
             term: AtomicI64::new(term),
             max_bytes: AtomicI64::new(max_bytes),
             over: Mutex::new(false),
@@ -610,6 +617,15 @@ impl Oplog {
         };
         let _ = visible;
         self.wake();
+        if let Some(hook) = self.on_local_write.read().as_ref() {
+            hook();
+        }
+    }
+
+    /// Sets (or clears) what is called each time local writes make oplog entries visible.
+    /// It runs on the writer's thread, so it must not block.
+    pub fn set_local_write_hook(&self, hook: Option<LocalWriteHook>) {
+        *self.on_local_write.write() = hook;
     }
 
     fn wake(&self) {
@@ -1485,6 +1501,46 @@ mod tests {
         drop(a);
         assert_eq!(oplog.visible_u64(), tb);
         assert!(oplog.wait_for_advance(seen, Instant::now()));
+    }
+
+    /// The replication layer's hook runs once per local write whose entries became
+    /// visible (on the writer's thread), not for replicated entries; cleared, it is gone.
+    #[test]
+    fn the_local_write_hook_runs_when_local_entries_become_visible() {
+        use std::sync::atomic::AtomicUsize;
+        let (_dir, engine) = engine();
+        let oplog = engine.enable_oplog(1).expect("oplog").clone();
+        let coll = engine
+            .ensure_collection(&Namespace::new("t", "c"))
+            .expect("coll");
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counter = calls.clone();
+        let writer = std::thread::current().id();
+        oplog.set_local_write_hook(Some(Arc::new(move || {
+            assert_eq!(std::thread::current().id(), writer);
+            counter.fetch_add(1, Ordering::SeqCst);
+        })));
+        let before = calls.load(Ordering::SeqCst);
+        for i in 0..3 {
+            insert(&engine, &coll, doc! { "_id": i });
+        }
+        assert_eq!(calls.load(Ordering::SeqCst) - before, 3);
+        // Replicated entries (a secondary's) do not call it.
+        let ts = u64_to_ts(ts_to_u64(clock().tick()) + 1000);
+        let entry = OplogEntry::command("t", None, doc! { "create": "d" }).to_document(
+            OpTime { ts, t: 1 },
+            bson::DateTime::now(),
+            None,
+        );
+        let raw = RawDocumentBuf::from_document(&entry).expect("raw");
+        let mut txn = engine.kv().begin();
+        oplog.append_replicated(txn.as_mut(), &raw).expect("append");
+        txn.commit().expect("commit");
+        oplog.replicated_committed(ts, 1, raw.as_bytes().len() as i64);
+        assert_eq!(calls.load(Ordering::SeqCst) - before, 3);
+        oplog.set_local_write_hook(None);
+        insert(&engine, &coll, doc! { "_id": 3 });
+        assert_eq!(calls.load(Ordering::SeqCst) - before, 3);
     }
 
     #[test]

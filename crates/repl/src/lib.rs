@@ -494,6 +494,9 @@ impl Coordinator {
 
     pub fn shutdown(&self) {
         self.stopping.store(true, Ordering::SeqCst);
+        if let Some(oplog) = self.engine.oplog() {
+            oplog.set_local_write_hook(None);
+        }
         self.inbox.lock().take();
         self.links.lock().clear();
         self.topology_changed.notify_all();
@@ -577,27 +580,18 @@ impl Coordinator {
             .upgrade()
             .ok_or_else(|| Error::internal("stopping"))?;
         let tx = driver::spawn(coord, self.store.clone(), id).map_err(store_error)?;
-        if let Some(oplog) = self.engine.oplog().cloned() {
-            // Wakes the driver when the oplog advances, so the primary proposes new entries
-            // at once.
-            let wake = tx.clone();
-            let weak = self.weak.clone();
-            let _ = std::thread::Builder::new()
-                .name("repl-oplog-watch".to_string())
-                .spawn(move || loop {
-                    let seen = oplog.generation();
-                    oplog.wait_for_advance(seen, Instant::now() + Duration::from_millis(500));
-                    match weak.upgrade() {
-                        Some(c) if !c.stopping.load(Ordering::SeqCst) => {}
-                        _ => return,
-                    }
-                    if wake.send(Input::Wake).is_err() {
-                        return;
-                    }
-                });
-        }
         *inbox = Some(tx);
         drop(inbox);
+        if let Some(oplog) = self.engine.oplog() {
+            // A local write wakes the driver from the writer's thread, so the primary
+            // proposes its entries at once (a secondary's driver finds nothing to propose).
+            let weak = self.weak.clone();
+            oplog.set_local_write_hook(Some(Arc::new(move || {
+                if let Some(c) = weak.upgrade() {
+                    c.send_input(Input::Wake);
+                }
+            })));
+        }
         self.bump_topology();
         Ok(())
     }
