@@ -1461,13 +1461,12 @@ mod tests {
         }
     }
 
-    #[test]
-    fn replicated_entries_become_visible_after_commit() {
-        let (_dir, engine) = engine();
-        let oplog = engine.enable_oplog(1).expect("oplog").clone();
+    /// Writes a replicated `create` entry of term `t` past the clock, as a secondary applies
+    /// one; returns its `ts` and size (not yet announced: `replicated_committed`).
+    fn append_replicated_create(engine: &Engine, oplog: &Oplog, t: i64) -> (Timestamp, i64) {
         let ts = u64_to_ts(ts_to_u64(clock().tick()) + 1000);
         let entry = OplogEntry::command("t", None, doc! { "create": "c" }).to_document(
-            OpTime { ts, t: 3 },
+            OpTime { ts, t },
             bson::DateTime::now(),
             None,
         );
@@ -1475,8 +1474,16 @@ mod tests {
         let mut txn = engine.kv().begin();
         oplog.append_replicated(txn.as_mut(), &raw).expect("append");
         txn.commit().expect("commit");
+        (ts, raw.as_bytes().len() as i64)
+    }
+
+    #[test]
+    fn replicated_entries_become_visible_after_commit() {
+        let (_dir, engine) = engine();
+        let oplog = engine.enable_oplog(1).expect("oplog").clone();
+        let (ts, bytes) = append_replicated_create(&engine, &oplog, 3);
         assert!(ts_to_u64(oplog.visible()) < ts_to_u64(ts));
-        oplog.replicated_committed(ts, 1, raw.as_bytes().len() as i64);
+        oplog.replicated_committed(ts, 1, bytes);
         assert_eq!(oplog.visible(), ts);
         assert_eq!(
             oplog.last_visible(engine.kv()).expect("last"),
@@ -1526,17 +1533,8 @@ mod tests {
         }
         assert_eq!(calls.load(Ordering::SeqCst) - before, 3);
         // Replicated entries (a secondary's) do not call it.
-        let ts = u64_to_ts(ts_to_u64(clock().tick()) + 1000);
-        let entry = OplogEntry::command("t", None, doc! { "create": "d" }).to_document(
-            OpTime { ts, t: 1 },
-            bson::DateTime::now(),
-            None,
-        );
-        let raw = RawDocumentBuf::from_document(&entry).expect("raw");
-        let mut txn = engine.kv().begin();
-        oplog.append_replicated(txn.as_mut(), &raw).expect("append");
-        txn.commit().expect("commit");
-        oplog.replicated_committed(ts, 1, raw.as_bytes().len() as i64);
+        let (ts, bytes) = append_replicated_create(&engine, &oplog, 1);
+        oplog.replicated_committed(ts, 1, bytes);
         assert_eq!(calls.load(Ordering::SeqCst) - before, 3);
         oplog.set_local_write_hook(None);
         insert(&engine, &coll, doc! { "_id": 3 });

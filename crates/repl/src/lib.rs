@@ -666,9 +666,16 @@ impl Coordinator {
             "durableWall": v.durable.wall,
             "configVersion": v.config.as_ref().map_or(-1, |c| c.version),
             "syncSourceHost": self.sync_source(&v),
-            "visibleTs": self.engine.oplog().map_or(0, |o| o.visible_u64() as i64),
             "frozenMs": v.frozen_until.map_or(0, |t| t.saturating_duration_since(Instant::now()).as_millis() as i64),
         };
+        // A causal read on a secondary may rely on the primary's visibility point to cover
+        // every acknowledged write: true only of a writable primary (a newly elected one has
+        // not applied its predecessors' last writes yet, so its point can be behind them).
+        if v.state == MemberState::Primary && v.writable {
+            if let Some(oplog) = self.engine.oplog() {
+                d.insert("visibleTs", oplog.visible_u64() as i64);
+            }
+        }
         if let Some(e) = v.election_date {
             d.insert("electionDate", e);
         }

@@ -3,9 +3,11 @@
 //! - `afterClusterTime` / `afterOpTime` (causal consistency): the read waits until this
 //!   member shows every write a client could have seen at that time. A primary waits for its
 //!   oplog visibility point to pass the time (bounded by the newest `ts` handed out, since a
-//!   cluster time may name no entry). A secondary waits until it applied that far, or until
-//!   it applied everything the primary had made visible when answering a heartbeat sent
-//!   after the read began (the time may be later than any entry written).
+//!   cluster time may name no entry), once it is writable (a new primary first applies its
+//!   predecessors' entries). A secondary waits until it applied that far, or until it applied
+//!   everything a writable primary had made visible when answering a heartbeat sent after the
+//!   read began (the time may be later than any entry written; a primary that is not writable
+//!   yet sends no visibility point).
 //! - `majority`: a secondary applies only majority-committed entries (and reads nothing
 //!   during rollback or before minValid), so its data is majority-committed. A primary
 //!   applies its writes before they commit: a majority read waits until every entry visible
@@ -203,7 +205,11 @@ impl Coordinator {
                 }
             } else {
                 let v = self.view();
-                if v.state == MemberState::Primary {
+                if v.state == MemberState::Primary && !v.writable {
+                    // A new primary applies its predecessors' last entries before it takes
+                    // writes; until then its visibility point may be behind writes they
+                    // acknowledged: wait.
+                } else if v.state == MemberState::Primary {
                     let visible = oplog.visible_u64();
                     let after_ok = rc
                         .after

@@ -150,13 +150,12 @@ proptest! {
                 Request::Msg(m) => encode_msg_request(1, m, false),
                 Request::Query(q) => encode_query_request(1, q),
             };
-            let redecoded = decode_message(&again).unwrap().request;
-            match (redecoded, decoded.request) {
-                (Request::Msg(a), Request::Msg(b)) => {
-                    prop_assert_eq!((a.body, a.sequences), (b.body, b.sequences));
-                }
-                (a, b) => prop_assert_eq!(a, b),
-            }
+            // Compared as bytes: a document holding a NaN is not equal to itself.
+            let twice = match decode_message(&again).unwrap().request {
+                Request::Msg(m) => encode_msg_request(1, &m, false),
+                Request::Query(q) => encode_query_request(1, &q),
+            };
+            prop_assert_eq!(twice, again);
         }
     }
 
