@@ -235,6 +235,57 @@ def test_rollback_undoes_ddl_no_majority_received(rs):
         assert catalog_state(m) == want
 
 
+def test_rollback_finds_divergent_documents_in_a_collection_renamed_since(rs):
+    """The old primary's divergent insert and update went into a collection the new primary
+    renamed after the common point; a divergent drop in the same rollback makes the member
+    read the source's names. The divergent versions are in the member's collection under
+    its old name: they must be undone there (saved to the rollback directory), and after
+    the rename reaches the member both hold the same documents."""
+    a, b, c_ = rs.members
+    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
+    rs.wait_for_state(a, "PRIMARY", 30)
+    for m in (b, c_):
+        rs.wait_for_state(m, "SECONDARY")
+    majority = WriteConcern(w="majority")
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=20000)) as client:
+        db = client.get_database("test", write_concern=majority)
+        db.x.insert_many([{"_id": i, "v": "committed"} for i in range(3)])
+        db.z.insert_one({"_id": 0})
+    with a.client() as ca:
+        info = ca.test.command("listCollections", filter={"name": "x"})["cursor"]["firstBatch"][0]
+        x_uuid = info["info"]["uuid"].as_uuid()
+
+    b.kill()
+    c_.kill()
+    with a.client() as ca:
+        t = ca.get_database("test", write_concern=WriteConcern(w=1))
+        t.x.insert_one({"_id": "lost", "v": "divergent"})
+        t.x.update_one({"_id": 1}, {"$set": {"v": "divergent"}})
+        t.z.drop()
+    a.kill()
+
+    b.restart()
+    c_.restart()
+    wait_for_b_after_restart(rs, a, b, c_)
+    with b.client() as cb:
+        cb.admin.command("renameCollection", "test.x", to="test.y",
+                         writeConcern={"w": "majority", "wtimeout": 20000})
+    want = docs_of(b, "y")
+    assert want == [{"_id": i, "v": "committed"} for i in range(3)]
+
+    a.restart()
+    wait_until(lambda: my_state(a) in ("SECONDARY", "PRIMARY"), 60, "old primary back")
+    wait_until(lambda: docs_of(a, "y") == want, 30, "the old primary's y equals the new primary's")
+    with a.client() as ca:
+        names = ca.test.list_collection_names()
+        assert "x" not in names and "z" in names, names
+        res = ca.test.command("validate", "y")
+        assert res["valid"], res
+    saved = [bson.decode_all(f.read_bytes()) for f in rollback_files(a) if f.parent.name == str(x_uuid)]
+    assert [(d["_id"], d["v"]) for docs in saved for d in docs] in (
+        [(1, "divergent"), ("lost", "divergent")], [("lost", "divergent"), (1, "divergent")]), saved
+
+
 # ---------------------------------------------------------------- read concerns
 
 def test_read_concern_combinations_refused_as_mongodb(rs):

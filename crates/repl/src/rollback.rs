@@ -219,13 +219,6 @@ fn file_time() -> String {
     format!("{}.0", t.get(..19).unwrap_or("unknown").replace(':', "-"))
 }
 
-fn local_doc(engine: &Engine, ns: &Namespace, id: &Bson) -> Result<Option<Document>> {
-    match engine.collection(ns) {
-        Some(coll) => crate::apply::find_one(engine, &coll, &doc! { "_id": id.clone() }),
-        None => Ok(None),
-    }
-}
-
 fn save_removed(dir: &std::path::Path, time: &str, docs: &[Document]) -> Result<()> {
     if docs.is_empty() {
         return Ok(());
@@ -305,16 +298,25 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
             restore_collection(engine, &mut source, &catalog, *uuid, &dir, &time)?;
         }
         for (ns, ui, ids, docs) in &fetched {
+            // The documents' collection here is the one with the entries' UUID: its name
+            // here can differ from the source's (the source renamed it after the common
+            // point, or a divergent rename is undone by a later rollback), and the divergent
+            // versions are in it whatever its name.
+            let local = ui
+                .and_then(|u| local_by_uuid(engine, u))
+                .or_else(|| engine.collection(ns));
             let mut removed = Vec::new();
-            for id in ids {
-                if let Some(d) = local_doc(engine, ns, id)? {
-                    removed.push(d);
+            if let Some(coll) = &local {
+                for id in ids {
+                    let found =
+                        crate::apply::find_one(engine, coll, &doc! { "_id": id.clone() })?;
+                    removed.extend(found);
                 }
             }
-            let uuid = ui.or_else(|| engine.collection(ns).map(|c| c.meta.read().uuid));
+            let uuid = ui.or_else(|| local.as_ref().map(|c| c.meta.read().uuid));
             let sub = uuid.map_or_else(|| ns.to_string(), |u| u.to_string());
             save_removed(&dir.join(sub), &time, &removed)?;
-            let Some(coll) = engine.collection(ns).or_else(|| {
+            let Some(coll) = local.or_else(|| {
                 (!docs.is_empty())
                     .then(|| engine.ensure_collection(ns).ok())
                     .flatten()
