@@ -99,6 +99,7 @@ impl Link {
             backoff: FIRST_BACKOFF,
             retry_at: None,
             refused_since: None,
+            answered_sent: None,
         };
         let _ = std::thread::Builder::new()
             .name(format!("repl-peer-{id}"))
@@ -127,6 +128,9 @@ struct InFlight {
     dead: bool,
     /// A reply arrived on this connection (the peer speaks to us: no backoff after it).
     replied: bool,
+    /// Raft messages went out without a reply (see `needs_reply`) since the last request
+    /// that waits for one: the connection failing reports them unreachable.
+    unanswered: bool,
     pending: VecDeque<Pending>,
 }
 
@@ -161,6 +165,8 @@ struct Writer<O: LinkOwner> {
     retry_at: Option<Instant>,
     /// Since when every connection attempt was refused.
     refused_since: Option<Instant>,
+    /// When the last request that waits for its reply was sent.
+    answered_sent: Option<Instant>,
 }
 
 impl<O: LinkOwner> Writer<O> {
@@ -239,20 +245,33 @@ impl<O: LinkOwner> Writer<O> {
                     conn.shared.changed.wait_for(&mut st, READ_POLL);
                 }
             }
+            // At least one request per heartbeat interval is answered, also under a steady
+            // stream of appends: its reply is the peer's heartbeat (`lastHeartbeat`, `pingMs`).
+            let reply =
+                needs_reply(&msgs) || self.answered_sent.is_none_or(|t| t.elapsed() >= interval);
+            if reply {
+                self.answered_sent = Some(Instant::now());
+            }
             let cmd = o.outgoing(self.id, encode_messages(&msgs));
-            let bytes = nidus_wire::encode_msg(next_request_id(), 0, 0, &cmd, None);
+            let flags = if reply { 0 } else { nidus_wire::MORE_TO_COME };
+            let bytes = nidus_wire::encode_msg(next_request_id(), 0, flags, &cmd, None);
             // The request is pending before it is written: its reply can arrive (and the
             // reader look for it) before `write_all` returns here.
             let accepted = {
                 let mut st = conn.shared.state.lock();
                 if st.dead {
                     false
-                } else {
+                } else if reply {
+                    // Its reply also tells that the unanswered batches before it arrived.
+                    let unanswered = std::mem::take(&mut st.unanswered);
                     st.pending.push_back(Pending {
                         started: Instant::now(),
-                        had_messages,
+                        had_messages: had_messages || unanswered,
                         had_snapshot,
                     });
+                    true
+                } else {
+                    st.unanswered = true;
                     true
                 }
             };
@@ -396,16 +415,22 @@ impl<O: LinkOwner> Reader<O> {
                 Err(_) => break,
             }
         }
-        let drained: Vec<Pending> = {
+        let (drained, unanswered): (Vec<Pending>, bool) = {
             let mut st = self.shared.state.lock();
             st.dead = true;
-            st.pending.drain(..).collect()
+            (
+                st.pending.drain(..).collect(),
+                std::mem::take(&mut st.unanswered),
+            )
         };
         self.shared.changed.notify_all();
         let _ = self.stream.shutdown(Shutdown::Both);
         if let Some(o) = self.owner.upgrade() {
             for p in drained {
                 o.on_unreachable(self.id, p.had_messages, p.had_snapshot);
+            }
+            if unanswered {
+                o.on_unreachable(self.id, true, false);
             }
         }
         // The writer reconnects (or backs off) now rather than at its next heartbeat.
@@ -430,6 +455,24 @@ impl<O: LinkOwner> Reader<O> {
         o.on_reply(self.id, reply, p.started.elapsed(), p.had_snapshot);
         true
     }
+}
+
+/// Whether a batch is sent as a request the peer answers. A leader's appends and heartbeats
+/// go with `moreToCome` and no reply: the follower answers each with a Raft message of its
+/// own, which carries its status, so a reply would only repeat it (and cost both members a
+/// send, a read and a thread wake-up per batch). Heartbeats of the link (no messages) keep
+/// their reply, which measures the round trip and tells a removed member so; snapshots keep
+/// theirs (their outcome is reported to Raft); a follower's messages keep theirs, whose
+/// status is the leader's visibility point as of after the request was sent (a causal read
+/// on the follower relies on that order).
+fn needs_reply(msgs: &[Message]) -> bool {
+    msgs.is_empty()
+        || msgs.iter().any(|m| {
+            !matches!(
+                m.get_msg_type(),
+                MessageType::MsgAppend | MessageType::MsgHeartbeat
+            )
+        })
 }
 
 /// The length of the whole message at the start of `buf`, once all of it is there; an error
@@ -616,6 +659,8 @@ mod tests {
         host: String,
         replies: AtomicUsize,
         unreachable: AtomicUsize,
+        /// Of `unreachable`, the reports that messages were lost.
+        lost_messages: AtomicUsize,
         done: AtomicBool,
     }
 
@@ -632,8 +677,11 @@ mod tests {
         fn on_reply(&self, _id: u64, _reply: &Document, _ping: Duration, _snapshot: bool) {
             self.replies.fetch_add(1, Ordering::SeqCst);
         }
-        fn on_unreachable(&self, _id: u64, _messages: bool, _snapshot: bool) {
+        fn on_unreachable(&self, _id: u64, messages: bool, _snapshot: bool) {
             self.unreachable.fetch_add(1, Ordering::SeqCst);
+            if messages {
+                self.lost_messages.fetch_add(1, Ordering::SeqCst);
+            }
         }
         fn on_peer_gone(&self, _id: u64) {}
         fn stopping(&self) -> bool {
@@ -641,32 +689,134 @@ mod tests {
         }
     }
 
-    /// A peer answering every request at once with `{ok: 1}`; counts its connections.
-    fn answering_peer() -> (String, Arc<AtomicUsize>) {
+    /// What a test peer saw.
+    #[derive(Default)]
+    struct Seen {
+        accepted: AtomicUsize,
+        /// Requests flagged `moreToCome` (not answered).
+        silent: AtomicUsize,
+        answered: AtomicUsize,
+    }
+
+    /// A peer answering every request that wants a reply at once with `{ok: 1}`, as a
+    /// server does (none under `moreToCome`); it closes a connection after `close_after`
+    /// requests on it.
+    fn answering_peer_closing_after(close_after: usize) -> (String, Arc<Seen>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let host = listener.local_addr().unwrap().to_string();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = accepted.clone();
+        let seen = Arc::new(Seen::default());
+        let counts = seen.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(mut conn) = conn else { return };
-                count.fetch_add(1, Ordering::SeqCst);
+                counts.accepted.fetch_add(1, Ordering::SeqCst);
+                let counts = counts.clone();
                 std::thread::spawn(move || {
                     let reply = nidus_wire::encode_msg(1, 0, 0, &doc! { "ok": 1.0 }, None);
-                    loop {
+                    for _ in 0..close_after {
                         let mut len = [0u8; 4];
                         if conn.read_exact(&mut len).is_err() {
                             return;
                         }
                         let mut rest = vec![0u8; i32::from_le_bytes(len) as usize - 4];
-                        if conn.read_exact(&mut rest).is_err() || conn.write_all(&reply).is_err() {
+                        if conn.read_exact(&mut rest).is_err() {
+                            return;
+                        }
+                        // The header's other 12 bytes, then OP_MSG's flag bits.
+                        let flags = u32::from_le_bytes(rest[12..16].try_into().unwrap());
+                        if flags & nidus_wire::MORE_TO_COME != 0 {
+                            counts.silent.fetch_add(1, Ordering::SeqCst);
+                            continue;
+                        }
+                        counts.answered.fetch_add(1, Ordering::SeqCst);
+                        if conn.write_all(&reply).is_err() {
                             return;
                         }
                     }
                 });
             }
         });
-        (host, accepted)
+        (host, seen)
+    }
+
+    fn answering_peer() -> (String, Arc<Seen>) {
+        answering_peer_closing_after(usize::MAX)
+    }
+
+    fn message(t: MessageType) -> Message {
+        let mut m = Message::default();
+        m.set_msg_type(t);
+        m
+    }
+
+    fn wait_for(what: &str, pred: impl Fn() -> bool) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !pred() {
+            assert!(Instant::now() < until, "not within 10s: {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A leader's appends and heartbeats go without a reply (the first request of the
+    /// heartbeat interval excepted: it is the link's heartbeat); a follower's messages and
+    /// the link's own heartbeats are answered.
+    #[test]
+    fn a_leaders_appends_go_without_a_reply() {
+        let (host, seen) = answering_peer();
+        let owner = Arc::new(Owner {
+            host,
+            ..Default::default()
+        });
+        let link = Link::start(Arc::downgrade(&owner), 2);
+        const APPENDS: usize = 20;
+        for sent in 1..=APPENDS {
+            link.send(vec![message(MessageType::MsgAppend)]);
+            let got = || seen.silent.load(Ordering::SeqCst) + seen.answered.load(Ordering::SeqCst);
+            wait_for("the append reaches the peer", || got() >= sent);
+        }
+        assert_eq!(seen.answered.load(Ordering::SeqCst), 1);
+        assert_eq!(seen.silent.load(Ordering::SeqCst), APPENDS - 1);
+        // One at a time (batches queued together go as one request).
+        link.send(vec![message(MessageType::MsgAppendResponse)]);
+        wait_for("the follower's message answered", || {
+            owner.replies.load(Ordering::SeqCst) == 2
+        });
+        link.send(Vec::new());
+        wait_for("the heartbeat answered", || {
+            owner.replies.load(Ordering::SeqCst) == 3
+        });
+        assert_eq!(seen.silent.load(Ordering::SeqCst), APPENDS - 1);
+        owner.done.store(true, Ordering::SeqCst);
+        assert_eq!(owner.unreachable.load(Ordering::SeqCst), 0);
+        assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
+    }
+
+    /// A connection that ends after appends sent without a reply reports them unreachable
+    /// (Raft probes the member again instead of waiting for their acknowledgements).
+    #[test]
+    fn unanswered_appends_on_a_lost_connection_are_reported() {
+        // Answers the first request, takes two appends, then closes.
+        let (host, seen) = answering_peer_closing_after(3);
+        let owner = Arc::new(Owner {
+            host,
+            ..Default::default()
+        });
+        let link = Link::start(Arc::downgrade(&owner), 2);
+        link.send(Vec::new());
+        wait_for("the first reply", || {
+            owner.replies.load(Ordering::SeqCst) == 1
+        });
+        for sent in 1..=2 {
+            link.send(vec![message(MessageType::MsgAppend)]);
+            wait_for("the append reaches the peer", || {
+                seen.silent.load(Ordering::SeqCst) == sent
+            });
+        }
+        wait_for("the lost appends reported", || {
+            owner.lost_messages.load(Ordering::SeqCst) >= 1
+        });
+        assert_eq!(seen.silent.load(Ordering::SeqCst), 2);
+        owner.done.store(true, Ordering::SeqCst);
     }
 
     /// A reply that arrives before the writer is done with its request (the writer paused
@@ -674,7 +824,7 @@ mod tests {
     /// and every batch is answered, none reported unreachable.
     #[test]
     fn a_reply_before_the_writer_resumes_keeps_the_connection() {
-        let (host, accepted) = answering_peer();
+        let (host, seen) = answering_peer();
         let owner = Arc::new(Owner {
             host,
             ..Default::default()
@@ -685,9 +835,8 @@ mod tests {
         // One batch at a time, each after the previous one's outcome (batches queued together
         // would go as one request).
         for sent in 1..=BATCHES {
-            let mut m = Message::default();
-            m.set_msg_type(MessageType::MsgHeartbeat);
-            link.send(vec![m]);
+            // A follower's message: answered.
+            link.send(vec![message(MessageType::MsgHeartbeatResponse)]);
             let until = Instant::now() + Duration::from_secs(10);
             while owner.replies.load(Ordering::SeqCst) + owner.unreachable.load(Ordering::SeqCst)
                 < sent
@@ -700,6 +849,6 @@ mod tests {
         owner.done.store(true, Ordering::SeqCst);
         assert_eq!(owner.unreachable.load(Ordering::SeqCst), 0);
         assert_eq!(owner.replies.load(Ordering::SeqCst), BATCHES);
-        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
     }
 }
