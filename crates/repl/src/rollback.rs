@@ -308,8 +308,7 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
             let mut removed = Vec::new();
             if let Some(coll) = &local {
                 for id in ids {
-                    let found =
-                        crate::apply::find_one(engine, coll, &doc! { "_id": id.clone() })?;
+                    let found = crate::apply::find_one(engine, coll, &doc! { "_id": id.clone() })?;
                     removed.extend(found);
                 }
             }
