@@ -111,13 +111,14 @@ fn insert_ns(raw: &RawDocument) -> Option<&str> {
 }
 
 /// Inserts the entries' documents (an [`InsertGroup`]'s) in one storage transaction with
-/// the entries and their statement records. False, with nothing written, when that is not
-/// how they apply: a lone entry (as MongoDB, no group of one), this member holds an entry
-/// already (a primary applies its own), a document's `_id` is there already, the collection
-/// takes its inserts one at a time (capped), or anything fails; [`apply_entry`] then applies
-/// them one at a time.
+/// the entries and their statement records; a lone entry too (an insert rather than
+/// [`apply_entry`]'s upsert, as MongoDB's secondaries insert and turn to an upsert only on a
+/// duplicate key). False, with nothing written, when that is not how they apply: this member
+/// holds an entry already (a primary applies its own), a document's `_id` is there already,
+/// the collection takes its inserts one at a time (capped), or anything fails;
+/// [`apply_entry`] then applies them one at a time.
 pub fn apply_inserts_at_once(engine: &Engine, entries: &[RawDocumentBuf]) -> bool {
-    if entries.len() < 2 {
+    if entries.is_empty() {
         return false;
     }
     let (Some(oplog), Some(ns)) = (engine.oplog(), entries.first().and_then(|e| insert_ns(e)))
