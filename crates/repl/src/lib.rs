@@ -782,7 +782,7 @@ impl Coordinator {
             links
                 .entry(to)
                 .or_insert_with(|| transport::Link::start(self.weak.clone(), to))
-                .send(batch);
+                .send(self, batch);
         }
     }
 

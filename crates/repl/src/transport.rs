@@ -3,11 +3,15 @@
 //! serialized Raft messages (an array of binData) and this member's status; a command with no
 //! messages is the heartbeat. The reply carries the peer's status.
 //!
-//! Requests are pipelined: the link's writer thread sends each batch as soon as Raft hands it
-//! over, without waiting for the replies of the requests before it (at most `MAX_INFLIGHT` on
-//! the wire), and a reader thread per connection reads the replies in order. So an append never
-//! waits behind a heartbeat's or an earlier append's round trip, and an acknowledgement leaves
-//! a follower the moment it is ready: a `w: "majority"` write costs one round trip.
+//! Requests are pipelined: each batch goes out as soon as Raft hands it over, without waiting
+//! for the replies of the requests before it (at most `MAX_INFLIGHT` on the wire), and a
+//! reader thread per connection reads the replies in order. So an append never waits behind a
+//! heartbeat's or an earlier append's round trip, and an acknowledgement leaves a follower the
+//! moment it is ready: a `w: "majority"` write costs one round trip. The Raft driver writes a
+//! batch itself when the connection is idle (nothing queued before it, the socket takes it
+//! now); the link's writer thread sends the others, heartbeats, and what the socket could not
+//! take at once, and (re)connects. A leader's appends and heartbeats are not answered (see
+//! `needs_reply`).
 //!
 //! A peer whose connections are refused (nothing listens at its address: the process is gone)
 //! for `GONE_AFTER` is reported to the owner (`LinkOwner::on_peer_gone`); a silent peer (a
@@ -24,7 +28,8 @@ use raft::eraftpb::{Message, MessageType};
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -84,33 +89,99 @@ pub struct Link {
     /// The writer's queue; the readers hold it weakly (to wake the writer when a connection
     /// dies), so dropping the link ends the writer.
     tx: Arc<SyncSender<Vec<Message>>>,
+    shared: Arc<LinkShared>,
+    /// The peer's Raft id.
+    id: u64,
+}
+
+/// What a link's writer shares with the callers of [`Link::send`].
+#[derive(Default)]
+struct LinkShared {
+    /// The connection; whoever writes a request on it holds this lock (the writer for each
+    /// of its requests, a caller writing its own batch).
+    conn: Mutex<Option<Conn>>,
+    /// Batches (with messages) handed to the writer and not written yet: a caller writes its
+    /// batch itself only when there are none, so batches go in the order they were sent.
+    queued: AtomicUsize,
 }
 
 impl Link {
     pub fn start<O: LinkOwner>(owner: Weak<O>, id: u64) -> Link {
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
         let tx = Arc::new(tx);
+        let shared = Arc::new(LinkShared::default());
         let writer = Writer {
             owner,
             id,
             rx,
             wake: Arc::downgrade(&tx),
-            conn: None,
+            shared: shared.clone(),
             backoff: FIRST_BACKOFF,
             retry_at: None,
             refused_since: None,
-            answered_sent: None,
         };
         let _ = std::thread::Builder::new()
             .name(format!("repl-peer-{id}"))
             .spawn(move || writer.run());
-        Link { tx }
+        Link { tx, shared, id }
     }
 
-    pub fn send(&self, msgs: Vec<Message>) {
-        match self.tx.try_send(msgs) {
-            Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
+    /// Sends a batch to the peer. On an idle connection the caller's thread writes it (no
+    /// hand-off to the writer thread, which is one thread wake-up per batch on the write
+    /// path); otherwise, or when the socket cannot take it now, the writer does.
+    pub fn send<O: LinkOwner>(&self, owner: &O, msgs: Vec<Message>) {
+        let Some(msgs) = self.write_here(owner, msgs) else {
+            return;
+        };
+        let counted = !msgs.is_empty();
+        if counted {
+            self.shared.queued.fetch_add(1, Ordering::SeqCst);
         }
+        if self.tx.try_send(msgs).is_err() && counted {
+            // Dropped (the queue is full, or the writer ended): Raft resends what is lost.
+            self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Writes the batch on this thread when nothing is queued before it and the connection
+    /// is up and idle; hands it back otherwise (also a snapshot: large, and its outcome is
+    /// the writer's to report).
+    fn write_here<O: LinkOwner>(&self, owner: &O, msgs: Vec<Message>) -> Option<Vec<Message>> {
+        if msgs.is_empty()
+            || self.shared.queued.load(Ordering::SeqCst) != 0
+            || msgs
+                .iter()
+                .any(|m| m.get_msg_type() == MessageType::MsgSnapshot)
+        {
+            return Some(msgs);
+        }
+        let Some(mut guard) = self.shared.conn.try_lock() else {
+            return Some(msgs);
+        };
+        // Checked again under the lock: the writer takes a batch off the queue before it
+        // locks, and counts it written only once written.
+        if self.shared.queued.load(Ordering::SeqCst) != 0 {
+            return Some(msgs);
+        }
+        let Some(conn) = guard.as_mut().filter(|c| c.idle()) else {
+            return Some(msgs);
+        };
+        match conn.send(owner, self.id, &msgs, owner.heartbeat_interval(), false) {
+            Sent::Whole => {}
+            Sent::Part => {
+                // The writer writes the rest before anything else.
+                let _ = self.tx.try_send(Vec::new());
+            }
+            Sent::Dead => owner.on_unreachable(self.id, true, false),
+            Sent::Failed => {
+                // Closing ends the reader, which reports the batch with the others pending
+                // (and wakes the writer, which reconnects).
+                if let Some(c) = guard.take() {
+                    c.close();
+                }
+            }
+        }
+        None
     }
 }
 
@@ -144,6 +215,23 @@ struct Conn {
     host: String,
     stream: TcpStream,
     shared: Arc<Shared>,
+    /// When the last request that waits for its reply was sent.
+    answered_sent: Option<Instant>,
+    /// The rest of a request a caller's thread wrote only in part (the socket's buffer was
+    /// full): the writer writes it before anything else.
+    unfinished: Vec<u8>,
+}
+
+/// How much of a request [`Conn::send`] wrote.
+enum Sent {
+    Whole,
+    /// The rest is in `unfinished`.
+    Part,
+    /// The connection had failed: nothing was sent or counted pending.
+    Dead,
+    /// Writing failed: the request is pending, the connection is to be closed (its reader
+    /// then reports the request unreachable).
+    Failed,
 }
 
 impl Conn {
@@ -153,6 +241,108 @@ impl Conn {
         let _ = self.stream.shutdown(Shutdown::Both);
         self.shared.changed.notify_all();
     }
+
+    /// Whether a caller's thread may write a request now: alive, nothing left unfinished,
+    /// room for a request waiting for its reply.
+    fn idle(&self) -> bool {
+        let st = self.shared.state.lock();
+        !st.dead && self.unfinished.is_empty() && st.pending.len() < MAX_INFLIGHT
+    }
+
+    /// Writes what a caller left unfinished (blocking, bounded by the write timeout).
+    fn finish(&mut self) -> bool {
+        let rest = std::mem::take(&mut self.unfinished);
+        rest.is_empty() || (&self.stream).write_all(&rest).is_ok()
+    }
+
+    /// Writes `msgs` (with this member's status) as one request: answered when
+    /// `needs_reply` says so, and at least once per heartbeat `interval` (its reply is the
+    /// peer's heartbeat: `lastHeartbeat`, `pingMs`). `may_block` false (a caller's thread)
+    /// never waits for the socket: what it cannot take now is left in `unfinished`.
+    fn send<O: LinkOwner>(
+        &mut self,
+        o: &O,
+        id: u64,
+        msgs: &[Message],
+        interval: Duration,
+        may_block: bool,
+    ) -> Sent {
+        let had_snapshot = msgs
+            .iter()
+            .any(|m| m.get_msg_type() == MessageType::MsgSnapshot);
+        let reply = needs_reply(msgs) || self.answered_sent.is_none_or(|t| t.elapsed() >= interval);
+        let cmd = o.outgoing(id, encode_messages(msgs));
+        let flags = if reply { 0 } else { nidus_wire::MORE_TO_COME };
+        let bytes = nidus_wire::encode_msg(next_request_id(), 0, flags, &cmd, None);
+        // The request is pending before it is written: its reply can arrive (and the reader
+        // look for it) before the write returns here.
+        {
+            let mut st = self.shared.state.lock();
+            if st.dead {
+                // The reader already gave up on this connection (and reported what it held).
+                return Sent::Dead;
+            }
+            if reply {
+                // Its reply also tells that the unanswered batches before it arrived.
+                let unanswered = std::mem::take(&mut st.unanswered);
+                st.pending.push_back(Pending {
+                    started: Instant::now(),
+                    had_messages: !msgs.is_empty() || unanswered,
+                    had_snapshot,
+                });
+            } else {
+                st.unanswered = true;
+            }
+        }
+        if reply {
+            self.answered_sent = Some(Instant::now());
+        }
+        if may_block {
+            return match (&self.stream).write_all(&bytes) {
+                Ok(()) => Sent::Whole,
+                Err(_) => Sent::Failed,
+            };
+        }
+        let mut written = 0;
+        while written < bytes.len() {
+            match send_now(&self.stream, &bytes[written..]) {
+                Ok(0) => break,
+                Ok(n) => written += n,
+                Err(_) => return Sent::Failed,
+            }
+        }
+        if written == bytes.len() {
+            return Sent::Whole;
+        }
+        self.unfinished.extend_from_slice(&bytes[written..]);
+        Sent::Part
+    }
+}
+
+/// Writes what the socket takes now without waiting (0 when it takes nothing).
+fn send_now(stream: &TcpStream, bytes: &[u8]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: the pointer and length describe `bytes`, borrowed for the call; the
+        // descriptor is the stream's, open while it is borrowed.
+        let n = unsafe {
+            libc::send(
+                stream.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            ErrorKind::WouldBlock => return Ok(0),
+            ErrorKind::Interrupted => {}
+            _ => return Err(e),
+        }
+    }
 }
 
 struct Writer<O: LinkOwner> {
@@ -160,13 +350,11 @@ struct Writer<O: LinkOwner> {
     id: u64,
     rx: Receiver<Vec<Message>>,
     wake: Weak<SyncSender<Vec<Message>>>,
-    conn: Option<Conn>,
+    shared: Arc<LinkShared>,
     backoff: Duration,
     retry_at: Option<Instant>,
     /// Since when every connection attempt was refused.
     refused_since: Option<Instant>,
-    /// When the last request that waits for its reply was sent.
-    answered_sent: Option<Instant>,
 }
 
 impl<O: LinkOwner> Writer<O> {
@@ -176,7 +364,7 @@ impl<O: LinkOwner> Writer<O> {
                 Some(o) if !o.stopping() => o.heartbeat_interval(),
                 _ => break,
             };
-            self.drop_dead_conn();
+            self.drop_dead_conn(&mut self.shared.clone().conn.lock());
             // While backing off, the next attempt is made when the backoff ends, so a peer
             // that is down is probed on the backoff schedule, not only at heartbeats.
             let wait = self.retry_at.map_or(interval, |t| {
@@ -187,9 +375,13 @@ impl<O: LinkOwner> Writer<O> {
                 Err(RecvTimeoutError::Timeout) => Vec::new(),
                 Err(RecvTimeoutError::Disconnected) => break,
             };
+            let mut taken = usize::from(!msgs.is_empty());
             while msgs.len() < 1024 {
                 match self.rx.try_recv() {
-                    Ok(more) => msgs.extend(more),
+                    Ok(more) => {
+                        taken += usize::from(!more.is_empty());
+                        msgs.extend(more);
+                    }
                     Err(_) => break,
                 }
             }
@@ -197,108 +389,111 @@ impl<O: LinkOwner> Writer<O> {
             if o.stopping() {
                 break;
             }
-            self.drop_dead_conn();
-            let had_snapshot = msgs
-                .iter()
-                .any(|m| m.get_msg_type() == MessageType::MsgSnapshot);
-            let had_messages = !msgs.is_empty();
-            if self.retry_at.is_some_and(|t| Instant::now() < t) {
-                // Still backing off after a failure: the batch is dropped; Raft resends.
-                o.on_unreachable(self.id, had_messages, had_snapshot);
-                continue;
-            }
-            let Some(host) = o.peer_host(self.id) else {
-                continue;
-            };
-            if self.conn.as_ref().is_some_and(|c| c.host != host) {
-                if let Some(c) = self.conn.take() {
-                    c.close();
-                }
-            }
-            if self.conn.is_none() {
-                match connect(&host) {
-                    Ok(stream) => match self.open(&host, stream) {
-                        Ok(()) => {
-                            self.refused_since = None;
-                        }
-                        Err(_) => {
-                            self.failed(&*o, false);
-                            o.on_unreachable(self.id, had_messages, had_snapshot);
-                            continue;
-                        }
-                    },
-                    Err(e) => {
-                        self.failed(&*o, e.kind() == ErrorKind::ConnectionRefused);
-                        o.on_unreachable(self.id, had_messages, had_snapshot);
-                        continue;
-                    }
-                }
-            }
-            let Some(conn) = self.conn.as_ref() else {
-                continue;
-            };
-            // At most MAX_INFLIGHT requests on the wire: wait for replies (the reader ends a
-            // connection whose oldest request is unanswered for IO_TIMEOUT).
-            {
-                let mut st = conn.shared.state.lock();
-                while !st.dead && st.pending.len() >= MAX_INFLIGHT {
-                    conn.shared.changed.wait_for(&mut st, READ_POLL);
-                }
-            }
-            // At least one request per heartbeat interval is answered, also under a steady
-            // stream of appends: its reply is the peer's heartbeat (`lastHeartbeat`, `pingMs`).
-            let reply =
-                needs_reply(&msgs) || self.answered_sent.is_none_or(|t| t.elapsed() >= interval);
-            if reply {
-                self.answered_sent = Some(Instant::now());
-            }
-            let cmd = o.outgoing(self.id, encode_messages(&msgs));
-            let flags = if reply { 0 } else { nidus_wire::MORE_TO_COME };
-            let bytes = nidus_wire::encode_msg(next_request_id(), 0, flags, &cmd, None);
-            // The request is pending before it is written: its reply can arrive (and the
-            // reader look for it) before `write_all` returns here.
-            let accepted = {
-                let mut st = conn.shared.state.lock();
-                if st.dead {
-                    false
-                } else if reply {
-                    // Its reply also tells that the unanswered batches before it arrived.
-                    let unanswered = std::mem::take(&mut st.unanswered);
-                    st.pending.push_back(Pending {
-                        started: Instant::now(),
-                        had_messages: had_messages || unanswered,
-                        had_snapshot,
-                    });
-                    true
-                } else {
-                    st.unanswered = true;
-                    true
-                }
-            };
-            if !accepted {
-                // The reader already gave up on this connection (and reported what it held).
-                o.on_unreachable(self.id, had_messages, had_snapshot);
-                continue;
-            }
-            let mut stream = &conn.stream;
-            if stream.write_all(&bytes).is_err() {
-                // Closing ends the reader, which reports this request with the others pending.
-                if let Some(c) = self.conn.take() {
-                    c.close();
-                }
-                self.failed(&*o, false);
-                continue;
-            }
-            #[cfg(test)]
-            tests::after_write();
+            let shared = self.shared.clone();
+            let mut conn = shared.conn.lock();
+            self.send_batch(&*o, &mut conn, msgs, interval);
+            // Counted written while the lock is held: a caller that sees none queued and
+            // takes the lock writes after this batch.
+            shared.queued.fetch_sub(taken, Ordering::SeqCst);
         }
-        if let Some(c) = self.conn.take() {
+        if let Some(c) = self.shared.conn.lock().take() {
             c.close();
         }
     }
 
+    /// Sends one batch (none: a heartbeat), connecting first when needed.
+    fn send_batch(
+        &mut self,
+        o: &O,
+        conn: &mut Option<Conn>,
+        msgs: Vec<Message>,
+        interval: Duration,
+    ) {
+        self.drop_dead_conn(conn);
+        // A caller's unfinished request goes first.
+        let finished = match conn.as_mut() {
+            Some(c) if !c.unfinished.is_empty() => {
+                if !c.finish() {
+                    self.lost(o, conn);
+                    return;
+                }
+                true
+            }
+            _ => false,
+        };
+        if msgs.is_empty() && finished {
+            // Woken to finish a caller's request: no heartbeat is due for that.
+            return;
+        }
+        let had_snapshot = msgs
+            .iter()
+            .any(|m| m.get_msg_type() == MessageType::MsgSnapshot);
+        let had_messages = !msgs.is_empty();
+        if self.retry_at.is_some_and(|t| Instant::now() < t) {
+            // Still backing off after a failure: the batch is dropped; Raft resends.
+            o.on_unreachable(self.id, had_messages, had_snapshot);
+            return;
+        }
+        let Some(host) = o.peer_host(self.id) else {
+            return;
+        };
+        if conn.as_ref().is_some_and(|c| c.host != host) {
+            if let Some(c) = conn.take() {
+                c.close();
+            }
+        }
+        if conn.is_none() {
+            match connect(&host) {
+                Ok(stream) => match self.open(&host, stream) {
+                    Ok(c) => {
+                        *conn = Some(c);
+                        self.refused_since = None;
+                    }
+                    Err(_) => {
+                        self.failed(o, false);
+                        o.on_unreachable(self.id, had_messages, had_snapshot);
+                        return;
+                    }
+                },
+                Err(e) => {
+                    self.failed(o, e.kind() == ErrorKind::ConnectionRefused);
+                    o.on_unreachable(self.id, had_messages, had_snapshot);
+                    return;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else {
+            return;
+        };
+        // At most MAX_INFLIGHT requests on the wire: wait for replies (the reader ends a
+        // connection whose oldest request is unanswered for IO_TIMEOUT).
+        {
+            let mut st = c.shared.state.lock();
+            while !st.dead && st.pending.len() >= MAX_INFLIGHT {
+                c.shared.changed.wait_for(&mut st, READ_POLL);
+            }
+        }
+        match c.send(o, self.id, &msgs, interval, true) {
+            Sent::Whole | Sent::Part => {
+                #[cfg(test)]
+                tests::after_write();
+            }
+            Sent::Dead => o.on_unreachable(self.id, had_messages, had_snapshot),
+            Sent::Failed => self.lost(o, conn),
+        }
+    }
+
+    /// The connection failed while writing: closing ends its reader, which reports the
+    /// pending requests unreachable.
+    fn lost(&mut self, o: &O, conn: &mut Option<Conn>) {
+        if let Some(c) = conn.take() {
+            c.close();
+        }
+        self.failed(o, false);
+    }
+
     /// Starts the reader of a new connection.
-    fn open(&mut self, host: &str, stream: TcpStream) -> std::io::Result<()> {
+    fn open(&mut self, host: &str, stream: TcpStream) -> std::io::Result<Conn> {
         stream.set_read_timeout(Some(READ_POLL))?;
         let reading = stream.try_clone()?;
         let shared = Arc::new(Shared::default());
@@ -312,18 +507,19 @@ impl<O: LinkOwner> Writer<O> {
         std::thread::Builder::new()
             .name(format!("repl-peer-{}-rx", self.id))
             .spawn(move || reader.run())?;
-        self.conn = Some(Conn {
+        Ok(Conn {
             host: host.to_string(),
             stream,
             shared,
-        });
-        Ok(())
+            answered_sent: None,
+            unfinished: Vec::new(),
+        })
     }
 
     /// Forgets a connection its reader found broken: the next attempt is made at once when
     /// the peer had answered on it, else after the backoff.
-    fn drop_dead_conn(&mut self) {
-        let Some(c) = self.conn.as_ref() else { return };
+    fn drop_dead_conn(&mut self, conn: &mut Option<Conn>) {
+        let Some(c) = conn.as_ref() else { return };
         let (dead, replied) = {
             let st = c.shared.state.lock();
             (st.dead, st.replied)
@@ -335,7 +531,7 @@ impl<O: LinkOwner> Writer<O> {
             }
             return;
         }
-        self.conn = None;
+        *conn = None;
         if replied {
             self.backoff = FIRST_BACKOFF;
             self.retry_at = None;
@@ -360,7 +556,6 @@ impl<O: LinkOwner> Writer<O> {
         }
     }
 }
-
 /// Reads the replies of one connection, in the order of its requests.
 struct Reader<O: LinkOwner> {
     owner: Weak<O>,
@@ -641,7 +836,7 @@ pub fn command(
 mod tests {
     use super::*;
     use std::net::TcpListener;
-    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64};
 
     /// A pause after each request is written (microseconds): the writer's thread losing the
     /// processor right after its write, while the peer answers.
@@ -770,18 +965,18 @@ mod tests {
         let link = Link::start(Arc::downgrade(&owner), 2);
         const APPENDS: usize = 20;
         for sent in 1..=APPENDS {
-            link.send(vec![message(MessageType::MsgAppend)]);
+            link.send(&*owner, vec![message(MessageType::MsgAppend)]);
             let got = || seen.silent.load(Ordering::SeqCst) + seen.answered.load(Ordering::SeqCst);
             wait_for("the append reaches the peer", || got() >= sent);
         }
         assert_eq!(seen.answered.load(Ordering::SeqCst), 1);
         assert_eq!(seen.silent.load(Ordering::SeqCst), APPENDS - 1);
         // One at a time (batches queued together go as one request).
-        link.send(vec![message(MessageType::MsgAppendResponse)]);
+        link.send(&*owner, vec![message(MessageType::MsgAppendResponse)]);
         wait_for("the follower's message answered", || {
             owner.replies.load(Ordering::SeqCst) == 2
         });
-        link.send(Vec::new());
+        link.send(&*owner, Vec::new());
         wait_for("the heartbeat answered", || {
             owner.replies.load(Ordering::SeqCst) == 3
         });
@@ -802,12 +997,12 @@ mod tests {
             ..Default::default()
         });
         let link = Link::start(Arc::downgrade(&owner), 2);
-        link.send(Vec::new());
+        link.send(&*owner, Vec::new());
         wait_for("the first reply", || {
             owner.replies.load(Ordering::SeqCst) == 1
         });
         for sent in 1..=2 {
-            link.send(vec![message(MessageType::MsgAppend)]);
+            link.send(&*owner, vec![message(MessageType::MsgAppend)]);
             wait_for("the append reaches the peer", || {
                 seen.silent.load(Ordering::SeqCst) == sent
             });
@@ -816,6 +1011,80 @@ mod tests {
             owner.lost_messages.load(Ordering::SeqCst) >= 1
         });
         assert_eq!(seen.silent.load(Ordering::SeqCst), 2);
+        owner.done.store(true, Ordering::SeqCst);
+    }
+
+    /// Batches written by the caller's thread and by the writer (when the socket's buffer is
+    /// full, a caller leaves the rest of its request to the writer) reach the peer whole and
+    /// in the order they were sent, also while the peer does not read for a while.
+    #[test]
+    fn batches_arrive_whole_and_in_order_past_a_full_socket() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let host = listener.local_addr().unwrap().to_string();
+        let reading = Arc::new(AtomicBool::new(false));
+        let received = Arc::new(Mutex::new(Vec::<u64>::new()));
+        {
+            let (reading, received) = (reading.clone(), received.clone());
+            std::thread::spawn(move || {
+                let Ok((mut conn, _)) = listener.accept() else {
+                    return;
+                };
+                let reply = nidus_wire::encode_msg(1, 0, 0, &doc! { "ok": 1.0 }, None);
+                let mut first = true;
+                loop {
+                    // The first request (answered) comes through; then nothing is read
+                    // until the test says so.
+                    while !first && !reading.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    first = false;
+                    let mut len = [0u8; 4];
+                    if conn.read_exact(&mut len).is_err() {
+                        return;
+                    }
+                    let mut message = len.to_vec();
+                    message.resize(i32::from_le_bytes(len) as usize, 0);
+                    if conn.read_exact(&mut message[4..]).is_err() {
+                        return;
+                    }
+                    let decoded = nidus_wire::decode_message(&message).expect("a whole request");
+                    let nidus_wire::Request::Msg(m) = decoded.request else {
+                        panic!("not an OP_MSG");
+                    };
+                    let msgs = decode_messages(m.body.get_array("messages").expect("messages"))
+                        .expect("Raft messages");
+                    received.lock().extend(msgs.iter().map(|m| m.index));
+                    if !m.more_to_come() && conn.write_all(&reply).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        let owner = Arc::new(Owner {
+            host,
+            ..Default::default()
+        });
+        let link = Link::start(Arc::downgrade(&owner), 2);
+        link.send(&*owner, Vec::new());
+        wait_for("the first reply", || {
+            owner.replies.load(Ordering::SeqCst) == 1
+        });
+        // 200 appends of 64 KiB each: far more than the sockets' buffers hold.
+        const APPENDS: u64 = 200;
+        for index in 1..=APPENDS {
+            let mut m = message(MessageType::MsgAppend);
+            m.index = index;
+            m.context = vec![index as u8; 64 << 10].into();
+            link.send(&*owner, vec![m]);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        reading.store(true, Ordering::SeqCst);
+        wait_for("every append received", || {
+            received.lock().len() >= APPENDS as usize
+        });
+        let got = received.lock().clone();
+        assert_eq!(got, (1..=APPENDS).collect::<Vec<_>>());
+        assert_eq!(owner.unreachable.load(Ordering::SeqCst), 0);
         owner.done.store(true, Ordering::SeqCst);
     }
 
@@ -836,7 +1105,7 @@ mod tests {
         // would go as one request).
         for sent in 1..=BATCHES {
             // A follower's message: answered.
-            link.send(vec![message(MessageType::MsgHeartbeatResponse)]);
+            link.send(&*owner, vec![message(MessageType::MsgHeartbeatResponse)]);
             let until = Instant::now() + Duration::from_secs(10);
             while owner.replies.load(Ordering::SeqCst) + owner.unreachable.load(Ordering::SeqCst)
                 < sent
