@@ -48,6 +48,15 @@ def rollback_files(m) -> list[Path]:
     return sorted(root.glob("*/removed.*.bson")) if root.exists() else []
 
 
+def start_lab_set(rs):
+    """Initiates the set as seed 000's lab (priorities 3/2/1) and waits until the first member
+    is primary and the others secondaries."""
+    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
+    rs.wait_for_state(rs.members[0], "PRIMARY", 30)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+
+
 def wait_for_b_after_restart(rs, a, b, c_):
     """b and c_ restarted together without a: either may win the first election (c_ when
     b starts slower); b, the higher priority, then takes over, as in MongoDB."""
@@ -57,10 +66,7 @@ def wait_for_b_after_restart(rs, a, b, c_):
 
 def test_rollback_undoes_writes_no_majority_received(rs, monkeypatch):
     a, b, c_ = rs.members
-    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
-    rs.wait_for_state(a, "PRIMARY", 30)
-    for m in (b, c_):
-        rs.wait_for_state(m, "SECONDARY")
+    start_lab_set(rs)
     majority = WriteConcern(w="majority")
     with MongoClient(rs.uri(serverSelectionTimeoutMS=20000)) as client:
         coll = client.test.get_collection("c", write_concern=majority)
@@ -166,10 +172,7 @@ def test_rollback_undoes_ddl_no_majority_received(rs):
     secondaries were down are undone when the old primary rejoins: its catalog becomes the
     new primary's again (as MongoDB's rollback refetches the catalog state)."""
     a, b, c_ = rs.members
-    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
-    rs.wait_for_state(a, "PRIMARY", 30)
-    for m in (b, c_):
-        rs.wait_for_state(m, "SECONDARY")
+    start_lab_set(rs)
     majority = WriteConcern(w="majority")
     with MongoClient(rs.uri(serverSelectionTimeoutMS=20000)) as client:
         db = client.get_database("test", write_concern=majority)
@@ -242,10 +245,7 @@ def test_rollback_finds_divergent_documents_in_a_collection_renamed_since(rs):
     its old name: they must be undone there (saved to the rollback directory), and after
     the rename reaches the member both hold the same documents."""
     a, b, c_ = rs.members
-    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
-    rs.wait_for_state(a, "PRIMARY", 30)
-    for m in (b, c_):
-        rs.wait_for_state(m, "SECONDARY")
+    start_lab_set(rs)
     majority = WriteConcern(w="majority")
     with MongoClient(rs.uri(serverSelectionTimeoutMS=20000)) as client:
         db = client.get_database("test", write_concern=majority)
@@ -323,10 +323,7 @@ def test_read_concern_combinations_refused_as_mongodb(rs):
 
 def test_majority_read_on_primary_never_shows_a_write_that_rolls_back(rs):
     a, b, c_ = rs.members
-    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
-    rs.wait_for_state(a, "PRIMARY", 30)
-    for m in (b, c_):
-        rs.wait_for_state(m, "SECONDARY")
+    start_lab_set(rs)
     with a.client() as ca:
         ca.test.get_collection("c", write_concern=WriteConcern(w="majority")).insert_one({"_id": "kept"})
         # Majority reads see majority-committed writes at once.
@@ -489,10 +486,7 @@ def test_isolated_primary_steps_down_and_majority_elects(proxied):
 
 def test_change_stream_resumes_across_failover_exactly_once(rs):
     a = rs.members[0]
-    rs.initiate(priorities=[3, 2, 1], settings=SETTINGS)
-    rs.wait_for_state(a, "PRIMARY", 30)
-    for m in rs.members[1:]:
-        rs.wait_for_state(m, "SECONDARY")
+    start_lab_set(rs)
     uri = rs.uri(w="majority", retryWrites="true", retryReads="true", serverSelectionTimeoutMS=20000)
     with MongoClient(uri) as client:
         coll = client.test.get_collection("cs")

@@ -952,6 +952,20 @@ mod tests {
         }
     }
 
+    /// A link to `host` whose first request (a heartbeat) was answered.
+    fn connected_link(host: String) -> (Arc<Owner>, Link) {
+        let owner = Arc::new(Owner {
+            host,
+            ..Default::default()
+        });
+        let link = Link::start(Arc::downgrade(&owner), 2);
+        link.send(&*owner, Vec::new());
+        wait_for("the first reply", || {
+            owner.replies.load(Ordering::SeqCst) == 1
+        });
+        (owner, link)
+    }
+
     /// A leader's appends and heartbeats go without a reply (the first request of the
     /// heartbeat interval excepted: it is the link's heartbeat); a follower's messages and
     /// the link's own heartbeats are answered.
@@ -992,15 +1006,7 @@ mod tests {
     fn unanswered_appends_on_a_lost_connection_are_reported() {
         // Answers the first request, takes two appends, then closes.
         let (host, seen) = answering_peer_closing_after(3);
-        let owner = Arc::new(Owner {
-            host,
-            ..Default::default()
-        });
-        let link = Link::start(Arc::downgrade(&owner), 2);
-        link.send(&*owner, Vec::new());
-        wait_for("the first reply", || {
-            owner.replies.load(Ordering::SeqCst) == 1
-        });
+        let (owner, link) = connected_link(host);
         for sent in 1..=2 {
             link.send(&*owner, vec![message(MessageType::MsgAppend)]);
             wait_for("the append reaches the peer", || {
@@ -1060,15 +1066,7 @@ mod tests {
                 }
             });
         }
-        let owner = Arc::new(Owner {
-            host,
-            ..Default::default()
-        });
-        let link = Link::start(Arc::downgrade(&owner), 2);
-        link.send(&*owner, Vec::new());
-        wait_for("the first reply", || {
-            owner.replies.load(Ordering::SeqCst) == 1
-        });
+        let (owner, link) = connected_link(host);
         // 200 appends of 64 KiB each: far more than the sockets' buffers hold.
         const APPENDS: u64 = 200;
         for index in 1..=APPENDS {
