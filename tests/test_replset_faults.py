@@ -286,6 +286,47 @@ def test_rollback_finds_divergent_documents_in_a_collection_renamed_since(rs):
         [(1, "divergent"), ("lost", "divergent")], [("lost", "divergent"), (1, "divergent")]), saved
 
 
+def test_rollback_drops_a_collection_it_created_that_the_new_primary_created_too(rs):
+    """The old primary created a collection (implicitly, by a w:1 insert) that no majority
+    received; the new primary then created one of the same name. The old primary's is
+    divergent whatever the source holds under its name: rolled back, its document saved, and
+    the member ends with the new primary's collection, UUID and documents (MongoDB drops the
+    collections created after the common point and applies the source's creation)."""
+    a, b, c_ = rs.members
+    start_lab_set(rs)
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=20000)) as client:
+        client.test.get_collection("base", write_concern=WriteConcern(w="majority")).insert_one({"_id": 0})
+
+    b.kill()
+    c_.kill()
+    with a.client() as ca:
+        ca.get_database("test", write_concern=WriteConcern(w=1)).x.insert_one({"_id": "a-side"})
+        a_uuid = ca.test.command("listCollections", filter={"name": "x"})["cursor"]["firstBatch"][0]["info"]["uuid"]
+    a.kill()
+
+    b.restart()
+    c_.restart()
+    wait_for_b_after_restart(rs, a, b, c_)
+    with b.client() as cb:
+        cb.test.get_collection("x", write_concern=WriteConcern(w="majority", wtimeout=20000)).insert_one(
+            {"_id": "b-side"})
+
+    def x_of(m):
+        with m.client(serverSelectionTimeoutMS=2000) as c:
+            info = c.test.command("listCollections", filter={"name": "x"})["cursor"]["firstBatch"]
+            return (info[0]["info"]["uuid"] if info else None), docs_of(m, "x")
+
+    want = x_of(b)
+    assert want[1] == [{"_id": "b-side"}] and want[0] != a_uuid
+    a.restart()
+    wait_until(lambda: my_state(a) in ("SECONDARY", "PRIMARY"), 60, "old primary back")
+    wait_until(lambda: x_of(a) == want, 30, "the old primary's x is the new primary's (UUID, documents)")
+    saved = [d for f in rollback_files(a) if f.parent.name == str(a_uuid.as_uuid())
+             for d in bson.decode_all(f.read_bytes())]
+    assert saved == [{"_id": "a-side"}], saved
+    assert "rollback drops test.x (created by a divergent entry)" in a.log_text()
+
+
 # ---------------------------------------------------------------- read concerns
 
 def test_read_concern_combinations_refused_as_mongodb(rs):

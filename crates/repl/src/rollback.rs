@@ -10,8 +10,10 @@
 //! Undo: each document a divergent entry touched is fetched from the sync source (the
 //! primary) and written back locally without being logged (deleted when the source lacks
 //! it); the local version is first saved under `<dbpath>/rollback/<collection uuid>/
-//! removed.<time>.bson`, as MongoDB does. Collections created by divergent entries and
-//! absent on the source are dropped (their documents saved first). Then the oplog is
+//! removed.<time>.bson`, as MongoDB does. Collections created by divergent entries are
+//! dropped (their documents saved first), also when the source has one of that name: its own,
+//! with another UUID, comes back with the source's entries after the common point (a view,
+//! which has no UUID, only when the source lacks the name). Then the oplog is
 //! truncated to the common point. The member's data now reflects the source at the time of
 //! the fetch, later than the common point; it stays RECOVERING until it applied the source's
 //! entries up to that time (MongoDB's minValid), so no read sees a mixed state.
@@ -64,8 +66,8 @@ pub(crate) fn set_pending(engine: &Engine, common: Option<Timestamp>) -> Result<
 struct Affected {
     /// Per namespace: its collection UUID (when logged) and the `_id`s of changed documents.
     docs: BTreeMap<String, (Option<bson::Uuid>, Vec<Bson>)>,
-    /// Collections the divergent entries created.
-    created: BTreeSet<String>,
+    /// Collections (and views) the divergent entries created, with their UUIDs.
+    created: BTreeMap<String, Option<bson::Uuid>>,
     /// Collections whose catalog state divergent DDL changed (index builds and drops,
     /// `collMod`, renames, drops), by UUID, with the databases they were in: their state is
     /// made the sync source's again.
@@ -110,7 +112,7 @@ impl Affected {
                 let db = ns.split('.').next().unwrap_or_default();
                 match o.iter().next() {
                     Some((cmd, Bson::String(c))) if cmd == "create" => {
-                        self.created.insert(format!("{db}.{c}"));
+                        self.created.insert(format!("{db}.{c}"), ui);
                     }
                     Some((cmd, _)) if cmd == "applyOps" => {
                         for op in o.get_array("applyOps").into_iter().flatten() {
@@ -267,8 +269,14 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
     // fails midway leaves this member as it was (the rollback is retried); only a collection
     // a divergent entry dropped is copied from the source while it is recreated.
     let catalog = SourceCatalog::read(&mut source, &affected)?;
+    let created_uuids: BTreeSet<bson::Uuid> =
+        affected.created.values().flatten().copied().collect();
     let mut fetched = Vec::new();
     for (ns_str, (ui, ids)) in &affected.docs {
+        if ui.is_some_and(|u| created_uuids.contains(&u)) {
+            // The whole collection is divergent: dropped below.
+            continue;
+        }
         // Documents of a collection a divergent entry renamed are where the source has it.
         let ns = match ui.and_then(|u| catalog.names.get(&u)) {
             Some(ns) => ns.clone(),
@@ -278,10 +286,10 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
         fetched.push((ns, *ui, ids.clone(), docs));
     }
     let mut drop_created = Vec::new();
-    for ns_str in &affected.created {
+    for (ns_str, ui) in &affected.created {
         let ns = Namespace::parse(ns_str)?;
-        if !source.has_collection(&ns)? {
-            drop_created.push(ns);
+        if ui.is_some() || !source.has_collection(&ns)? {
+            drop_created.push((ns, *ui));
         }
     }
     let min_valid = source
@@ -348,13 +356,23 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
             }
             out.documents += ids.len();
         }
-        for ns in &drop_created {
-            if let Some(coll) = engine.collection(ns) {
+        for (ns, ui) in &drop_created {
+            // By UUID: the name may be another collection's by now (one the source has and
+            // `restore_collection` brought back).
+            let local = match ui {
+                Some(u) => local_by_uuid(engine, *u),
+                None => engine.collection(ns),
+            };
+            if let Some(coll) = local {
+                eprintln!(
+                    "replication: rollback drops {} (created by a divergent entry)",
+                    coll.ns
+                );
                 let uuid = coll.meta.read().uuid;
                 let docs = all_docs(engine, &coll)?;
                 save_removed(&dir.join(uuid.to_string()), &time, &docs)?;
-                engine.drop_collection(ns)?;
-            } else {
+                engine.drop_collection(&coll.ns)?;
+            } else if ui.is_none() {
                 engine.drop_view(ns)?;
             }
         }
@@ -623,7 +641,7 @@ mod tests {
                 ("test.d", &vec![Bson::String("t".into())]),
             ]
         );
-        assert_eq!(a.created.iter().collect::<Vec<_>>(), vec!["test.fresh"]);
+        assert_eq!(a.created.keys().collect::<Vec<_>>(), vec!["test.fresh"]);
         assert_eq!(a.unsupported, vec!["dropIndexes on test.$cmd".to_string()]);
     }
 
