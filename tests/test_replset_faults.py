@@ -57,9 +57,12 @@ def start_lab_set(rs):
         rs.wait_for_state(m, "SECONDARY")
 
 
-def wait_for_b_after_restart(rs, a, b, c_):
-    """b and c_ restarted together without a: either may win the first election (c_ when
-    b starts slower); b, the higher priority, then takes over, as in MongoDB."""
+def restart_b_and_c(rs):
+    """The old primary is down: the two others start again. Either may win the first election
+    (c_ when b starts slower); b, the higher priority, then takes over, as in MongoDB."""
+    a, b, c_ = rs.members
+    b.restart()
+    c_.restart()
     assert rs.wait_for_primary(30, exclude=a) in (b, c_)
     rs.wait_for_state(b, "PRIMARY", 30)
 
@@ -93,9 +96,7 @@ def test_rollback_undoes_writes_no_majority_received(rs, monkeypatch):
 
     # The others elect a new primary and take writes of their own (reusing a unique key
     # and an _id the lost writes used).
-    b.restart()
-    c_.restart()
-    wait_for_b_after_restart(rs, a, b, c_)
+    restart_b_and_c(rs)
     with b.client() as cb:
         nb = cb.test.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=20000))
         nb.insert_one({"_id": "new-primary", "k": 100})
@@ -202,10 +203,7 @@ def test_rollback_undoes_ddl_no_majority_received(rs):
         assert "lost_1" in t.c.index_information()
         assert "dropped" not in t.list_collection_names()
     a.kill()
-
-    b.restart()
-    c_.restart()
-    wait_for_b_after_restart(rs, a, b, c_)
+    restart_b_and_c(rs)
     with b.client() as cb:
         cb.test.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=20000)).insert_one(
             {"_id": "new-primary", "k": 100})
@@ -263,10 +261,7 @@ def test_rollback_finds_divergent_documents_in_a_collection_renamed_since(rs):
         t.x.update_one({"_id": 1}, {"$set": {"v": "divergent"}})
         t.z.drop()
     a.kill()
-
-    b.restart()
-    c_.restart()
-    wait_for_b_after_restart(rs, a, b, c_)
+    restart_b_and_c(rs)
     with b.client() as cb:
         cb.admin.command("renameCollection", "test.x", to="test.y",
                          writeConcern={"w": "majority", "wtimeout": 20000})
@@ -303,10 +298,7 @@ def test_rollback_drops_a_collection_it_created_that_the_new_primary_created_too
         ca.get_database("test", write_concern=WriteConcern(w=1)).x.insert_one({"_id": "a-side"})
         a_uuid = ca.test.command("listCollections", filter={"name": "x"})["cursor"]["firstBatch"][0]["info"]["uuid"]
     a.kill()
-
-    b.restart()
-    c_.restart()
-    wait_for_b_after_restart(rs, a, b, c_)
+    restart_b_and_c(rs)
     with b.client() as cb:
         cb.test.get_collection("x", write_concern=WriteConcern(w="majority", wtimeout=20000)).insert_one(
             {"_id": "b-side"})
@@ -380,9 +372,7 @@ def test_majority_read_on_primary_never_shows_a_write_that_rolls_back(rs):
             ca.test.command("find", "c", readConcern={"level": "majority"}, maxTimeMS=500)
         assert e.value.code in (50, 11602), e.value.details
     a.kill()
-    b.restart()
-    c_.restart()
-    wait_for_b_after_restart(rs, a, b, c_)
+    restart_b_and_c(rs)
     a.restart()
     wait_until(lambda: my_state(a) in ("SECONDARY", "PRIMARY"), 30, "old primary back")
     assert wait_until(lambda: [d["_id"] for d in docs_of(a)] == ["kept"], 20, "doomed write rolled back")
