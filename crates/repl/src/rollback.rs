@@ -368,10 +368,7 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
                     "replication: rollback drops {} (created by a divergent entry)",
                     coll.ns
                 );
-                let uuid = coll.meta.read().uuid;
-                let docs = all_docs(engine, &coll)?;
-                save_removed(&dir.join(uuid.to_string()), &time, &docs)?;
-                engine.drop_collection(&coll.ns)?;
+                drop_saving(engine, &coll.ns, &dir, &time)?;
             } else if ui.is_none() {
                 engine.drop_view(ns)?;
             }

@@ -147,11 +147,7 @@ impl Link {
     /// is up and idle; hands it back otherwise (also a snapshot: large, and its outcome is
     /// the writer's to report).
     fn write_here<O: LinkOwner>(&self, owner: &O, msgs: Vec<Message>) -> Option<Vec<Message>> {
-        if msgs.is_empty()
-            || self.shared.queued.load(Ordering::SeqCst) != 0
-            || msgs
-                .iter()
-                .any(|m| m.get_msg_type() == MessageType::MsgSnapshot)
+        if msgs.is_empty() || self.shared.queued.load(Ordering::SeqCst) != 0 || has_snapshot(&msgs)
         {
             return Some(msgs);
         }
@@ -267,9 +263,7 @@ impl Conn {
         interval: Duration,
         may_block: bool,
     ) -> Sent {
-        let had_snapshot = msgs
-            .iter()
-            .any(|m| m.get_msg_type() == MessageType::MsgSnapshot);
+        let had_snapshot = has_snapshot(msgs);
         let reply = needs_reply(msgs) || self.answered_sent.is_none_or(|t| t.elapsed() >= interval);
         let cmd = o.outgoing(id, encode_messages(msgs));
         let flags = if reply { 0 } else { nidus_wire::MORE_TO_COME };
@@ -425,9 +419,7 @@ impl<O: LinkOwner> Writer<O> {
             // Woken to finish a caller's request: no heartbeat is due for that.
             return;
         }
-        let had_snapshot = msgs
-            .iter()
-            .any(|m| m.get_msg_type() == MessageType::MsgSnapshot);
+        let had_snapshot = has_snapshot(&msgs);
         let had_messages = !msgs.is_empty();
         if self.retry_at.is_some_and(|t| Instant::now() < t) {
             // Still backing off after a failure: the batch is dropped; Raft resends.
@@ -650,6 +642,11 @@ impl<O: LinkOwner> Reader<O> {
         o.on_reply(self.id, reply, p.started.elapsed(), p.had_snapshot);
         true
     }
+}
+
+fn has_snapshot(msgs: &[Message]) -> bool {
+    msgs.iter()
+        .any(|m| m.get_msg_type() == MessageType::MsgSnapshot)
 }
 
 /// Whether a batch is sent as a request the peer answers. A leader's appends and heartbeats
