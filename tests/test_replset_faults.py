@@ -236,12 +236,14 @@ def test_rollback_undoes_ddl_no_majority_received(rs):
         assert catalog_state(m) == want
 
 
-def test_rollback_finds_divergent_documents_in_a_collection_renamed_since(rs):
+@pytest.mark.parametrize("divergent_drop", [True, False], ids=["with-ddl", "documents-only"])
+def test_rollback_finds_divergent_documents_in_a_collection_renamed_since(rs, divergent_drop):
     """The old primary's divergent insert and update went into a collection the new primary
-    renamed after the common point; a divergent drop in the same rollback makes the member
-    read the source's names. The divergent versions are in the member's collection under
-    its old name: they must be undone there (saved to the rollback directory), and after
-    the rename reaches the member both hold the same documents."""
+    renamed after the common point (with or without a divergent drop in the same rollback).
+    The divergent versions are in the member's collection under its old name, the source's
+    versions under the new name: they must be undone there (saved to the rollback directory)
+    with the source's versions, and after the rename reaches the member both hold the same
+    documents."""
     a, b, c_ = rs.members
     start_lab_set(rs)
     majority = WriteConcern(w="majority")
@@ -259,7 +261,8 @@ def test_rollback_finds_divergent_documents_in_a_collection_renamed_since(rs):
         t = ca.get_database("test", write_concern=WriteConcern(w=1))
         t.x.insert_one({"_id": "lost", "v": "divergent"})
         t.x.update_one({"_id": 1}, {"$set": {"v": "divergent"}})
-        t.z.drop()
+        if divergent_drop:
+            t.z.drop()
     a.kill()
     restart_b_and_c(rs)
     with b.client() as cb:

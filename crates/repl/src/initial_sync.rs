@@ -304,22 +304,7 @@ fn attempt(coord: &Coordinator, host: &str) -> Result<Outcome> {
         .ok_or_else(|| Error::internal("the sync source's oplog is empty"))?;
     coord.initial_sync.update(|s| s.oplog_start = Some(begin));
 
-    let listed = src.run(&doc! {
-        "listDatabases": 1,
-        "nameOnly": true,
-        "$db": "admin",
-        "$readPreference": { "mode": "primaryPreferred" },
-    })?;
-    let mut names: Vec<String> = listed
-        .get_array("databases")
-        .map(|a| {
-            a.iter()
-                .filter_map(|d| d.as_document()?.get_str("name").ok().map(str::to_string))
-                .filter(|n| n != "local")
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
+    let names = src.database_names()?;
     coord
         .initial_sync
         .update(|s| s.databases_to_clone = names.len() as i32);

@@ -8,8 +8,9 @@
 //! are never truncated by Raft, so nothing majority-acknowledged is rolled back.
 //!
 //! Undo: each document a divergent entry touched is fetched from the sync source (the
-//! primary) and written back locally without being logged (deleted when the source lacks
-//! it); the local version is first saved under `<dbpath>/rollback/<collection uuid>/
+//! primary; from its collection with the entry's UUID, whatever its name there) and written
+//! back locally, to the collection with that UUID, without being logged (deleted when the
+//! source lacks it); the local version is first saved under `<dbpath>/rollback/<collection uuid>/
 //! removed.<time>.bson`, as MongoDB does. Collections created by divergent entries are
 //! dropped (their documents saved first), also when the source has one of that name: its own,
 //! with another UUID, comes back with the source's entries after the common point (a view,
@@ -277,12 +278,20 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
             // The whole collection is divergent: dropped below.
             continue;
         }
-        // Documents of a collection a divergent entry renamed are where the source has it.
-        let ns = match ui.and_then(|u| catalog.names.get(&u)) {
-            Some(ns) => ns.clone(),
-            None => Namespace::parse(ns_str)?,
+        // The source's versions are in its collection with the entries' UUID, whatever its
+        // name there (renamed after the common point, here or there).
+        let (ns, docs) = match ui {
+            Some(u) => match catalog.names.get(u) {
+                Some(ns) => (ns.clone(), source.fetch(ns, ids)?),
+                // The source dropped the collection: it holds none of these documents.
+                None => (Namespace::parse(ns_str)?, Vec::new()),
+            },
+            None => {
+                let ns = Namespace::parse(ns_str)?;
+                let docs = source.fetch(&ns, ids)?;
+                (ns, docs)
+            }
         };
-        let docs = source.fetch(&ns, ids)?;
         fetched.push((ns, *ui, ids.clone(), docs));
     }
     let mut drop_created = Vec::new();
@@ -388,7 +397,9 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
 /// The sync source's catalog state of the collections divergent DDL changed.
 #[derive(Default)]
 struct SourceCatalog {
-    /// Every collection of the databases involved: its name on the source.
+    /// Every collection of the databases involved (all the source's, when divergent entries
+    /// changed documents of a collection with a UUID: it keeps its UUID when renamed, also
+    /// into another database): its name on the source.
     names: BTreeMap<bson::Uuid, Namespace>,
     /// The changed ones the source has: options and index specs.
     state: BTreeMap<bson::Uuid, (Document, Vec<Document>)>,
@@ -397,8 +408,11 @@ struct SourceCatalog {
 impl SourceCatalog {
     fn read(source: &mut SyncSource, affected: &Affected) -> Result<SourceCatalog> {
         let mut out = SourceCatalog::default();
-        let dbs: BTreeSet<&String> = affected.ddl.values().flatten().collect();
-        for db in dbs {
+        let mut dbs: BTreeSet<String> = affected.ddl.values().flatten().cloned().collect();
+        if affected.docs.values().any(|(ui, _)| ui.is_some()) {
+            dbs.extend(source.database_names()?);
+        }
+        for db in &dbs {
             let listed = source.all(
                 &doc! {
                     "listCollections": 1,

@@ -87,6 +87,27 @@ impl SyncSource {
         Ok(out)
     }
 
+    /// The source's replicated databases (all but `local`), sorted.
+    pub(crate) fn database_names(&mut self) -> Result<Vec<String>> {
+        let listed = self.run(&doc! {
+            "listDatabases": 1,
+            "nameOnly": true,
+            "$db": "admin",
+            "$readPreference": { "mode": "primaryPreferred" },
+        })?;
+        let mut names: Vec<String> = listed
+            .get_array("databases")
+            .map(|a| {
+                a.iter()
+                    .filter_map(|d| d.as_document()?.get_str("name").ok().map(str::to_string))
+                    .filter(|n| n != "local")
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        Ok(names)
+    }
+
     /// The `ts` of the source's newest oplog entry: every write whose effect documents read
     /// from the source before this call show is at or before it.
     pub(crate) fn last_oplog_ts(&mut self) -> Result<Option<Timestamp>> {
