@@ -78,6 +78,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def member_state(m, dbs=("test", "test2")) -> dict:
+    """Everything a replica set member holds that the set must agree on, per namespace: a
+    collection's UUID, options, index specs and documents; a view's options."""
+    with m.client(serverSelectionTimeoutMS=2000) as c:
+        out = {}
+        for db in dbs:
+            for info in c[db].list_collections():
+                name = info["name"]
+                if info.get("type") == "view":
+                    out[f"{db}.{name}"] = {"view": info.get("options")}
+                    continue
+                out[f"{db}.{name}"] = {
+                    "uuid": info["info"]["uuid"],
+                    "options": info.get("options"),
+                    "indexes": sorted((dict(ix) for ix in c[db][name].list_indexes()), key=lambda ix: ix["name"]),
+                    "docs": sorted(c[db][name].find({}), key=lambda d: repr(d["_id"])),
+                }
+        return out
+
+
 class NidusServer:
     """One nidus process on 127.0.0.1:<port> with its own dbpath and log file."""
 

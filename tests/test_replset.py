@@ -13,7 +13,7 @@ from pymongo import MongoClient
 from pymongo.errors import NotPrimaryError, OperationFailure, PyMongoError
 
 import wire
-from nidus_harness import ReplicaSet, wait_until
+from nidus_harness import ReplicaSet, member_state, wait_until
 
 ELECTION_TIMEOUT_MS = 2000
 SETTINGS = {"electionTimeoutMillis": ELECTION_TIMEOUT_MS, "heartbeatIntervalMillis": 500}
@@ -350,6 +350,52 @@ def test_writes_replicate_to_every_member(rs):
         assert e.value.details["errmsg"] == "waiting for replication timed out"
         assert c.test.c.find_one({"_id": "t"}) == {"_id": "t"}
         maj.insert_one({"_id": "after-kill"})
+
+
+# Catalog changes taken on the primary, in order: after each, every member holds what the
+# primary holds (names, UUIDs, options, index specs, documents, views).
+CATALOG_STEPS = [
+    {"create": "c", "validator": {"v": {"$type": "int"}}},
+    {"insert": "c", "documents": [{"_id": i, "v": i, "s": f"s{i}", "t": None} for i in range(5)]},
+    {"createIndexes": "c", "indexes": [
+        {"key": {"v": 1}, "name": "v_1"},
+        {"key": {"s": 1}, "name": "s_1", "unique": True},
+        {"key": {"u": 1}, "name": "u_1", "sparse": True},
+        {"key": {"t": 1}, "name": "t_1", "expireAfterSeconds": 3600},
+        {"key": {"v": -1, "s": 1}, "name": "vs", "partialFilterExpression": {"v": {"$gt": 1}}},
+    ]},
+    {"collMod": "c", "index": {"name": "v_1", "hidden": True}},
+    {"collMod": "c", "index": {"keyPattern": {"s": 1}, "hidden": True}},
+    {"collMod": "c", "index": {"keyPattern": {"s": 1}, "hidden": False}},
+    {"collMod": "c", "index": {"name": "t_1", "expireAfterSeconds": 60}},
+    {"collMod": "c", "index": {"name": "t_1", "expireAfterSeconds": 120, "hidden": True}},
+    {"collMod": "c", "validationLevel": "moderate", "validationAction": "warn"},
+    {"collMod": "c", "changeStreamPreAndPostImages": {"enabled": True}},
+    {"dropIndexes": "c", "index": "u_1"},
+    {"create": "view", "viewOn": "c", "pipeline": [{"$match": {"v": {"$gt": 1}}}]},
+    {"collMod": "view", "viewOn": "c", "pipeline": [{"$match": {"v": {"$lt": 3}}}]},
+    {"renameCollection": "test.c", "to": "test.d", "$db": "admin"},
+    {"renameCollection": "test.d", "to": "test2.d", "$db": "admin"},
+    {"drop": "view"},
+    {"drop": "d", "$db": "test2"},
+]
+
+
+def test_catalog_changes_replicate_to_every_member(rs):
+    from bson import SON
+
+    initiated(rs)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=15000)) as c:
+        for step in CATALOG_STEPS:
+            step = dict(step)
+            db = step.pop("$db", "test")
+            c[db].command(SON(list(step.items()) + [("writeConcern", {"w": 3, "wtimeout": 10000})]))
+            want = member_state(rs.members[0])
+            for m in rs.members[1:]:
+                assert member_state(m) == want, (step, rs.host(m))
+    assert "test2.d" not in want and want == {}, want
 
 
 def test_secondaries_apply_the_last_write_soon_after_writes_stop(rs):

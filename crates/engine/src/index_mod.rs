@@ -18,6 +18,21 @@ pub struct IndexChange {
     pub expire_after_seconds: Option<i64>,
 }
 
+impl IndexChange {
+    /// The change a `collMod` oplog entry's `index` field records (as logged by
+    /// [`Engine::modify_index`]).
+    pub fn from_logged(index: &Document) -> IndexChange {
+        IndexChange {
+            name: index.get_str("name").ok().map(str::to_string),
+            key_pattern: index.get_document("keyPattern").ok().cloned(),
+            hidden: index.get_bool("hidden").ok(),
+            expire_after_seconds: index
+                .get("expireAfterSeconds")
+                .and_then(crate::clustered::as_i64),
+        }
+    }
+}
+
 impl Engine {
     /// Applies `change` to the index it names; returns MongoDB's reply fields
     /// (`hidden_old`/`hidden_new`, `expireAfterSeconds_old`/`expireAfterSeconds_new`).
@@ -70,9 +85,30 @@ impl Engine {
             }
             Arc::make_mut(&mut ix.spec).insert("expireAfterSeconds", new);
         }
+        // Logged as MongoDB does: the index by name, with the fields given, so every member
+        // (and a rollback's catalog comparison) sees the same spec.
+        let mut logged = bson::doc! { "name": ix.name.clone() };
+        if let Some(hidden) = change.hidden {
+            logged.insert("hidden", hidden);
+        }
+        if let Some(secs) = ix
+            .spec
+            .get("expireAfterSeconds")
+            .filter(|_| change.expire_after_seconds.is_some())
+        {
+            logged.insert("expireAfterSeconds", secs.clone());
+        }
         let mut txn = self.kv.begin();
         self.write_entry(txn.as_mut(), &coll, &new_meta)?;
-        txn.commit()?;
+        let ops = self.ddl_ops(ns, || {
+            crate::oplog::collection_command(
+                &coll,
+                meta.uuid,
+                "collMod",
+                bson::doc! { "index": logged },
+            )
+        });
+        self.commit_logged(txn, ops)?;
         // The plan cache keys its entries on each index's hidden flag, so it drops the plans
         // chosen with the old visibility by itself.
         *meta = new_meta;

@@ -343,7 +343,20 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
             engine
                 .create_indexes(&coll_ns()?, &[spec])
                 .map(|_| ())
-                .or_else(|e| ignore(e, &[ErrorCode::IndexAlreadyExists]))
+                // Entries up to a rollback's or an initial sync's minValid can meet a catalog
+                // that already holds later changes (a collMod since, the index dropped and
+                // built again with other options): the entries that follow make it the
+                // source's again.
+                .or_else(|e| {
+                    ignore(
+                        e,
+                        &[
+                            ErrorCode::IndexAlreadyExists,
+                            ErrorCode::IndexKeySpecsConflict,
+                            ErrorCode::IndexOptionsConflict,
+                        ],
+                    )
+                })
         }
         "dropIndexes" => {
             let name = o.get("index").cloned().unwrap_or(Bson::Null);
@@ -355,9 +368,30 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
         "collMod" => {
             let mut changes = o.clone();
             changes.remove("collMod");
-            engine
-                .set_validation_options(&coll_ns()?, &changes)
-                .or_else(|e| ignore(e, &[ErrorCode::NamespaceNotFound]))
+            let index = changes.remove("index");
+            let ns = coll_ns()?;
+            if engine.view(&ns).is_some() {
+                let view_on = changes.get_str("viewOn").ok().map(str::to_string);
+                let pipeline = changes
+                    .get_array("pipeline")
+                    .ok()
+                    .map(|p| p.iter().filter_map(|s| s.as_document().cloned()).collect());
+                return engine.modify_view(&ns, view_on, pipeline);
+            }
+            if !changes.is_empty() || index.is_none() {
+                engine
+                    .set_validation_options(&ns, &changes)
+                    .or_else(|e| ignore(e, &[ErrorCode::NamespaceNotFound]))?;
+            }
+            match index {
+                Some(Bson::Document(ix)) => engine
+                    .modify_index(&ns, &nidus_engine::IndexChange::from_logged(&ix))
+                    .map(|_| ())
+                    .or_else(|e| {
+                        ignore(e, &[ErrorCode::NamespaceNotFound, ErrorCode::IndexNotFound])
+                    }),
+                _ => Ok(()),
+            }
         }
         "renameCollection" => {
             let from = Namespace::parse(o.get_str("renameCollection").unwrap_or_default())?;

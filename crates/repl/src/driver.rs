@@ -131,6 +131,7 @@ pub(crate) fn spawn(
         last_applied: applied,
         rollback_to: crate::rollback::pending(coord.engine()),
         rolling_back: false,
+        rollback_retry_at: None,
         min_valid: None,
         check_local_only_until: Some(Instant::now()),
         syncing,
@@ -212,7 +213,11 @@ struct Driver {
     /// Rollback: the common point (the newest oplog entry the set holds) when this member's
     /// oplog holds entries past it that the set does not.
     rollback_to: Option<bson::Timestamp>,
+    /// A rollback started and is not done (ROLLBACK): committed entries are held, the
+    /// member does not stand for election.
     rolling_back: bool,
+    /// After a failed rollback (the source went away): when to try again.
+    rollback_retry_at: Option<Instant>,
     /// After a rollback: the sync source's newest entry when its documents were fetched;
     /// the member is RECOVERING until it applied that far.
     min_valid: Option<bson::Timestamp>,
@@ -339,11 +344,23 @@ impl Driver {
             && !self.frozen()
             && !coord.in_maintenance()
             && !self.syncing
+            && !self.rolling_back
     }
 
     fn tick(&mut self, coord: &Coordinator) {
         let leader = self.raw.raft.state == StateRole::Leader;
         let may_campaign = self.may_campaign(coord);
+        // Raft refuses its vote to a candidate of lower priority whose log is no longer than
+        // its own: a member that may not stand (in ROLLBACK, initial sync, frozen, in
+        // maintenance) must not hold up the election of the others that way.
+        let priority = if may_campaign {
+            self.me().map_or(0, |m| m.raft_priority())
+        } else {
+            0
+        };
+        if self.raw.raft.priority != priority {
+            self.raw.raft.set_priority(priority);
+        }
         self.hurry_election(coord);
         if !leader && !may_campaign {
             let timeout = self.raw.raft.randomized_election_timeout();
@@ -405,8 +422,9 @@ impl Driver {
         match input {
             Input::Messages(msgs) => {
                 let id = self.id();
-                // A member in initial sync does not take the primary role (leader transfer).
-                let syncing = self.syncing;
+                // A member in initial sync or rollback does not take the primary role
+                // (leader transfer).
+                let syncing = self.syncing || self.rolling_back;
                 for m in msgs.into_iter().filter(|m| {
                     m.to == id && !(syncing && m.get_msg_type() == MessageType::MsgTimeoutNow)
                 }) {
@@ -815,13 +833,14 @@ impl Driver {
     fn apply(&mut self, coord: &Coordinator, entries: Vec<Entry>) -> raft::Result<()> {
         const HELD_CHUNK: u64 = 1024;
         const HELD_CHUNK_BYTES: u64 = 64 << 20;
-        if self.syncing || self.held.is_some() {
+        if self.syncing || self.rolling_back || self.held.is_some() {
             // Committed entries are in the log (Raft hands out only persisted ones).
             if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
                 let from = self.held.map_or(first.index, |(f, _)| f);
                 self.held = Some((from, last.index));
             }
-            if self.syncing {
+            // Nothing is applied on top of divergent entries not undone yet.
+            if self.syncing || self.rolling_back {
                 return Ok(());
             }
             if let Some((from, to)) = self.held {
@@ -926,9 +945,10 @@ impl Driver {
         }
     }
 
-    /// Runs a pending rollback against the primary (see `rollback`): retried a few times
-    /// when the primary cannot be reached; a member that cannot roll back stops taking part,
-    /// as MongoDB's does, and resumes the rollback at its next start.
+    /// Runs a pending rollback against the primary (see `rollback`). When the primary cannot
+    /// be reached (it went away mid-rollback), the member stays in ROLLBACK, holding the
+    /// committed entries it receives, and tries again a second later against whichever
+    /// member leads by then; a member that stops mid-rollback resumes it at its next start.
     fn maybe_rollback(&mut self, coord: &Coordinator) -> raft::Result<()> {
         let Some(common) = self.rollback_to else {
             return Ok(());
@@ -936,11 +956,15 @@ impl Driver {
         if self.syncing {
             // The initial sync replaces the data; nothing to undo.
             self.rollback_to = None;
+            self.rolling_back = false;
             return Ok(());
         }
         if self.raw.raft.state == StateRole::Leader {
             // Elected with entries it never proposed: they are proposed with its first
-            // entries instead (`on_became_leader`).
+            // entries instead (`on_became_leader`). A member in ROLLBACK does not stand.
+            return Ok(());
+        }
+        if self.rollback_retry_at.is_some_and(|t| Instant::now() < t) {
             return Ok(());
         }
         // Nothing of this member's own past the common point (Raft replaced entries it had
@@ -951,6 +975,7 @@ impl Driver {
         });
         if !holds_more {
             self.rollback_to = None;
+            self.rolling_back = false;
             if crate::rollback::pending(coord.engine()).is_some() {
                 crate::rollback::set_pending(coord.engine(), None)
                     .map_err(|e| store_error(format!("rollback: {}", e.message)))?;
@@ -966,18 +991,20 @@ impl Driver {
         };
         crate::rollback::set_pending(coord.engine(), Some(common))
             .map_err(|e| store_error(format!("rollback: {}", e.message)))?;
-        self.rolling_back = true;
-        self.publish(coord);
-        // A test hook (MongoDB's tests use the `rollbackHangBeforeStart` fail point): holds
-        // the member in ROLLBACK so its state can be observed.
-        if let Some(ms) = std::env::var("NIDUS_TEST_ROLLBACK_PAUSE_MS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            std::thread::sleep(Duration::from_millis(ms.min(60_000)));
+        if !self.rolling_back {
+            self.rolling_back = true;
+            self.publish(coord);
+            // A test hook (MongoDB's tests use the `rollbackHangBeforeStart` fail point):
+            // holds the member in ROLLBACK so its state can be observed.
+            if let Some(ms) = std::env::var("NIDUS_TEST_ROLLBACK_PAUSE_MS")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                std::thread::sleep(Duration::from_millis(ms.min(60_000)));
+            }
         }
         let mut last_err = String::new();
-        for attempt in 0..10 {
+        for attempt in 0..3 {
             if attempt > 0 {
                 std::thread::sleep(Duration::from_millis(300));
             }
@@ -991,14 +1018,16 @@ impl Driver {
                         .map_err(|e| store_error(format!("rollback: {}", e.message)))?;
                     self.rollback_to = None;
                     self.rolling_back = false;
+                    self.rollback_retry_at = None;
                     self.min_valid = out.min_valid;
                     return Ok(());
                 }
                 Err(e) => last_err = e.message.to_string(),
             }
         }
-        self.rolling_back = false;
-        Err(store_error(format!("rollback failed: {last_err}")))
+        eprintln!("replication: rollback from {host} failed, trying again: {last_err}");
+        self.rollback_retry_at = Some(Instant::now() + Duration::from_secs(1));
+        Ok(())
     }
 
     /// The initial sync copied the data: the held committed entries after what it applied

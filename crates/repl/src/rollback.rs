@@ -523,21 +523,32 @@ fn restore_collection(
                 "$db": &want.db,
                 "$readPreference": { "mode": "primaryPreferred" },
             };
-            source.each_batch(&cmd, &want.db, |docs| {
-                for d in docs {
-                    let raw = RawDocumentBuf::from_document(&d)
-                        .map_err(|e| Error::internal(e.to_string()))?;
-                    engine.insert_one(&coll, &raw, &opts)?;
-                }
-                Ok(())
-            })?;
-            let specs: Vec<Document> = indexes
-                .iter()
-                .filter(|s| s.get_str("name").ok() != Some("_id_"))
-                .cloned()
-                .collect();
-            if !specs.is_empty() {
-                engine.create_indexes(want, &specs)?;
+            let copied = source
+                .each_batch(&cmd, &want.db, |docs| {
+                    for d in docs {
+                        let raw = RawDocumentBuf::from_document(&d)
+                            .map_err(|e| Error::internal(e.to_string()))?;
+                        engine.insert_one(&coll, &raw, &opts)?;
+                    }
+                    Ok(())
+                })
+                .and_then(|()| {
+                    let specs: Vec<Document> = indexes
+                        .iter()
+                        .filter(|s| s.get_str("name").ok() != Some("_id_"))
+                        .cloned()
+                        .collect();
+                    if specs.is_empty() {
+                        Ok(())
+                    } else {
+                        engine.create_indexes(want, &specs).map(|_| ())
+                    }
+                });
+            if let Err(e) = copied {
+                // A copy cut short must not pass for the collection when the rollback is
+                // tried again (it would find the UUID here and keep it as it is).
+                let _ = engine.drop_collection(want);
+                return Err(e);
             }
         }
     }
