@@ -398,6 +398,38 @@ def test_catalog_changes_replicate_to_every_member(rs):
     assert "test2.d" not in want and want == {}, want
 
 
+def test_a_retried_write_waits_for_its_write_concern_again(rs):
+    """A retryable write retried after its first attempt completed gets the first attempt's
+    result without running again, but only once its write concern holds (MongoDB waits for
+    the retry's write concern too): with a member down, a retried `w: 3` insert times out
+    again (error 64) instead of passing for replicated; once the member is back it succeeds."""
+    import uuid
+
+    import bson
+
+    primary = initiated(rs)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    rs.members[2].kill()
+    lsid = {"id": bson.Binary(uuid.uuid4().bytes, 4)}
+    insert = {"insert": "c", "documents": [{"_id": "once"}], "lsid": lsid, "txnNumber": bson.Int64(1),
+              "writeConcern": {"w": 3, "wtimeout": 300}, "$db": "test"}
+    sock = wire.connect(primary.port)
+    try:
+        for attempt in ("first", "retry"):
+            r = wire.command(sock, insert)
+            assert r["ok"] == 1 and r["n"] == 1, (attempt, r)
+            assert r.get("writeConcernError", {}).get("code") == 64, (attempt, r)
+        rs.members[2].restart()
+        rs.wait_for_state(rs.members[2], "SECONDARY", 30)
+        r = wire.command(sock, {**insert, "writeConcern": {"w": 3, "wtimeout": 20000}})
+        assert r["ok"] == 1 and r["n"] == 1 and "writeConcernError" not in r, r
+    finally:
+        sock.close()
+    with primary.client() as c:
+        assert list(c.test.c.find({"_id": "once"})) == [{"_id": "once"}]
+
+
 def test_secondaries_apply_the_last_write_soon_after_writes_stop(rs):
     """Raft's broadcast of each commit index is off: a secondary learns it from the next
     append, or, once writes stop, from one the primary sends a few milliseconds later; not

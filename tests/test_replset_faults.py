@@ -826,8 +826,10 @@ def test_randomized_w1_history_converges(proxied):
     for m in members:
         wait_until(lambda: my_state(m) in ("PRIMARY", "SECONDARY"), 60, f"{rs.host(m)} healthy")
     with MongoClient(proxied.uri(serverSelectionTimeoutMS=20000)) as client:
-        client.test.get_collection("markers", write_concern=WriteConcern(w="majority", wtimeout=20000)).insert_one(
-            {"_id": "end"})
+        # Retried: a priority takeover after the heal can interrupt it.
+        end_marker = client.test.get_collection("markers", write_concern=WriteConcern(w="majority", wtimeout=20000))
+        wait_until(lambda: end_marker.update_one({"_id": "end"}, {"$set": {"n": 1}}, upsert=True).acknowledged,
+                   60, "the last majority write")
     print(f"writes taken {done}, {len(markers)} majority markers, nemesis {nemesis}")
 
     def converged():

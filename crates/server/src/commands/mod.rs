@@ -736,8 +736,18 @@ fn run_handler(
         name,
         &req.body,
     )?;
-    if let Some(stored) = session.as_ref().and_then(|s| s.stored_reply.clone()) {
+    if let Some(mut stored) = session.as_ref().and_then(|s| s.stored_reply.clone()) {
         // A retried write whose first attempt completed: its reply, not a second execution.
+        // Its write concern is waited for again, as MongoDB does, for everything this member
+        // logged so far (the first attempt's write is among it): the first attempt's wait
+        // may have been cut short (the connection lost), and a stored reply proves nothing
+        // about majority commitment.
+        stored.remove("writeConcernError");
+        let logged = state
+            .engine
+            .oplog()
+            .map(|o| nidus_engine::oplog::u64_to_ts(o.visible_u64()));
+        settle_write_concern(state, &write_concern, &mut stored, logged, deadline)?;
         return Ok((stored, Vec::new()));
     }
     transaction::check_statement(session.as_ref(), name, &req.body)?;
@@ -785,13 +795,33 @@ fn run_handler(
         crate::read_concern::annotate_reply(&mut body, s.at);
     }
     let last_write = nidus_engine::oplog::take_last_write_ts();
+    settle_write_concern(state, &write_concern, &mut body, last_write, deadline)?;
+    let auth_collection = matches!(ctx.body.get(name),
+        Some(Bson::String(c)) if c == "system.users" || c == "system.roles");
+    if ctx.db == "admin" && (auth_collection || name == "dropDatabase") {
+        // Writing to (or dropping) the auth collections directly changes users or roles too.
+        state.auth.invalidate();
+    }
+    Ok((body, ctx.batch))
+}
+
+/// Waits for the command's write concern after a write that logged up to `last_write`
+/// (replication, then journaling); a write concern that cannot be or was not satisfied is
+/// the reply's `writeConcernError` (the write stays done).
+fn settle_write_concern(
+    state: &ServerState,
+    write_concern: &WriteConcern,
+    body: &mut Document,
+    last_write: Option<bson::Timestamp>,
+    deadline: Option<Instant>,
+) -> Result<()> {
     let members = state.repl.as_ref().map_or(1, |r| r.data_bearing_members());
     if let Some(wce) = write_concern.error(state.config.repl_set.is_some(), members) {
         if !body.contains_key("writeConcernError") {
             body.insert("writeConcernError", wce);
         }
     }
-    let replication = repl_set::wait_for_write_concern(state, &write_concern, last_write, deadline);
+    let replication = repl_set::wait_for_write_concern(state, write_concern, last_write, deadline);
     let majority_committed = matches!(replication, repl_set::WriteConcernWait::MajorityCommitted);
     if write_concern.journal && !majority_committed {
         // On a primary the Raft log's synced append of the write's oplog entry journals the
@@ -809,13 +839,7 @@ fn run_handler(
             body.insert("writeConcernError", wce);
         }
     }
-    let auth_collection = matches!(ctx.body.get(name),
-        Some(Bson::String(c)) if c == "system.users" || c == "system.roles");
-    if ctx.db == "admin" && (auth_collection || name == "dropDatabase") {
-        // Writing to (or dropping) the auth collections directly changes users or roles too.
-        state.auth.invalidate();
-    }
-    Ok((body, ctx.batch))
+    Ok(())
 }
 
 /// How many statements a write command carries (documents, updates, deletes or operations).
