@@ -402,7 +402,8 @@ def test_a_retried_write_waits_for_its_write_concern_again(rs):
     """A retryable write retried after its first attempt completed gets the first attempt's
     result without running again, but only once its write concern holds (MongoDB waits for
     the retry's write concern too): with a member down, a retried `w: 3` insert times out
-    again (error 64) instead of passing for replicated; once the member is back it succeeds."""
+    again (error 64) instead of passing for replicated, as does an update that matches
+    nothing; once the member is back the retry succeeds."""
     import uuid
 
     import bson
@@ -420,6 +421,10 @@ def test_a_retried_write_waits_for_its_write_concern_again(rs):
             r = wire.command(sock, insert)
             assert r["ok"] == 1 and r["n"] == 1, (attempt, r)
             assert r.get("writeConcernError", {}).get("code") == 64, (attempt, r)
+        # A write that changes nothing waits for what the member logged before it too.
+        r = wire.command(sock, {"update": "c", "updates": [{"q": {"_id": "none"}, "u": {"$set": {"x": 1}}}],
+                                "writeConcern": {"w": 3, "wtimeout": 300}, "$db": "test"})
+        assert r["ok"] == 1 and r["n"] == 0 and r.get("writeConcernError", {}).get("code") == 64, r
         rs.members[2].restart()
         rs.wait_for_state(rs.members[2], "SECONDARY", 30)
         r = wire.command(sock, {**insert, "writeConcern": {"w": 3, "wtimeout": 20000}})

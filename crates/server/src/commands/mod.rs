@@ -743,11 +743,13 @@ fn run_handler(
         // may have been cut short (the connection lost), and a stored reply proves nothing
         // about majority commitment.
         stored.remove("writeConcernError");
-        let logged = state
-            .engine
-            .oplog()
-            .map(|o| nidus_engine::oplog::u64_to_ts(o.visible_u64()));
-        settle_write_concern(state, &write_concern, &mut stored, logged, deadline)?;
+        settle_write_concern(
+            state,
+            &write_concern,
+            &mut stored,
+            logged_so_far(state),
+            deadline,
+        )?;
         return Ok((stored, Vec::new()));
     }
     transaction::check_statement(session.as_ref(), name, &req.body)?;
@@ -794,7 +796,10 @@ fn run_handler(
     if let Some(s) = &ctx.snapshot {
         crate::read_concern::annotate_reply(&mut body, s.at);
     }
-    let last_write = nidus_engine::oplog::take_last_write_ts();
+    // A command that logged nothing (an update matching nothing, a retried
+    // commitTransaction) waits, as MongoDB's, for everything the member logged so far: its
+    // reply must not pass for acknowledged before the writes it may depend on are.
+    let last_write = nidus_engine::oplog::take_last_write_ts().or_else(|| logged_so_far(state));
     settle_write_concern(state, &write_concern, &mut body, last_write, deadline)?;
     let auth_collection = matches!(ctx.body.get(name),
         Some(Bson::String(c)) if c == "system.users" || c == "system.roles");
@@ -803,6 +808,14 @@ fn run_handler(
         state.auth.invalidate();
     }
     Ok((body, ctx.batch))
+}
+
+/// The newest oplog entry visible on this member (MongoDB's system last optime).
+fn logged_so_far(state: &ServerState) -> Option<bson::Timestamp> {
+    state
+        .engine
+        .oplog()
+        .map(|o| nidus_engine::oplog::u64_to_ts(o.visible_u64()))
 }
 
 /// Waits for the command's write concern after a write that logged up to `last_write`
