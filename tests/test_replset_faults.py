@@ -729,12 +729,16 @@ def random_w1_write(rnd, client) -> str:
             coll.update_one({"_id": k}, {"$set": {"t": 1}}, upsert=True, session=s)
             db[rnd.choice(names)].insert_one({"_id": f"t{rnd.randrange(1000)}"}, session=s)
     elif op == "create_index":
-        spec = rnd.choice([("v", {}), ("s", {"unique": True}), ("u", {"sparse": True})])
+        spec = rnd.choice([("v", {}), ("s", {"unique": True}), ("u", {"sparse": True}),
+                           ("t", {"expireAfterSeconds": 3600})])
         coll.create_index(spec[0], **spec[1])
     elif op == "drop_index":
-        coll.drop_index(rnd.choice(["v_1", "s_1", "u_1"]))
+        coll.drop_index(rnd.choice(["v_1", "s_1", "u_1", "t_1"]))
     elif op == "coll_mod":
-        db.command("collMod", name, index={"name": "v_1", "hidden": rnd.random() < 0.5})
+        if rnd.random() < 0.5:
+            db.command("collMod", name, index={"name": "v_1", "hidden": rnd.random() < 0.5})
+        else:
+            db.command("collMod", name, index={"name": "t_1", "expireAfterSeconds": rnd.randrange(60, 7200)})
     elif op == "create":
         db.create_collection(name)
     elif op == "drop":

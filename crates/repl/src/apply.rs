@@ -387,8 +387,17 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
                 Some(Bson::Document(ix)) => engine
                     .modify_index(&ns, &nidus_engine::IndexChange::from_logged(&ix))
                     .map(|_| ())
+                    // Up to minValid the index can already have changed since (dropped,
+                    // built again without a TTL): the entries after this one tell.
                     .or_else(|e| {
-                        ignore(e, &[ErrorCode::NamespaceNotFound, ErrorCode::IndexNotFound])
+                        ignore(
+                            e,
+                            &[
+                                ErrorCode::NamespaceNotFound,
+                                ErrorCode::IndexNotFound,
+                                ErrorCode::InvalidOptions,
+                            ],
+                        )
                     }),
                 _ => Ok(()),
             }
