@@ -609,21 +609,28 @@ def test_change_stream_resumes_across_failover_exactly_once(rs):
     assert extra == [], extra
 
 
+def start_jepsen(proxied):
+    """Starts the proxied set for a randomized run: its random source (seeded by
+    `NIDUS_JEPSEN_SEED`, else the time; printed to replay a failure) and length in seconds
+    (`NIDUS_JEPSEN_SECONDS`, default 15)."""
+    import random
+
+    seconds = float(os.environ.get("NIDUS_JEPSEN_SECONDS", "15"))
+    seed = int(os.environ.get("NIDUS_JEPSEN_SEED", str(int(time.time()))))
+    print(f"\nseed {seed}, {seconds} s")
+    start_proxied(proxied)
+    return random.Random(seed), seconds
+
+
 def test_randomized_history_keeps_majority_writes_and_causal_order(proxied):
     """A short Jepsen-style run: w:majority inserts and register updates in a causal session
     (reads from secondaries, majority read concern) while a nemesis partitions members, kills
     and restarts them and injects latency. Checked: no acknowledged w:majority insert is lost,
     and reads in the causal session never go backwards or miss the session's own writes.
     `NIDUS_JEPSEN_SECONDS` sets the length (default 15), `NIDUS_JEPSEN_SEED` the seed."""
-    import random
-
     from pymongo.read_concern import ReadConcern
 
-    seconds = float(os.environ.get("NIDUS_JEPSEN_SECONDS", "15"))
-    seed = int(os.environ.get("NIDUS_JEPSEN_SEED", str(int(time.time()))))
-    rnd = random.Random(seed)
-    print(f"\nseed {seed}, {seconds} s")
-    start_proxied(proxied)
+    rnd, seconds = start_jepsen(proxied)
     rs = proxied.rs
     uri = proxied.uri(readPreference="secondaryPreferred", retryWrites="true", w="majority",
                       wtimeoutMS="5000", serverSelectionTimeoutMS="5000", socketTimeoutMS="8000",
@@ -760,13 +767,7 @@ def test_randomized_w1_history_converges(proxied):
     (names, UUIDs, options, indexes) and documents, and no member panicked; the w:majority
     markers written along the way all survive. `NIDUS_JEPSEN_SECONDS` sets the length (default
     15), `NIDUS_JEPSEN_SEED` the seed."""
-    import random
-
-    seconds = float(os.environ.get("NIDUS_JEPSEN_SECONDS", "15"))
-    seed = int(os.environ.get("NIDUS_JEPSEN_SEED", str(int(time.time()))))
-    rnd = random.Random(seed)
-    print(f"\nseed {seed}, {seconds} s")
-    start_proxied(proxied)
+    rnd, seconds = start_jepsen(proxied)
     rs = proxied.rs
     members = rs.members
     direct = {m.port: m.client(serverSelectionTimeoutMS=1000, socketTimeoutMS=3000, connectTimeoutMS=1000)
