@@ -291,6 +291,38 @@ def test_rollback_finds_divergent_documents_in_a_collection_renamed_since(rs, di
         [(1, "divergent"), ("lost", "divergent")], [("lost", "divergent"), (1, "divergent")]), saved
 
 
+def test_entries_after_a_rollback_find_their_collection_by_uuid(rs):
+    """The old primary's divergent rename of `x` makes its rollback restore the collection's
+    name from the new primary, which by then renamed `x` to `y`, wrote to `y` and renamed it
+    to `z`. The entries the member applies next (up to minValid) name `x` and `y`, which it no
+    longer has: they must find the collection by its UUID (as MongoDB's oplog application
+    does), not create a stray `y` or stop at "target namespace exists"."""
+    a, b, c_ = rs.members
+    start_lab_set(rs)
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=20000)) as client:
+        client.test.get_collection("x", write_concern=WriteConcern(w="majority")).insert_many(
+            [{"_id": i} for i in range(3)])
+    b.kill()
+    c_.kill()
+    with a.client() as ca:
+        ca.admin.command("renameCollection", "test.x", to="test.w", writeConcern={"w": 1})
+    a.kill()
+    restart_b_and_c(rs)
+    with b.client() as cb:
+        wc = {"w": "majority", "wtimeout": 20000}
+        cb.admin.command("renameCollection", "test.x", to="test.y", writeConcern=wc)
+        cb.test.command("insert", "y", documents=[{"_id": "in-y"}], writeConcern=wc)
+        cb.admin.command("renameCollection", "test.y", to="test2.z", writeConcern=wc)
+        cb.test2.command("insert", "z", documents=[{"_id": "in-z"}], writeConcern=wc)
+    want = member_state(b)
+    assert set(want) == {"test2.z"}, want
+
+    a.restart()
+    wait_until(lambda: my_state(a) == "SECONDARY", 60, "old primary back as a secondary")
+    wait_until(lambda: member_state(a) == want, 30, "the old primary's catalog and documents")
+    assert "cannot apply" not in a.log_text(), a.log_tail()
+
+
 def test_rollback_whose_source_goes_away_finishes_against_the_next_primary(rs, monkeypatch):
     """The old primary starts its rollback against the new primary, which then stops: the
     member stays in ROLLBACK (it neither stands for election nor applies anything on top of

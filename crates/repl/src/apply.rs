@@ -53,8 +53,7 @@ pub fn apply_entry(engine: &Engine, raw: &RawDocumentBuf, entry: Option<&Documen
     // The collection a CRUD entry needs is created first, on its own, so the entry goes with
     // the document write itself.
     if matches!(entry.get_str("op"), Ok("i" | "u" | "d")) {
-        let ns = Namespace::parse(entry.get_str("ns").unwrap_or_default())?;
-        engine.ensure_collection(&ns)?;
+        engine.ensure_collection(&ns_of(engine, entry)?)?;
     }
     engine.apply_replicated(raw, || apply_op(engine, entry, statement_of(raw)))
 }
@@ -135,7 +134,16 @@ pub fn apply_inserts_at_once(engine: &Engine, entries: &[RawDocumentBuf]) -> boo
         }
         last = Some(ts);
     }
-    let Ok(coll) = Namespace::parse(ns).and_then(|ns| engine.ensure_collection(&ns)) else {
+    let ui = match entries.first().map(|e| e.get("ui")) {
+        Some(Ok(Some(bson::RawBsonRef::Binary(b)))) => <[u8; 16]>::try_from(b.bytes)
+            .ok()
+            .map(bson::Uuid::from_bytes),
+        _ => None,
+    };
+    let Ok(coll) = Namespace::parse(ns)
+        .map(|ns| local_ns(engine, ns, ui))
+        .and_then(|ns| engine.ensure_collection(&ns))
+    else {
         return false;
     };
     let mut docs = Vec::with_capacity(entries.len());
@@ -159,8 +167,42 @@ pub fn apply_inserts_at_once(engine: &Engine, entries: &[RawDocumentBuf]) -> boo
         .is_ok()
 }
 
-fn ns_of(entry: &Document) -> Result<Namespace> {
-    Namespace::parse(entry.get_str("ns").unwrap_or_default())
+/// The local namespace of the collection an entry names: the one with the entry's UUID
+/// (`ui`) whatever its name here, else the entry's `ns`. As MongoDB's oplog application
+/// finds collections by UUID: entries applied up to a rollback's minValid can find their
+/// collection renamed already (the rollback restored the source's newer catalog).
+fn ns_of(engine: &Engine, entry: &Document) -> Result<Namespace> {
+    let ns = Namespace::parse(entry.get_str("ns").unwrap_or_default())?;
+    let ui = match entry.get("ui") {
+        Some(Bson::Binary(b)) => b.to_uuid().ok(),
+        _ => None,
+    };
+    Ok(local_ns(engine, ns, ui))
+}
+
+/// `ns`, or the local name of the collection with `ui` when `ns` is not it.
+fn local_ns(engine: &Engine, ns: Namespace, ui: Option<bson::Uuid>) -> Namespace {
+    let Some(ui) = ui else { return ns };
+    // The entry's name is the collection's in all but rare cases: checked first.
+    if engine
+        .collection(&ns)
+        .is_some_and(|c| c.meta.read().uuid == ui)
+    {
+        return ns;
+    }
+    collection_by_uuid(engine, ui).map_or(ns, |c| c.ns.clone())
+}
+
+/// The local collection with `uuid`, if any (a walk of the catalog).
+pub(crate) fn collection_by_uuid(
+    engine: &Engine,
+    uuid: bson::Uuid,
+) -> Option<nidus_engine::catalog::CollectionRef> {
+    engine
+        .database_names()
+        .iter()
+        .flat_map(|db| engine.collections_in(db))
+        .find(|c| c.meta.read().uuid == uuid)
 }
 
 fn id_filter(d: &Document) -> Result<Document> {
@@ -193,7 +235,7 @@ fn apply_op(
     match entry.get_str("op").unwrap_or("n") {
         "n" => Ok(()),
         "i" => {
-            let ns = ns_of(entry)?;
+            let ns = ns_of(engine, entry)?;
             let coll = engine.ensure_collection(&ns)?;
             let spec = UpdateSpec {
                 filter: id_filter(&o)?,
@@ -206,7 +248,7 @@ fn apply_op(
             engine.update(&coll, &spec, &opts).map(|_| ())
         }
         "u" => {
-            let ns = ns_of(entry)?;
+            let ns = ns_of(engine, entry)?;
             let Some(coll) = engine.collection(&ns) else {
                 return Ok(());
             };
@@ -231,7 +273,7 @@ fn apply_op(
             engine.update(&coll, &spec, &opts).map(|_| ())
         }
         "d" => {
-            let ns = ns_of(entry)?;
+            let ns = ns_of(engine, entry)?;
             let Some(coll) = engine.collection(&ns) else {
                 return Ok(());
             };
@@ -292,10 +334,16 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
     let Some((cmd, target)) = o.iter().next() else {
         return Ok(());
     };
-    let coll_ns = || match target {
+    let named_ns = || match target {
         Bson::String(c) => Ok(Namespace::new(&db, c)),
         _ => Err(Error::bad_value(format!("bad {cmd} oplog entry"))),
     };
+    let ui = match entry.get("ui") {
+        Some(Bson::Binary(b)) => b.to_uuid().ok(),
+        _ => None,
+    };
+    // The collection the command names, found by its UUID when the entry has one.
+    let coll_ns = || named_ns().map(|ns| local_ns(engine, ns, ui));
     match cmd.as_str() {
         "create" => {
             let mut options = o.clone();
@@ -309,7 +357,7 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
                     .unwrap_or_default();
                 return engine
                     .create_view(nidus_engine::view::ViewDef {
-                        ns: coll_ns()?,
+                        ns: named_ns()?,
                         view_on: view_on.to_string(),
                         pipeline,
                         collation: options.get_document("collation").ok().cloned(),
@@ -317,13 +365,9 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
                     .or_else(|e| ignore(e, &[ErrorCode::NamespaceExists]));
             }
             // The collection keeps the primary's UUID (`ui`), as on MongoDB's members.
-            let uuid = match entry.get("ui") {
-                Some(Bson::Binary(b)) => b.to_uuid().ok(),
-                _ => None,
-            };
-            let created = match uuid {
-                Some(u) => engine.create_collection_with_uuid(&coll_ns()?, options, u),
-                None => engine.create_collection(&coll_ns()?, options),
+            let created = match ui {
+                Some(u) => engine.create_collection_with_uuid(&named_ns()?, options, u),
+                None => engine.create_collection(&named_ns()?, options),
             };
             created
                 .map(|_| ())
@@ -403,8 +447,16 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
             }
         }
         "renameCollection" => {
-            let from = Namespace::parse(o.get_str("renameCollection").unwrap_or_default())?;
+            let from = local_ns(
+                engine,
+                Namespace::parse(o.get_str("renameCollection").unwrap_or_default())?,
+                ui,
+            );
             let to = Namespace::parse(o.get_str("to").unwrap_or_default())?;
+            if from == to {
+                // Renamed already (a rollback restored the source's newer name).
+                return Ok(());
+            }
             // MongoDB logs the dropped target's UUID here (a bool in older entries).
             let drop_target = o
                 .get("dropTarget")

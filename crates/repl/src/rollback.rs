@@ -320,7 +320,7 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
             // point, or a divergent rename is undone by a later rollback), and the divergent
             // versions are in it whatever its name.
             let local = ui
-                .and_then(|u| local_by_uuid(engine, u))
+                .and_then(|u| crate::apply::collection_by_uuid(engine, u))
                 .or_else(|| engine.collection(ns));
             let mut removed = Vec::new();
             if let Some(coll) = &local {
@@ -369,7 +369,7 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
             // By UUID: the name may be another collection's by now (one the source has and
             // `restore_collection` brought back).
             let local = match ui {
-                Some(u) => local_by_uuid(engine, *u),
+                Some(u) => crate::apply::collection_by_uuid(engine, *u),
                 None => engine.collection(ns),
             };
             if let Some(coll) = local {
@@ -397,9 +397,8 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
 /// The sync source's catalog state of the collections divergent DDL changed.
 #[derive(Default)]
 struct SourceCatalog {
-    /// Every collection of the databases involved (all the source's, when divergent entries
-    /// changed documents of a collection with a UUID: it keeps its UUID when renamed, also
-    /// into another database): its name on the source.
+    /// Every collection of the source's databases (a collection keeps its UUID when renamed,
+    /// also into another database): its name on the source.
     names: BTreeMap<bson::Uuid, Namespace>,
     /// The changed ones the source has: options and index specs.
     state: BTreeMap<bson::Uuid, (Document, Vec<Document>)>,
@@ -409,7 +408,7 @@ impl SourceCatalog {
     fn read(source: &mut SyncSource, affected: &Affected) -> Result<SourceCatalog> {
         let mut out = SourceCatalog::default();
         let mut dbs: BTreeSet<String> = affected.ddl.values().flatten().cloned().collect();
-        if affected.docs.values().any(|(ui, _)| ui.is_some()) {
+        if !affected.ddl.is_empty() || affected.docs.values().any(|(ui, _)| ui.is_some()) {
             dbs.extend(source.database_names()?);
         }
         for db in &dbs {
@@ -450,18 +449,6 @@ impl SourceCatalog {
     }
 }
 
-/// The local collection with `uuid`, if any.
-fn local_by_uuid(
-    engine: &Engine,
-    uuid: bson::Uuid,
-) -> Option<nidus_engine::catalog::CollectionRef> {
-    engine
-        .database_names()
-        .iter()
-        .flat_map(|db| engine.collections_in(db))
-        .find(|c| c.meta.read().uuid == uuid)
-}
-
 /// Saves the documents of the local collection at `ns` and drops it.
 fn drop_saving(engine: &Engine, ns: &Namespace, dir: &std::path::Path, time: &str) -> Result<()> {
     if let Some(coll) = engine.collection(ns) {
@@ -484,7 +471,7 @@ fn restore_collection(
     dir: &std::path::Path,
     time: &str,
 ) -> Result<()> {
-    let local = local_by_uuid(engine, uuid);
+    let local = crate::apply::collection_by_uuid(engine, uuid);
     let (Some(want), Some((options, indexes))) =
         (catalog.names.get(&uuid), catalog.state.get(&uuid))
     else {
