@@ -173,11 +173,15 @@ pub fn apply_inserts_at_once(engine: &Engine, entries: &[RawDocumentBuf]) -> boo
 /// collection renamed already (the rollback restored the source's newer catalog).
 fn ns_of(engine: &Engine, entry: &Document) -> Result<Namespace> {
     let ns = Namespace::parse(entry.get_str("ns").unwrap_or_default())?;
-    let ui = match entry.get("ui") {
+    Ok(local_ns(engine, ns, ui_of(entry)))
+}
+
+/// The collection UUID an entry names (`ui`), if any.
+pub(crate) fn ui_of(entry: &Document) -> Option<bson::Uuid> {
+    match entry.get("ui") {
         Some(Bson::Binary(b)) => b.to_uuid().ok(),
         _ => None,
-    };
-    Ok(local_ns(engine, ns, ui))
+    }
 }
 
 /// `ns`, or the local name of the collection with `ui` when `ns` is not it.
@@ -338,10 +342,7 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
         Bson::String(c) => Ok(Namespace::new(&db, c)),
         _ => Err(Error::bad_value(format!("bad {cmd} oplog entry"))),
     };
-    let ui = match entry.get("ui") {
-        Some(Bson::Binary(b)) => b.to_uuid().ok(),
-        _ => None,
-    };
+    let ui = ui_of(entry);
     // The collection the command names, found by its UUID when the entry has one.
     let coll_ns = || named_ns().map(|ns| local_ns(engine, ns, ui));
     match cmd.as_str() {

@@ -93,10 +93,7 @@ impl Affected {
 
     fn note(&mut self, entry: &Document) {
         let ns = entry.get_str("ns").unwrap_or_default();
-        let ui = match entry.get("ui") {
-            Some(Bson::Binary(b)) => b.to_uuid().ok(),
-            _ => None,
-        };
+        let ui = crate::apply::ui_of(entry);
         let o = entry.get_document("o").cloned().unwrap_or_default();
         match entry.get_str("op").unwrap_or("n") {
             "i" | "d" => {
