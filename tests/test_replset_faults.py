@@ -323,6 +323,42 @@ def test_entries_after_a_rollback_find_their_collection_by_uuid(rs):
     assert "cannot apply" not in a.log_text(), a.log_tail()
 
 
+def test_rollback_refetches_documents_of_each_collection_a_name_held(rs):
+    """On the old primary the name `test.c` holds two collections in turn: its own `c`, whose
+    document 1 it updates, then `test2.a`, renamed over it with `dropTarget`, whose document 2
+    it upserts and whose document 3 it deletes before renaming it on to `test.d`. Each
+    divergent document must be made the new primary's again in its own collection (found by
+    UUID), not only in the collection the name held first."""
+    a, b, c_ = rs.members
+    start_lab_set(rs)
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=20000)) as client:
+        wc = WriteConcern(w="majority")
+        client.test.get_collection("c", write_concern=wc).insert_many([{"_id": i, "v": "c"} for i in range(4)])
+        client.test2.get_collection("a", write_concern=wc).insert_many([{"_id": i, "v": "a"} for i in (1, 3)])
+    b.kill()
+    c_.kill()
+    with a.client() as ca:
+        ca.test.get_collection("c", write_concern=WriteConcern(w=1)).update_one(
+            {"_id": 1}, {"$set": {"v": "divergent"}})
+        ca.admin.command("renameCollection", "test2.a", to="test.c", dropTarget=True, writeConcern={"w": 1})
+        moved = ca.test.get_collection("c", write_concern=WriteConcern(w=1))
+        moved.update_one({"_id": 2}, {"$set": {"v": "divergent"}}, upsert=True)
+        moved.delete_one({"_id": 3})
+        # Out of the name's way, so that undoing the rename over `c` renames it back.
+        ca.admin.command("renameCollection", "test.c", to="test.d", writeConcern={"w": 1})
+    a.kill()
+    restart_b_and_c(rs)
+    with b.client() as cb:
+        cb.test.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=20000)).insert_one(
+            {"_id": "b", "v": "new primary"})
+    want = member_state(b)
+    assert [d["_id"] for d in want["test2.a"]["docs"]] == [1, 3], want
+
+    a.restart()
+    wait_until(lambda: my_state(a) == "SECONDARY", 60, "old primary back as a secondary")
+    wait_until(lambda: member_state(a) == want, 30, "the old primary's catalog and documents")
+
+
 def test_rollback_whose_source_goes_away_finishes_against_the_next_primary(rs, monkeypatch):
     """The old primary starts its rollback against the new primary, which then stops: the
     member stays in ROLLBACK (it neither stands for election nor applies anything on top of

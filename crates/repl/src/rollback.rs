@@ -37,6 +37,37 @@ const PENDING_KEY: &[u8] = b"raft\0rollback";
 /// Documents per `find` on the sync source.
 const FETCH_BATCH: usize = 500;
 
+/// Divergent entries named in the log, one line each (MongoDB logs each at a higher
+/// verbosity; the first ones are what explains a rollback).
+const LOGGED_ENTRIES: usize = 100;
+
+/// An entry in one line: optime, kind, namespace, collection UUID, and the `_id` or command.
+fn summary(entry: &Document) -> String {
+    let what = match entry.get_str("op").unwrap_or("n") {
+        "u" => entry
+            .get_document("o2")
+            .ok()
+            .and_then(|o| o.get("_id"))
+            .map(|id| format!("_id {id}")),
+        "i" | "d" => entry
+            .get_document("o")
+            .ok()
+            .and_then(|o| o.get("_id"))
+            .map(|id| format!("_id {id}")),
+        _ => entry.get_document("o").ok().map(|o| o.to_string()),
+    };
+    format!(
+        "{} {} {} {} {}",
+        entry.get("ts").map(|t| t.to_string()).unwrap_or_default(),
+        entry.get_str("op").unwrap_or("?"),
+        entry.get_str("ns").unwrap_or_default(),
+        crate::apply::ui_of(entry)
+            .map(|u| u.to_string())
+            .unwrap_or_default(),
+        what.unwrap_or_default()
+    )
+}
+
 /// The persisted common point of a rollback not finished yet.
 pub(crate) fn pending(engine: &Engine) -> Option<Timestamp> {
     let v = engine
@@ -62,13 +93,23 @@ pub(crate) fn set_pending(engine: &Engine, common: Option<Timestamp>) -> Result<
     Ok(())
 }
 
+/// Which collection a divergent entry changed documents of: the one with its UUID (`ui`),
+/// whatever its name was then (one name can have held several collections, and one
+/// collection several names), or the one of its name when it logged no UUID.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Target {
+    Uuid(bson::Uuid),
+    Name(String),
+}
+
 /// What the divergent entries touched.
 #[derive(Default, Debug)]
 struct Affected {
-    /// Per namespace: its collection UUID (when logged) and the `_id`s of changed documents.
-    docs: BTreeMap<String, (Option<bson::Uuid>, Vec<Bson>)>,
-    /// Collections (and views) the divergent entries created, with their UUIDs.
-    created: BTreeMap<String, Option<bson::Uuid>>,
+    /// Per collection: a name the entries gave it and the `_id`s of changed documents.
+    docs: BTreeMap<Target, (String, Vec<Bson>)>,
+    /// Collections (and views) the divergent entries created: name and UUID (a name can be
+    /// created, dropped or renamed away, and created again).
+    created: BTreeSet<(String, Option<bson::Uuid>)>,
     /// Collections whose catalog state divergent DDL changed (index builds and drops,
     /// `collMod`, renames, drops), by UUID, with the databases they were in: their state is
     /// made the sync source's again.
@@ -79,13 +120,11 @@ struct Affected {
 
 impl Affected {
     fn note_doc(&mut self, ns: &str, ui: Option<bson::Uuid>, id: Bson) {
+        let target = ui.map_or_else(|| Target::Name(ns.to_string()), Target::Uuid);
         let e = self
             .docs
-            .entry(ns.to_string())
-            .or_insert_with(|| (ui, Vec::new()));
-        if e.0.is_none() {
-            e.0 = ui;
-        }
+            .entry(target)
+            .or_insert_with(|| (ns.to_string(), Vec::new()));
         if !e.1.contains(&id) {
             e.1.push(id);
         }
@@ -110,7 +149,7 @@ impl Affected {
                 let db = ns.split('.').next().unwrap_or_default();
                 match o.iter().next() {
                     Some((cmd, Bson::String(c))) if cmd == "create" => {
-                        self.created.insert(format!("{db}.{c}"), ui);
+                        self.created.insert((format!("{db}.{c}"), ui));
                     }
                     Some((cmd, _)) if cmd == "applyOps" => {
                         for op in o.get_array("applyOps").into_iter().flatten() {
@@ -157,7 +196,8 @@ impl Affected {
 /// Reads of the sync source a rollback needs.
 trait RollbackSource {
     fn fetch(&mut self, ns: &Namespace, ids: &[Bson]) -> Result<Vec<Document>>;
-    fn has_collection(&mut self, ns: &Namespace) -> Result<bool>;
+    /// Whether the source has `ns` (a collection or a view), and the collection's UUID.
+    fn listed(&mut self, ns: &Namespace) -> Result<Option<Option<bson::Uuid>>>;
 }
 
 impl RollbackSource for SyncSource {
@@ -177,18 +217,20 @@ impl RollbackSource for SyncSource {
         Ok(out)
     }
 
-    fn has_collection(&mut self, ns: &Namespace) -> Result<bool> {
+    fn listed(&mut self, ns: &Namespace) -> Result<Option<Option<bson::Uuid>>> {
         let reply = self.run(&doc! {
             "listCollections": 1,
             "filter": { "name": &ns.coll },
-            "nameOnly": true,
             "$db": &ns.db,
             "$readPreference": { "mode": "primaryPreferred" },
         })?;
-        Ok(reply
+        let info = reply
             .get_document("cursor")
             .and_then(|c| c.get_array("firstBatch"))
-            .is_ok_and(|b| !b.is_empty()))
+            .ok()
+            .and_then(|b| b.first())
+            .and_then(Bson::as_document);
+        Ok(info.map(uuid_of_listed))
     }
 }
 
@@ -251,9 +293,18 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
         return Ok(Outcome::default());
     }
     let mut affected = Affected::default();
-    for raw in &entries {
+    for (i, raw) in entries.iter().enumerate() {
         let d = Document::try_from(raw.as_ref()).map_err(|e| Error::internal(e.to_string()))?;
+        if i < LOGGED_ENTRIES {
+            eprintln!("replication: rollback undoes {}", summary(&d));
+        }
         affected.note(&d);
+    }
+    if entries.len() > LOGGED_ENTRIES {
+        eprintln!(
+            "replication: rollback undoes {} more entries",
+            entries.len() - LOGGED_ENTRIES
+        );
     }
     for u in &affected.unsupported {
         eprintln!("replication: rollback leaves the effect of {u} in place");
@@ -268,39 +319,46 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
     // a divergent entry dropped is copied from the source while it is recreated.
     let catalog = SourceCatalog::read(&mut source, &affected)?;
     let created_uuids: BTreeSet<bson::Uuid> =
-        affected.created.values().flatten().copied().collect();
+        affected.created.iter().filter_map(|(_, ui)| *ui).collect();
     let mut fetched = Vec::new();
-    for (ns_str, (ui, ids)) in &affected.docs {
-        if ui.is_some_and(|u| created_uuids.contains(&u)) {
+    for (target, (ns_str, ids)) in &affected.docs {
+        let (ns, docs) = match target {
             // The whole collection is divergent: dropped below.
-            continue;
-        }
-        // The source's versions are in its collection with the entries' UUID, whatever its
-        // name there (renamed after the common point, here or there).
-        let (ns, docs) = match ui {
-            Some(u) => match catalog.names.get(u) {
+            Target::Uuid(u) if created_uuids.contains(u) => continue,
+            // The source's versions are in its collection with the entries' UUID, whatever
+            // its name there (renamed after the common point, here or there).
+            Target::Uuid(u) => match catalog.names.get(u) {
                 Some(ns) => (ns.clone(), source.fetch(ns, ids)?),
                 // The source dropped the collection: it holds none of these documents.
                 None => (Namespace::parse(ns_str)?, Vec::new()),
             },
-            None => {
+            Target::Name(_) => {
                 let ns = Namespace::parse(ns_str)?;
                 let docs = source.fetch(&ns, ids)?;
                 (ns, docs)
             }
         };
-        fetched.push((ns, *ui, ids.clone(), docs));
+        fetched.push((ns, target, ids, docs));
     }
     let mut drop_created = Vec::new();
     for (ns_str, ui) in &affected.created {
         let ns = Namespace::parse(ns_str)?;
-        if ui.is_some() || !source.has_collection(&ns)? {
+        if ui.is_some() || source.listed(&ns)?.is_none() {
             drop_created.push((ns, *ui));
         }
     }
-    let min_valid = source
-        .last_oplog_ts()
-        .map_err(|e| Error::internal(format!("rollback: {}", e.message)))?;
+    // The source kept taking writes while it was read: a collection renamed there since its
+    // catalog was read means documents were read from whichever collection had the name
+    // then. The attempt is given up before anything changed here, and tried again.
+    for (ns, target, _, _) in &fetched {
+        if let Target::Uuid(u) = target {
+            if catalog.names.contains_key(u) && source.listed(ns)?.flatten() != Some(*u) {
+                return Err(Error::internal(format!(
+                    "rollback: {ns} on the sync source is no longer the collection {u}"
+                )));
+            }
+        }
+    }
     let time = file_time();
     let dir = rollback_dir(engine);
     let opts = WriteOpts {
@@ -311,14 +369,17 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
         for uuid in affected.ddl.keys() {
             restore_collection(engine, &mut source, &catalog, *uuid, &dir, &time)?;
         }
-        for (ns, ui, ids, docs) in &fetched {
+        for &(ref ns, target, ids, ref docs) in &fetched {
             // The documents' collection here is the one with the entries' UUID: its name
             // here can differ from the source's (the source renamed it after the common
             // point, or a divergent rename is undone by a later rollback), and the divergent
-            // versions are in it whatever its name.
-            let local = ui
-                .and_then(|u| crate::apply::collection_by_uuid(engine, u))
-                .or_else(|| engine.collection(ns));
+            // versions are in it whatever its name. Another collection of that name is not
+            // it. A UUID missing here is a collection the source lacks too (one the source
+            // has was recreated above).
+            let local = match target {
+                Target::Uuid(u) => crate::apply::collection_by_uuid(engine, *u),
+                Target::Name(_) => engine.collection(ns),
+            };
             let mut removed = Vec::new();
             if let Some(coll) = &local {
                 for id in ids {
@@ -326,14 +387,16 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
                     removed.extend(found);
                 }
             }
-            let uuid = ui.or_else(|| local.as_ref().map(|c| c.meta.read().uuid));
+            let uuid = match target {
+                Target::Uuid(u) => Some(*u),
+                Target::Name(_) => local.as_ref().map(|c| c.meta.read().uuid),
+            };
             let sub = uuid.map_or_else(|| ns.to_string(), |u| u.to_string());
             save_removed(&dir.join(sub), &time, &removed)?;
-            let Some(coll) = local.or_else(|| {
-                (!docs.is_empty())
-                    .then(|| engine.ensure_collection(ns).ok())
-                    .flatten()
-            }) else {
+            let by_name = matches!(target, Target::Name(_)) && !docs.is_empty();
+            let Some(coll) =
+                local.or_else(|| by_name.then(|| engine.ensure_collection(ns).ok()).flatten())
+            else {
                 continue;
             };
             // Deletes first, so a restored document cannot collide on a unique index with
@@ -386,6 +449,12 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
         }
         Ok(())
     })?;
+    // Read after everything else read from the source (a recreated collection's copy
+    // included): the member's data is consistent once it applied the source's entries up to
+    // here.
+    let min_valid = source
+        .last_oplog_ts()
+        .map_err(|e| Error::internal(format!("rollback: {}", e.message)))?;
     oplog.truncate_after(engine.kv(), common)?;
     out.min_valid = min_valid;
     Ok(out)
@@ -405,7 +474,7 @@ impl SourceCatalog {
     fn read(source: &mut SyncSource, affected: &Affected) -> Result<SourceCatalog> {
         let mut out = SourceCatalog::default();
         let mut dbs: BTreeSet<String> = affected.ddl.values().flatten().cloned().collect();
-        if !affected.ddl.is_empty() || affected.docs.values().any(|(ui, _)| ui.is_some()) {
+        if !affected.ddl.is_empty() || affected.docs.keys().any(|t| matches!(t, Target::Uuid(_))) {
             dbs.extend(source.database_names()?);
         }
         for db in &dbs {
@@ -419,11 +488,7 @@ impl SourceCatalog {
                 db,
             )?;
             for info in listed {
-                let uuid = match info.get_document("info").ok().and_then(|i| i.get("uuid")) {
-                    Some(Bson::Binary(b)) => b.to_uuid().ok(),
-                    _ => None,
-                };
-                let (Some(uuid), Ok(name)) = (uuid, info.get_str("name")) else {
+                let (Some(uuid), Ok(name)) = (uuid_of_listed(&info), info.get_str("name")) else {
                     continue;
                 };
                 let ns = Namespace::new(db, name);
@@ -443,6 +508,14 @@ impl SourceCatalog {
             }
         }
         Ok(out)
+    }
+}
+
+/// The UUID of a collection as `listCollections` lists it (none for a view).
+fn uuid_of_listed(info: &Document) -> Option<bson::Uuid> {
+    match info.get_document("info").ok().and_then(|i| i.get("uuid")) {
+        Some(Bson::Binary(b)) => b.to_uuid().ok(),
+        _ => None,
     }
 }
 
@@ -517,6 +590,13 @@ fn restore_collection(
                     Ok(())
                 })
                 .and_then(|()| {
+                    // Copied by name: the source may have renamed another collection to it
+                    // meanwhile.
+                    if source.listed(want)?.flatten() != Some(uuid) {
+                        return Err(Error::internal(format!(
+                            "rollback: {want} on the sync source is no longer the collection {uuid}"
+                        )));
+                    }
                     let specs: Vec<Document> = indexes
                         .iter()
                         .filter(|s| s.get_str("name").ok() != Some("_id_"))
@@ -639,7 +719,7 @@ mod tests {
         for e in &entries {
             a.note(e);
         }
-        let ids: Vec<(&str, &Vec<Bson>)> = a.docs.iter().map(|(k, v)| (k.as_str(), &v.1)).collect();
+        let ids: Vec<(&str, &Vec<Bson>)> = a.docs.values().map(|v| (v.0.as_str(), &v.1)).collect();
         assert_eq!(
             ids,
             vec![
@@ -647,8 +727,54 @@ mod tests {
                 ("test.d", &vec![Bson::String("t".into())]),
             ]
         );
-        assert_eq!(a.created.keys().collect::<Vec<_>>(), vec!["test.fresh"]);
+        assert_eq!(
+            a.created.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
+            vec!["test.fresh"]
+        );
         assert_eq!(a.unsupported, vec!["dropIndexes on test.$cmd".to_string()]);
+    }
+
+    #[test]
+    fn documents_are_noted_by_collection_uuid_whatever_the_name() {
+        let (u1, u2, u3, u4) = (
+            bson::Uuid::new(),
+            bson::Uuid::new(),
+            bson::Uuid::new(),
+            bson::Uuid::new(),
+        );
+        let ui = |u: bson::Uuid| Bson::Binary(bson::Binary::from_uuid(u));
+        let mut a = Affected::default();
+        for e in [
+            // test.c is u1, then u2 (renamed over it), then u2 is test.d.
+            doc! { "op": "i", "ns": "test.c", "ui": ui(u1), "o": { "_id": 1 } },
+            doc! { "op": "c", "ns": "test.$cmd", "ui": ui(u2), "o": { "renameCollection": "test2.a", "to": "test.c", "dropTarget": ui(u1) } },
+            doc! { "op": "u", "ns": "test.c", "ui": ui(u2), "o": { "$v": 2, "diff": {} }, "o2": { "_id": 2 } },
+            doc! { "op": "c", "ns": "test.$cmd", "ui": ui(u2), "o": { "renameCollection": "test.c", "to": "test.d" } },
+            doc! { "op": "d", "ns": "test.d", "ui": ui(u2), "o": { "_id": 3 } },
+            // test.b created twice, renamed away in between.
+            doc! { "op": "c", "ns": "test.$cmd", "ui": ui(u3), "o": { "create": "b" } },
+            doc! { "op": "c", "ns": "test.$cmd", "ui": ui(u3), "o": { "renameCollection": "test.b", "to": "test.e" } },
+            doc! { "op": "c", "ns": "test.$cmd", "ui": ui(u4), "o": { "create": "b" } },
+            doc! { "op": "i", "ns": "test.x", "o": { "_id": 4 } },
+        ] {
+            a.note(&e);
+        }
+        assert_eq!(a.docs.len(), 3);
+        assert_eq!(a.docs[&Target::Uuid(u1)].1, vec![Bson::Int32(1)]);
+        assert_eq!(
+            a.docs[&Target::Uuid(u2)].1,
+            vec![Bson::Int32(2), Bson::Int32(3)]
+        );
+        assert_eq!(
+            a.docs[&Target::Name("test.x".into())].1,
+            vec![Bson::Int32(4)]
+        );
+        let created: BTreeSet<(String, Option<bson::Uuid>)> = [
+            ("test.b".to_string(), Some(u3)),
+            ("test.b".to_string(), Some(u4)),
+        ]
+        .into();
+        assert_eq!(a.created, created);
     }
 
     #[test]
