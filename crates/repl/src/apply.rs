@@ -50,10 +50,14 @@ pub fn apply_entry(engine: &Engine, raw: &RawDocumentBuf, entry: Option<&Documen
         }
     };
     nidus_engine::oplog::clock().advance_to(ts);
-    // The collection a CRUD entry needs is created first, on its own, so the entry goes with
-    // the document write itself.
-    if matches!(entry.get_str("op"), Ok("i" | "u" | "d")) {
-        engine.ensure_collection(&ns_of(engine, entry)?)?;
+    // An insert that names no collection UUID creates its collection first, on its own and
+    // not logged (it is no operation of this member's), so the entry goes with the document
+    // write itself. With a UUID, the entry's `create` came first.
+    if entry.get_str("op") == Ok("i") && ui_of(entry).is_none() {
+        let ns = Namespace::parse(entry.get_str("ns").unwrap_or_default())?;
+        if engine.collection(&ns).is_none() {
+            engine.without_oplog(|| engine.ensure_collection(&ns))?;
+        }
     }
     engine.apply_replicated(raw, || apply_op(engine, entry, statement_of(raw)))
 }
@@ -140,9 +144,10 @@ pub fn apply_inserts_at_once(engine: &Engine, entries: &[RawDocumentBuf]) -> boo
             .map(bson::Uuid::from_bytes),
         _ => None,
     };
-    let Ok(coll) = Namespace::parse(ns)
-        .map(|ns| local_ns(engine, ns, ui))
-        .and_then(|ns| engine.ensure_collection(&ns))
+    let Some(coll) = Namespace::parse(ns)
+        .ok()
+        .and_then(|ns| local_ns(engine, ns, ui))
+        .and_then(|ns| engine.collection(&ns))
     else {
         return false;
     };
@@ -171,7 +176,7 @@ pub fn apply_inserts_at_once(engine: &Engine, entries: &[RawDocumentBuf]) -> boo
 /// (`ui`) whatever its name here, else the entry's `ns`. As MongoDB's oplog application
 /// finds collections by UUID: entries applied up to a rollback's minValid can find their
 /// collection renamed already (the rollback restored the source's newer catalog).
-fn ns_of(engine: &Engine, entry: &Document) -> Result<Namespace> {
+fn ns_of(engine: &Engine, entry: &Document) -> Result<Option<Namespace>> {
     let ns = Namespace::parse(entry.get_str("ns").unwrap_or_default())?;
     Ok(local_ns(engine, ns, ui_of(entry)))
 }
@@ -184,17 +189,41 @@ pub(crate) fn ui_of(entry: &Document) -> Option<bson::Uuid> {
     }
 }
 
-/// `ns`, or the local name of the collection with `ui` when `ns` is not it.
-fn local_ns(engine: &Engine, ns: Namespace, ui: Option<bson::Uuid>) -> Namespace {
-    let Some(ui) = ui else { return ns };
+/// The local name of the collection with `ui` (`ns` when the entry names none). None when no
+/// collection here has the UUID: a later entry drops it (entries applied up to a rollback's
+/// or an initial sync's minValid meet data read from the source after them), and the entry
+/// is skipped, as MongoDB's recovering application skips it. Never another collection that
+/// has the name.
+fn local_ns(engine: &Engine, ns: Namespace, ui: Option<bson::Uuid>) -> Option<Namespace> {
+    let Some(ui) = ui else { return Some(ns) };
     // The entry's name is the collection's in all but rare cases: checked first.
     if engine
         .collection(&ns)
         .is_some_and(|c| c.meta.read().uuid == ui)
     {
-        return ns;
+        return Some(ns);
     }
-    collection_by_uuid(engine, ui).map_or(ns, |c| c.ns.clone())
+    collection_by_uuid(engine, ui).map(|c| c.ns.clone())
+}
+
+/// Makes `ns` free for the collection with `keep`: a collection of another UUID there is
+/// renamed out of the way (MongoDB's applier renames such a target to a temporary name too).
+/// Only entries applied up to a rollback's minValid meet one: this member's catalog is then
+/// newer than the entries, and the entries that follow give that collection its name back.
+fn clear_name(engine: &Engine, ns: &Namespace, keep: bson::Uuid) -> Result<()> {
+    let Some(other) = engine.collection(ns) else {
+        return Ok(());
+    };
+    let uuid = other.meta.read().uuid;
+    if uuid == keep {
+        return Ok(());
+    }
+    let tmp = Namespace::new(
+        &ns.db,
+        &format!("tmp{}.renameCollection", &uuid.to_string()[..8]),
+    );
+    eprintln!("replication: {ns} ({uuid}) renamed to {tmp}, out of the way of {keep}");
+    engine.rename_collection(ns, &tmp, false)
 }
 
 /// The local collection with `uuid`, if any (a walk of the catalog).
@@ -239,7 +268,9 @@ fn apply_op(
     match entry.get_str("op").unwrap_or("n") {
         "n" => Ok(()),
         "i" => {
-            let ns = ns_of(engine, entry)?;
+            let Some(ns) = ns_of(engine, entry)? else {
+                return Ok(());
+            };
             let coll = engine.ensure_collection(&ns)?;
             let spec = UpdateSpec {
                 filter: id_filter(&o)?,
@@ -252,8 +283,7 @@ fn apply_op(
             engine.update(&coll, &spec, &opts).map(|_| ())
         }
         "u" => {
-            let ns = ns_of(engine, entry)?;
-            let Some(coll) = engine.collection(&ns) else {
+            let Some(coll) = ns_of(engine, entry)?.and_then(|ns| engine.collection(&ns)) else {
                 return Ok(());
             };
             let filter = id_filter(entry.get_document("o2").unwrap_or(&Document::new()))?;
@@ -277,8 +307,7 @@ fn apply_op(
             engine.update(&coll, &spec, &opts).map(|_| ())
         }
         "d" => {
-            let ns = ns_of(engine, entry)?;
-            let Some(coll) = engine.collection(&ns) else {
+            let Some(coll) = ns_of(engine, entry)?.and_then(|ns| engine.collection(&ns)) else {
                 return Ok(());
             };
             engine
@@ -343,7 +372,8 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
         _ => Err(Error::bad_value(format!("bad {cmd} oplog entry"))),
     };
     let ui = ui_of(entry);
-    // The collection the command names, found by its UUID when the entry has one.
+    // The collection the command names, found by its UUID when the entry has one (None:
+    // not here, see `local_ns`).
     let coll_ns = || named_ns().map(|ns| local_ns(engine, ns, ui));
     match cmd.as_str() {
         "create" => {
@@ -366,16 +396,31 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
                     .or_else(|e| ignore(e, &[ErrorCode::NamespaceExists]));
             }
             // The collection keeps the primary's UUID (`ui`), as on MongoDB's members.
+            let ns = named_ns()?;
             let created = match ui {
-                Some(u) => engine.create_collection_with_uuid(&named_ns()?, options, u),
-                None => engine.create_collection(&named_ns()?, options),
+                Some(u) => {
+                    // Up to a rollback's minValid the collection can be here already, under
+                    // its later name: it takes this one (later entries rename it again).
+                    clear_name(engine, &ns, u)?;
+                    if let Some(coll) = collection_by_uuid(engine, u) {
+                        return if coll.ns == ns {
+                            Ok(())
+                        } else {
+                            engine.rename_collection(&coll.ns, &ns, false)
+                        };
+                    }
+                    engine.create_collection_with_uuid(&ns, options, u)
+                }
+                None => engine.create_collection(&ns, options),
             };
             created
                 .map(|_| ())
                 .or_else(|e| ignore(e, &[ErrorCode::NamespaceExists]))
         }
         "drop" => {
-            let ns = coll_ns()?;
+            let Some(ns) = coll_ns()? else {
+                return Ok(());
+            };
             if engine.drop_view(&ns)? {
                 return Ok(());
             }
@@ -385,8 +430,11 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
         "createIndexes" => {
             let mut spec = o.clone();
             spec.remove("createIndexes");
+            let Some(ns) = coll_ns()? else {
+                return Ok(());
+            };
             engine
-                .create_indexes(&coll_ns()?, &[spec])
+                .create_indexes(&ns, &[spec])
                 .map(|_| ())
                 // Entries up to a rollback's or an initial sync's minValid can meet a catalog
                 // that already holds later changes (a collMod since, the index dropped and
@@ -405,8 +453,11 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
         }
         "dropIndexes" => {
             let name = o.get("index").cloned().unwrap_or(Bson::Null);
+            let Some(ns) = coll_ns()? else {
+                return Ok(());
+            };
             engine
-                .drop_indexes(&coll_ns()?, &name)
+                .drop_indexes(&ns, &name)
                 .map(|_| ())
                 .or_else(|e| ignore(e, &[ErrorCode::IndexNotFound, ErrorCode::NamespaceNotFound]))
         }
@@ -414,7 +465,9 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
             let mut changes = o.clone();
             changes.remove("collMod");
             let index = changes.remove("index");
-            let ns = coll_ns()?;
+            let Some(ns) = coll_ns()? else {
+                return Ok(());
+            };
             if engine.view(&ns).is_some() {
                 let view_on = changes.get_str("viewOn").ok().map(str::to_string);
                 let pipeline = changes
@@ -448,20 +501,35 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
             }
         }
         "renameCollection" => {
-            let from = local_ns(
+            let Some(from) = local_ns(
                 engine,
                 Namespace::parse(o.get_str("renameCollection").unwrap_or_default())?,
                 ui,
-            );
+            ) else {
+                return Ok(());
+            };
             let to = Namespace::parse(o.get_str("to").unwrap_or_default())?;
             if from == to {
                 // Renamed already (a rollback restored the source's newer name).
                 return Ok(());
             }
-            // MongoDB logs the dropped target's UUID here (a bool in older entries).
-            let drop_target = o
-                .get("dropTarget")
-                .is_some_and(|v| !matches!(v, Bson::Boolean(false) | Bson::Null));
+            // MongoDB logs the dropped target's UUID here (a bool in older entries). A
+            // target of another UUID is not the one the primary dropped: it is moved out of
+            // the way instead.
+            let drop_target = match (o.get("dropTarget"), ui) {
+                (Some(Bson::Binary(b)), Some(u)) => {
+                    let target = b.to_uuid().ok();
+                    if engine.collection(&to).map(|c| c.meta.read().uuid) != target {
+                        clear_name(engine, &to, u)?;
+                    }
+                    true
+                }
+                (None | Some(Bson::Boolean(false) | Bson::Null), Some(u)) => {
+                    clear_name(engine, &to, u)?;
+                    false
+                }
+                (v, _) => v.is_some_and(|v| !matches!(v, Bson::Boolean(false) | Bson::Null)),
+            };
             engine
                 .rename_collection(&from, &to, drop_target)
                 .or_else(|e| ignore(e, &[ErrorCode::NamespaceNotFound]))

@@ -111,9 +111,8 @@ struct Affected {
     /// created, dropped or renamed away, and created again).
     created: BTreeSet<(String, Option<bson::Uuid>)>,
     /// Collections whose catalog state divergent DDL changed (index builds and drops,
-    /// `collMod`, renames, drops), by UUID, with the databases they were in: their state is
-    /// made the sync source's again.
-    ddl: BTreeMap<bson::Uuid, BTreeSet<String>>,
+    /// `collMod`, renames, drops), by UUID: their state is made the sync source's again.
+    ddl: BTreeSet<bson::Uuid>,
     /// Commands rolled back only partly (their effect other than on documents stays).
     unsupported: Vec<String>,
 }
@@ -172,17 +171,7 @@ impl Affected {
                             self.unsupported.push(format!("{cmd} on {ns}"));
                             return;
                         };
-                        let dbs = self.ddl.entry(uuid).or_default();
-                        dbs.insert(db.to_string());
-                        if cmd == "renameCollection" {
-                            for field in ["renameCollection", "to"] {
-                                if let Some((d, _)) =
-                                    o.get_str(field).ok().and_then(|n| n.split_once('.'))
-                                {
-                                    dbs.insert(d.to_string());
-                                }
-                            }
-                        }
+                        self.ddl.insert(uuid);
                     }
                     Some((cmd, _)) => self.unsupported.push(format!("{cmd} on {ns}")),
                     None => {}
@@ -366,7 +355,7 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
         ..WriteOpts::default()
     };
     engine.without_oplog(|| {
-        for uuid in affected.ddl.keys() {
+        for uuid in &affected.ddl {
             restore_collection(engine, &mut source, &catalog, *uuid, &dir, &time)?;
         }
         for &(ref ns, target, ids, ref docs) in &fetched {
@@ -444,7 +433,7 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
         }
         // Indexes and options last: a unique index the source has may need the restored
         // documents.
-        for uuid in affected.ddl.keys() {
+        for uuid in &affected.ddl {
             restore_indexes_and_options(engine, &catalog, *uuid)?;
         }
         Ok(())
@@ -473,10 +462,14 @@ struct SourceCatalog {
 impl SourceCatalog {
     fn read(source: &mut SyncSource, affected: &Affected) -> Result<SourceCatalog> {
         let mut out = SourceCatalog::default();
-        let mut dbs: BTreeSet<String> = affected.ddl.values().flatten().cloned().collect();
-        if !affected.ddl.is_empty() || affected.docs.keys().any(|t| matches!(t, Target::Uuid(_))) {
-            dbs.extend(source.database_names()?);
-        }
+        // A collection keeps its UUID when renamed into another database: all are listed.
+        let dbs = if !affected.ddl.is_empty()
+            || affected.docs.keys().any(|t| matches!(t, Target::Uuid(_)))
+        {
+            source.database_names()?
+        } else {
+            Vec::new()
+        };
         for db in &dbs {
             let listed = source.all(
                 &doc! {
@@ -492,7 +485,7 @@ impl SourceCatalog {
                     continue;
                 };
                 let ns = Namespace::new(db, name);
-                if affected.ddl.contains_key(&uuid) {
+                if affected.ddl.contains(&uuid) {
                     let indexes = source.all(
                         &doc! {
                             "listIndexes": name,
@@ -791,9 +784,7 @@ mod tests {
         ] {
             a.note(&e);
         }
-        assert_eq!(a.ddl.len(), 2);
-        assert_eq!(a.ddl[&u1].iter().collect::<Vec<_>>(), vec!["test"]);
-        assert_eq!(a.ddl[&u2].iter().collect::<Vec<_>>(), vec!["other", "test"]);
+        assert_eq!(a.ddl, [u1, u2].into());
         assert_eq!(a.unsupported, vec!["dropDatabase on test.$cmd".to_string()]);
     }
 }
