@@ -359,6 +359,56 @@ def test_rollback_refetches_documents_of_each_collection_a_name_held(rs):
     wait_until(lambda: member_state(a) == want, 30, "the old primary's catalog and documents")
 
 
+def oplog_after(m, ts):
+    """(ts, op, ns, o) of each entry of `m`'s oplog after `ts`, in order."""
+    with m.client() as c:
+        return [(e["ts"], e["op"], e["ns"], e["o"])
+                for e in c.local["oplog.rs"].find({"ts": {"$gt": ts}}).sort("ts", 1)]
+
+
+def test_entries_replayed_after_a_rollback_meet_the_catalog_it_restored(rs):
+    """A rollback restores the catalog of collections divergent DDL touched as the new primary
+    holds it at the time of the rollback, later than the entries the member applies next (up
+    to minValid). Those must still apply, as MongoDB's recovering application does:
+    - `u`'s rename to `test2.a` meets `y`, which the rollback had already put at
+      `test2.a` (its name at the end): `y` is moved out of the way, and the entries that
+      follow put both where the primary has them;
+    - inserts into `z`, which the new primary dropped afterwards, find no collection with
+      their UUID: skipped, not written into a new `test.z` (whose `create` a secondary would
+      log as its own entry, in no other member's oplog)."""
+    a, b, c_ = rs.members
+    start_lab_set(rs)
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=20000)) as client:
+        wc = WriteConcern(w="majority")
+        for name in ("u", "y", "z"):
+            client.test.get_collection(name, write_concern=wc).insert_many([{"_id": i, "in": name} for i in range(3)])
+        common = client.local["oplog.rs"].find_one(sort=[("ts", -1)])["ts"]
+    b.kill()
+    c_.kill()
+    with a.client() as ca:
+        for name in ("u", "y", "z"):
+            ca.test.get_collection(name, write_concern=WriteConcern(w=1)).create_index("divergent")
+    a.kill()
+    restart_b_and_c(rs)
+    with b.client() as cb:
+        wc = {"w": "majority", "wtimeout": 20000}
+        cb.admin.command("renameCollection", "test.u", to="test2.a", writeConcern=wc)
+        cb.test2.command("insert", "a", documents=[{"_id": "in-a"}], writeConcern=wc)
+        cb.admin.command("renameCollection", "test2.a", to="test.x", writeConcern=wc)
+        cb.admin.command("renameCollection", "test.y", to="test2.a", writeConcern=wc)
+        cb.test.command("insert", "z", documents=[{"_id": "in-z"}], writeConcern=wc)
+        cb.test.command("drop", "z", writeConcern=wc)
+    want = member_state(b)
+    assert set(want) == {"test.x", "test2.a"}, want
+    assert "test2.a" in want and want["test2.a"]["docs"][0]["in"] == "y", want
+
+    a.restart()
+    wait_until(lambda: my_state(a) == "SECONDARY", 60, "old primary back as a secondary")
+    wait_until(lambda: member_state(a) == want, 30, "the old primary's catalog and documents")
+    assert "cannot apply" not in a.log_text(), a.log_tail()
+    wait_until(lambda: oplog_after(a, common) == oplog_after(b, common), 30, "the old primary's oplog")
+
+
 def test_rollback_whose_source_goes_away_finishes_against_the_next_primary(rs, monkeypatch):
     """The old primary starts its rollback against the new primary, which then stops: the
     member stays in ROLLBACK (it neither stands for election nor applies anything on top of
