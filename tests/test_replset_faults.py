@@ -291,36 +291,51 @@ def test_rollback_finds_divergent_documents_in_a_collection_renamed_since(rs, di
         [(1, "divergent"), ("lost", "divergent")], [("lost", "divergent"), (1, "divergent")]), saved
 
 
+def roll_back_old_primary(rs, divergent, on_new_primary):
+    """Seed 000's rollback: with the two others down, `divergent(client)` writes with w:1 on
+    the first member (the primary); it stops; the others elect the second member, where
+    `on_new_primary(client, wc)` writes (`wc`: a majority write concern); the first member
+    starts again. Returns the new primary's catalog and documents (`member_state`) once the
+    old primary, back as a secondary, holds the same."""
+    a, b, c_ = rs.members
+    b.kill()
+    c_.kill()
+    with a.client() as ca:
+        divergent(ca)
+    a.kill()
+    restart_b_and_c(rs)
+    with b.client() as cb:
+        on_new_primary(cb, {"w": "majority", "wtimeout": 20000})
+    want = member_state(b)
+    a.restart()
+    wait_until(lambda: my_state(a) == "SECONDARY", 60, "old primary back as a secondary")
+    wait_until(lambda: member_state(a) == want, 30, "the old primary's catalog and documents")
+    assert "cannot apply" not in a.log_text(), a.log_tail()
+    return want
+
+
 def test_entries_after_a_rollback_find_their_collection_by_uuid(rs):
     """The old primary's divergent rename of `x` makes its rollback restore the collection's
     name from the new primary, which by then renamed `x` to `y`, wrote to `y` and renamed it
     to `z`. The entries the member applies next (up to minValid) name `x` and `y`, which it no
     longer has: they must find the collection by its UUID (as MongoDB's oplog application
     does), not create a stray `y` or stop at "target namespace exists"."""
-    a, b, c_ = rs.members
     start_lab_set(rs)
     with MongoClient(rs.uri(serverSelectionTimeoutMS=20000)) as client:
         client.test.get_collection("x", write_concern=WriteConcern(w="majority")).insert_many(
             [{"_id": i} for i in range(3)])
-    b.kill()
-    c_.kill()
-    with a.client() as ca:
+
+    def divergent(ca):
         ca.admin.command("renameCollection", "test.x", to="test.w", writeConcern={"w": 1})
-    a.kill()
-    restart_b_and_c(rs)
-    with b.client() as cb:
-        wc = {"w": "majority", "wtimeout": 20000}
+
+    def on_new_primary(cb, wc):
         cb.admin.command("renameCollection", "test.x", to="test.y", writeConcern=wc)
         cb.test.command("insert", "y", documents=[{"_id": "in-y"}], writeConcern=wc)
         cb.admin.command("renameCollection", "test.y", to="test2.z", writeConcern=wc)
         cb.test2.command("insert", "z", documents=[{"_id": "in-z"}], writeConcern=wc)
-    want = member_state(b)
-    assert set(want) == {"test2.z"}, want
 
-    a.restart()
-    wait_until(lambda: my_state(a) == "SECONDARY", 60, "old primary back as a secondary")
-    wait_until(lambda: member_state(a) == want, 30, "the old primary's catalog and documents")
-    assert "cannot apply" not in a.log_text(), a.log_tail()
+    want = roll_back_old_primary(rs, divergent, on_new_primary)
+    assert set(want) == {"test2.z"}, want
 
 
 def test_rollback_refetches_documents_of_each_collection_a_name_held(rs):
@@ -329,15 +344,13 @@ def test_rollback_refetches_documents_of_each_collection_a_name_held(rs):
     it upserts and whose document 3 it deletes before renaming it on to `test.d`. Each
     divergent document must be made the new primary's again in its own collection (found by
     UUID), not only in the collection the name held first."""
-    a, b, c_ = rs.members
     start_lab_set(rs)
     with MongoClient(rs.uri(serverSelectionTimeoutMS=20000)) as client:
         wc = WriteConcern(w="majority")
         client.test.get_collection("c", write_concern=wc).insert_many([{"_id": i, "v": "c"} for i in range(4)])
         client.test2.get_collection("a", write_concern=wc).insert_many([{"_id": i, "v": "a"} for i in (1, 3)])
-    b.kill()
-    c_.kill()
-    with a.client() as ca:
+
+    def divergent(ca):
         ca.test.get_collection("c", write_concern=WriteConcern(w=1)).update_one(
             {"_id": 1}, {"$set": {"v": "divergent"}})
         ca.admin.command("renameCollection", "test2.a", to="test.c", dropTarget=True, writeConcern={"w": 1})
@@ -346,17 +359,12 @@ def test_rollback_refetches_documents_of_each_collection_a_name_held(rs):
         moved.delete_one({"_id": 3})
         # Out of the name's way, so that undoing the rename over `c` renames it back.
         ca.admin.command("renameCollection", "test.c", to="test.d", writeConcern={"w": 1})
-    a.kill()
-    restart_b_and_c(rs)
-    with b.client() as cb:
-        cb.test.get_collection("c", write_concern=WriteConcern(w="majority", wtimeout=20000)).insert_one(
-            {"_id": "b", "v": "new primary"})
-    want = member_state(b)
-    assert [d["_id"] for d in want["test2.a"]["docs"]] == [1, 3], want
 
-    a.restart()
-    wait_until(lambda: my_state(a) == "SECONDARY", 60, "old primary back as a secondary")
-    wait_until(lambda: member_state(a) == want, 30, "the old primary's catalog and documents")
+    def on_new_primary(cb, wc):
+        cb.test.command("insert", "c", documents=[{"_id": "b", "v": "new primary"}], writeConcern=wc)
+
+    want = roll_back_old_primary(rs, divergent, on_new_primary)
+    assert [d["_id"] for d in want["test2.a"]["docs"]] == [1, 3], want
 
 
 def oplog_after(m, ts):
@@ -383,29 +391,22 @@ def test_entries_replayed_after_a_rollback_meet_the_catalog_it_restored(rs):
         for name in ("u", "y", "z"):
             client.test.get_collection(name, write_concern=wc).insert_many([{"_id": i, "in": name} for i in range(3)])
         common = client.local["oplog.rs"].find_one(sort=[("ts", -1)])["ts"]
-    b.kill()
-    c_.kill()
-    with a.client() as ca:
+
+    def divergent(ca):
         for name in ("u", "y", "z"):
             ca.test.get_collection(name, write_concern=WriteConcern(w=1)).create_index("divergent")
-    a.kill()
-    restart_b_and_c(rs)
-    with b.client() as cb:
-        wc = {"w": "majority", "wtimeout": 20000}
+
+    def on_new_primary(cb, wc):
         cb.admin.command("renameCollection", "test.u", to="test2.a", writeConcern=wc)
         cb.test2.command("insert", "a", documents=[{"_id": "in-a"}], writeConcern=wc)
         cb.admin.command("renameCollection", "test2.a", to="test.x", writeConcern=wc)
         cb.admin.command("renameCollection", "test.y", to="test2.a", writeConcern=wc)
         cb.test.command("insert", "z", documents=[{"_id": "in-z"}], writeConcern=wc)
         cb.test.command("drop", "z", writeConcern=wc)
-    want = member_state(b)
-    assert set(want) == {"test.x", "test2.a"}, want
-    assert "test2.a" in want and want["test2.a"]["docs"][0]["in"] == "y", want
 
-    a.restart()
-    wait_until(lambda: my_state(a) == "SECONDARY", 60, "old primary back as a secondary")
-    wait_until(lambda: member_state(a) == want, 30, "the old primary's catalog and documents")
-    assert "cannot apply" not in a.log_text(), a.log_tail()
+    want = roll_back_old_primary(rs, divergent, on_new_primary)
+    assert set(want) == {"test.x", "test2.a"}, want
+    assert want["test2.a"]["docs"][0]["in"] == "y", want
     wait_until(lambda: oplog_after(a, common) == oplog_after(b, common), 30, "the old primary's oplog")
 
 
