@@ -374,9 +374,11 @@ CATALOG_STEPS = [
     {"dropIndexes": "c", "index": "u_1"},
     {"create": "view", "viewOn": "c", "pipeline": [{"$match": {"v": {"$gt": 1}}}]},
     {"collMod": "view", "viewOn": "c", "pipeline": [{"$match": {"v": {"$lt": 3}}}]},
+    {"create": "folded", "viewOn": "c", "pipeline": [], "collation": {"locale": "en", "strength": 2}},
     {"renameCollection": "test.c", "to": "test.d", "$db": "admin"},
     {"renameCollection": "test.d", "to": "test2.d", "$db": "admin"},
     {"drop": "view"},
+    {"drop": "folded"},
     {"drop": "d", "$db": "test2"},
 ]
 

@@ -367,6 +367,31 @@ def test_rollback_refetches_documents_of_each_collection_a_name_held(rs):
     assert [d["_id"] for d in want["test2.a"]["docs"]] == [1, 3], want
 
 
+def test_rollback_undoes_view_changes(rs):
+    """Views have no UUID: their divergent `create`, `collMod` and `drop` are undone by name,
+    each view made the new primary's again (a view with a collation included)."""
+    start_lab_set(rs)
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=20000)) as client:
+        wc = {"w": "majority"}
+        client.test.command("insert", "c", documents=[{"_id": i, "v": i} for i in range(4)], writeConcern=wc)
+        client.test.command("create", "dropped", viewOn="c", pipeline=[{"$match": {"v": {"$gt": 1}}}], writeConcern=wc)
+        client.test.command("create", "changed", viewOn="c", pipeline=[], writeConcern=wc)
+
+    def divergent(ca):
+        w1 = {"w": 1}
+        ca.test.command("create", "fresh", viewOn="c", pipeline=[], writeConcern=w1)
+        ca.test.command("drop", "dropped", writeConcern=w1)
+        ca.test.command("collMod", "changed", viewOn="c", pipeline=[{"$match": {"v": 2}}], writeConcern=w1)
+
+    def on_new_primary(cb, wc):
+        cb.test.command("create", "folded", viewOn="c", pipeline=[], collation={"locale": "en", "strength": 2},
+                        writeConcern=wc)
+
+    want = roll_back_old_primary(rs, divergent, on_new_primary)
+    assert sorted(ns for ns, s in want.items() if "view" in s) == ["test.changed", "test.dropped", "test.folded"], want
+    assert want["test.folded"]["view"]["collation"]["locale"] == "en", want
+
+
 def oplog_after(m, ts):
     """(ts, op, ns, o) of each entry of `m`'s oplog after `ts`, in order."""
     with m.client() as c:

@@ -308,12 +308,14 @@ impl Engine {
         let mut txn = self.kv.begin();
         txn.put(Space::Catalog, &catalog_key(&def.ns), &bytes)?;
         let ops = self.ddl_ops(&def.ns, || {
-            let pipeline: Vec<Bson> = def.pipeline.iter().cloned().map(Bson::Document).collect();
-            crate::oplog::OplogEntry::command(
-                &def.ns.db,
-                None,
-                bson::doc! { cmd: def.ns.coll.clone(), "viewOn": def.view_on.clone(), "pipeline": pipeline },
-            )
+            // MongoDB's entry: `{create|collMod: <name>, viewOn, pipeline}`, and a `create`
+            // carries the view's collation (a `collMod` cannot change it).
+            let mut o = bson::doc! { cmd: def.ns.coll.clone() };
+            o.extend(def.options());
+            if cmd != "create" {
+                o.remove("collation");
+            }
+            crate::oplog::OplogEntry::command(&def.ns.db, None, o)
         });
         self.commit_logged(txn, ops)?;
         self.views.write().insert(def.ns.clone(), Arc::new(def));

@@ -113,6 +113,8 @@ struct Affected {
     /// Collections whose catalog state divergent DDL changed (index builds and drops,
     /// `collMod`, renames, drops), by UUID: their state is made the sync source's again.
     ddl: BTreeSet<bson::Uuid>,
+    /// Views the divergent entries created, changed or dropped: made the source's again.
+    views: BTreeSet<String>,
     /// Commands rolled back only partly (their effect other than on documents stays).
     unsupported: Vec<String>,
 }
@@ -148,7 +150,11 @@ impl Affected {
                 let db = ns.split('.').next().unwrap_or_default();
                 match o.iter().next() {
                     Some((cmd, Bson::String(c))) if cmd == "create" => {
-                        self.created.insert((format!("{db}.{c}"), ui));
+                        if o.contains_key("viewOn") {
+                            self.views.insert(format!("{db}.{c}"));
+                        } else {
+                            self.created.insert((format!("{db}.{c}"), ui));
+                        }
                     }
                     Some((cmd, _)) if cmd == "applyOps" => {
                         for op in o.get_array("applyOps").into_iter().flatten() {
@@ -168,7 +174,13 @@ impl Affected {
                         ) =>
                     {
                         let Some(uuid) = ui else {
-                            self.unsupported.push(format!("{cmd} on {ns}"));
+                            // A view has no UUID: its `drop` and `collMod` name none.
+                            match (cmd.as_str(), o.get_str(cmd)) {
+                                ("drop" | "collMod", Ok(c)) => {
+                                    self.views.insert(format!("{db}.{c}"));
+                                }
+                                _ => self.unsupported.push(format!("{cmd} on {ns}")),
+                            }
                             return;
                         };
                         self.ddl.insert(uuid);
@@ -185,8 +197,13 @@ impl Affected {
 /// Reads of the sync source a rollback needs.
 trait RollbackSource {
     fn fetch(&mut self, ns: &Namespace, ids: &[Bson]) -> Result<Vec<Document>>;
+    /// How the source's `listCollections` lists `ns` (a collection or a view), if it has it.
+    fn listed_info(&mut self, ns: &Namespace) -> Result<Option<Document>>;
+
     /// Whether the source has `ns` (a collection or a view), and the collection's UUID.
-    fn listed(&mut self, ns: &Namespace) -> Result<Option<Option<bson::Uuid>>>;
+    fn listed(&mut self, ns: &Namespace) -> Result<Option<Option<bson::Uuid>>> {
+        Ok(self.listed_info(ns)?.as_ref().map(uuid_of_listed))
+    }
 }
 
 impl RollbackSource for SyncSource {
@@ -206,20 +223,20 @@ impl RollbackSource for SyncSource {
         Ok(out)
     }
 
-    fn listed(&mut self, ns: &Namespace) -> Result<Option<Option<bson::Uuid>>> {
+    fn listed_info(&mut self, ns: &Namespace) -> Result<Option<Document>> {
         let reply = self.run(&doc! {
             "listCollections": 1,
             "filter": { "name": &ns.coll },
             "$db": &ns.db,
             "$readPreference": { "mode": "primaryPreferred" },
         })?;
-        let info = reply
+        Ok(reply
             .get_document("cursor")
             .and_then(|c| c.get_array("firstBatch"))
             .ok()
             .and_then(|b| b.first())
-            .and_then(Bson::as_document);
-        Ok(info.map(uuid_of_listed))
+            .and_then(Bson::as_document)
+            .cloned())
     }
 }
 
@@ -336,6 +353,16 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
             drop_created.push((ns, *ui));
         }
     }
+    // Each view as the source has it (None: it has no view of that name).
+    let mut views = Vec::new();
+    for ns_str in &affected.views {
+        let ns = Namespace::parse(ns_str)?;
+        let info = source.listed_info(&ns)?;
+        let def = info
+            .filter(|i| i.get_str("type") == Ok("view"))
+            .map(|i| view_def(&ns, i.get_document("options").cloned().unwrap_or_default()));
+        views.push((ns, def));
+    }
     // The source kept taking writes while it was read: a collection renamed there since its
     // catalog was read means documents were read from whichever collection had the name
     // then. The attempt is given up before anything changed here, and tried again.
@@ -431,6 +458,10 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
                 engine.drop_view(ns)?;
             }
         }
+        // After the collections: a view's name may have been a divergent collection's.
+        for (ns, def) in &views {
+            restore_view(engine, ns, def.clone())?;
+        }
         // Indexes and options last: a unique index the source has may need the restored
         // documents.
         for uuid in &affected.ddl {
@@ -502,6 +533,47 @@ impl SourceCatalog {
         }
         Ok(out)
     }
+}
+
+/// A view as `listCollections` lists its options.
+fn view_def(ns: &Namespace, options: Document) -> nidus_engine::view::ViewDef {
+    nidus_engine::view::ViewDef {
+        ns: ns.clone(),
+        view_on: options.get_str("viewOn").unwrap_or_default().to_string(),
+        pipeline: options
+            .get_array("pipeline")
+            .map(|p| p.iter().filter_map(|s| s.as_document().cloned()).collect())
+            .unwrap_or_default(),
+        collation: options.get_document("collation").ok().cloned(),
+    }
+}
+
+/// Makes the view at `ns` the source's (`want`), or removes it when the source has none.
+fn restore_view(
+    engine: &Engine,
+    ns: &Namespace,
+    want: Option<nidus_engine::view::ViewDef>,
+) -> Result<()> {
+    let local = engine.view(ns);
+    if local.as_deref() == want.as_ref() {
+        return Ok(());
+    }
+    if local.is_some() {
+        eprintln!("replication: rollback drops view {ns}");
+        engine.drop_view(ns)?;
+    }
+    if let Some(def) = want {
+        eprintln!("replication: rollback restores view {ns} from the sync source");
+        // A view on another view the rollback has not restored yet, or a name a collection
+        // still holds, is left to the entries applied next (up to minValid).
+        if let Err(e) = engine.create_view(def) {
+            eprintln!(
+                "replication: rollback cannot restore view {ns}: {}",
+                e.message
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The UUID of a collection as `listCollections` lists it (none for a view).
@@ -786,5 +858,22 @@ mod tests {
         }
         assert_eq!(a.ddl, [u1, u2].into());
         assert_eq!(a.unsupported, vec!["dropDatabase on test.$cmd".to_string()]);
+    }
+
+    #[test]
+    fn views_of_divergent_entries_are_noted_by_name() {
+        let mut a = Affected::default();
+        for e in [
+            doc! { "op": "c", "ns": "test.$cmd", "o": { "create": "v1", "viewOn": "c", "pipeline": [] } },
+            doc! { "op": "c", "ns": "test.$cmd", "o": { "collMod": "v2", "viewOn": "c", "pipeline": [] } },
+            doc! { "op": "c", "ns": "test2.$cmd", "o": { "drop": "v3" } },
+        ] {
+            a.note(&e);
+        }
+        assert_eq!(
+            a.views.iter().map(String::as_str).collect::<Vec<_>>(),
+            vec!["test.v1", "test.v2", "test2.v3"]
+        );
+        assert!(a.created.is_empty() && a.unsupported.is_empty(), "{a:?}");
     }
 }
