@@ -851,7 +851,7 @@ def test_randomized_history_keeps_majority_writes_and_causal_order(proxied):
 
 def random_w1_write(rnd, client) -> str:
     """One random write of the kinds a rollback must undo (documents, transactions, index
-    builds and drops, collMod, create, drop, renames within and across databases), with w:1
+    builds and drops, collMod, create, drop, renames within and across databases, views), with w:1
     on `client` (a direct connection to the member that was primary). Returns its name."""
     names = ["a", "b", "c"]
     db = client.get_database(rnd.choice(["test", "test", "test2"]), write_concern=WriteConcern(w=1))
@@ -860,7 +860,7 @@ def random_w1_write(rnd, client) -> str:
     k = rnd.randrange(12)
     op = rnd.choice(["insert", "insert", "insert_many", "update", "update", "update_many", "replace",
                      "delete", "delete_many", "txn", "create_index", "drop_index", "coll_mod",
-                     "create", "drop", "rename", "rename_db"])
+                     "create", "drop", "rename", "rename_db", "view"])
     if op == "insert":
         coll.insert_one({"_id": k, "v": rnd.randrange(100), "s": f"s{rnd.randrange(6)}"})
     elif op == "insert_many":
@@ -894,6 +894,16 @@ def random_w1_write(rnd, client) -> str:
         db.create_collection(name)
     elif op == "drop":
         coll.drop()
+    elif op == "view":
+        view = rnd.choice(["v1", "v2"])
+        pipeline = [{"$match": {"v": {"$gt": rnd.randrange(100)}}}]
+        action = rnd.choice(["create", "collMod", "drop"])
+        if action == "create":
+            db.command("create", view, viewOn=name, pipeline=pipeline)
+        elif action == "collMod":
+            db.command("collMod", view, viewOn=name, pipeline=pipeline)
+        else:
+            db.drop_collection(view)
     elif op == "rename":
         client.admin.command("renameCollection", f"{db.name}.{name}", to=f"{db.name}.{rnd.choice(names)}",
                              dropTarget=rnd.random() < 0.5, writeConcern={"w": 1})
@@ -1005,7 +1015,9 @@ def test_randomized_w1_history_converges(proxied):
     assert not lost, [(m, marker_at[m]) for m in lost]
     for m in members:
         with m.client() as c:
-            for ns in states[0]:
+            for ns, held in states[0].items():
+                if "view" in held:
+                    continue
                 db, name = ns.split(".", 1)
                 res = c[db].command("validate", name)
                 assert res["valid"], (rs.host(m), ns, res)
