@@ -72,6 +72,20 @@ impl ViewDef {
         d
     }
 
+    /// The view `options` describe (`viewOn`, `pipeline`, `collation`, as [`ViewDef::options`]
+    /// writes them, `listCollections` lists them and a `create` entry logs them).
+    pub fn from_options(ns: &Namespace, options: &Document) -> ViewDef {
+        ViewDef {
+            ns: ns.clone(),
+            view_on: options.get_str("viewOn").unwrap_or_default().to_string(),
+            pipeline: options
+                .get_array("pipeline")
+                .map(|p| p.iter().filter_map(|s| s.as_document().cloned()).collect())
+                .unwrap_or_default(),
+            collation: options.get_document("collation").ok().cloned(),
+        }
+    }
+
     fn to_entry(&self) -> Document {
         let mut d = self.options();
         d.insert("ns", self.ns.full());

@@ -380,19 +380,13 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
             let mut options = o.clone();
             options.remove("create");
             options.remove("idIndex");
-            if let Ok(view_on) = options.get_str("viewOn") {
+            if options.contains_key("viewOn") {
                 // A view (time-series views included) is its own catalog entry.
-                let pipeline = options
-                    .get_array("pipeline")
-                    .map(|a| a.iter().filter_map(|s| s.as_document().cloned()).collect())
-                    .unwrap_or_default();
                 return engine
-                    .create_view(nidus_engine::view::ViewDef {
-                        ns: named_ns()?,
-                        view_on: view_on.to_string(),
-                        pipeline,
-                        collation: options.get_document("collation").ok().cloned(),
-                    })
+                    .create_view(nidus_engine::view::ViewDef::from_options(
+                        &named_ns()?,
+                        &options,
+                    ))
                     .or_else(|e| ignore(e, &[ErrorCode::NamespaceExists]));
             }
             // The collection keeps the primary's UUID (`ui`), as on MongoDB's members.

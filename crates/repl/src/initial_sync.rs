@@ -474,15 +474,7 @@ fn clone_database(
         };
         match info.get_str("type").unwrap_or("collection") {
             "view" => {
-                let def = nidus_engine::view::ViewDef {
-                    ns: ns.clone(),
-                    view_on: options.get_str("viewOn").unwrap_or_default().to_string(),
-                    pipeline: options
-                        .get_array("pipeline")
-                        .map(|a| a.iter().filter_map(|s| s.as_document().cloned()).collect())
-                        .unwrap_or_default(),
-                    collation: options.get_document("collation").ok().cloned(),
-                };
+                let def = nidus_engine::view::ViewDef::from_options(&ns, &options);
                 engine.without_oplog(|| engine.create_view(def))?;
             }
             // A time-series collection: its buckets collection is listed (and cloned) before

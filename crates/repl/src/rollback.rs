@@ -358,9 +358,10 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
     for ns_str in &affected.views {
         let ns = Namespace::parse(ns_str)?;
         let info = source.listed_info(&ns)?;
-        let def = info
-            .filter(|i| i.get_str("type") == Ok("view"))
-            .map(|i| view_def(&ns, i.get_document("options").cloned().unwrap_or_default()));
+        let def = info.filter(|i| i.get_str("type") == Ok("view")).map(|i| {
+            let options = i.get_document("options").cloned().unwrap_or_default();
+            nidus_engine::view::ViewDef::from_options(&ns, &options)
+        });
         views.push((ns, def));
     }
     // The source kept taking writes while it was read: a collection renamed there since its
@@ -532,19 +533,6 @@ impl SourceCatalog {
             }
         }
         Ok(out)
-    }
-}
-
-/// A view as `listCollections` lists its options.
-fn view_def(ns: &Namespace, options: Document) -> nidus_engine::view::ViewDef {
-    nidus_engine::view::ViewDef {
-        ns: ns.clone(),
-        view_on: options.get_str("viewOn").unwrap_or_default().to_string(),
-        pipeline: options
-            .get_array("pipeline")
-            .map(|p| p.iter().filter_map(|s| s.as_document().cloned()).collect())
-            .unwrap_or_default(),
-        collation: options.get_document("collation").ok().cloned(),
     }
 }
 
