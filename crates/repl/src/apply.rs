@@ -173,9 +173,10 @@ pub fn apply_inserts_at_once(engine: &Engine, entries: &[RawDocumentBuf]) -> boo
 }
 
 /// The local namespace of the collection an entry names: the one with the entry's UUID
-/// (`ui`) whatever its name here, else the entry's `ns`. As MongoDB's oplog application
-/// finds collections by UUID: entries applied up to a rollback's minValid can find their
-/// collection renamed already (the rollback restored the source's newer catalog).
+/// (`ui`) whatever its name here (None when it is not here, see [`local_ns`]), the entry's
+/// `ns` when it names no UUID. As MongoDB's oplog application finds collections by UUID:
+/// entries applied up to a rollback's minValid can find their collection renamed already
+/// (the rollback restored the source's newer catalog).
 fn ns_of(engine: &Engine, entry: &Document) -> Result<Option<Namespace>> {
     let ns = Namespace::parse(entry.get_str("ns").unwrap_or_default())?;
     Ok(local_ns(engine, ns, ui_of(entry)))

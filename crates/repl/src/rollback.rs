@@ -13,9 +13,9 @@
 //! source lacks it); the local version is first saved under `<dbpath>/rollback/<collection uuid>/
 //! removed.<time>.bson`, as MongoDB does. Collections created by divergent entries are
 //! dropped (their documents saved first), also when the source has one of that name: its own,
-//! with another UUID, comes back with the source's entries after the common point (a view,
-//! which has no UUID, only when the source lacks the name). Then the oplog is
-//! truncated to the common point. The member's data now reflects the source at the time of
+//! with another UUID, comes back with the source's entries after the common point. Views
+//! (which have no UUID) the divergent entries created, changed or dropped are made the
+//! source's again by name. Then the oplog is truncated to the common point. The member's data now reflects the source at the time of
 //! the fetch, later than the common point; it stays RECOVERING until it applied the source's
 //! entries up to that time (MongoDB's minValid), so no read sees a mixed state.
 //!
@@ -107,8 +107,8 @@ enum Target {
 struct Affected {
     /// Per collection: a name the entries gave it and the `_id`s of changed documents.
     docs: BTreeMap<Target, (String, Vec<Bson>)>,
-    /// Collections (and views) the divergent entries created: name and UUID (a name can be
-    /// created, dropped or renamed away, and created again).
+    /// Collections the divergent entries created: name and UUID (a name can be created,
+    /// dropped or renamed away, and created again).
     created: BTreeSet<(String, Option<bson::Uuid>)>,
     /// Collections whose catalog state divergent DDL changed (index builds and drops,
     /// `collMod`, renames, drops), by UUID: their state is made the sync source's again.
@@ -455,8 +455,6 @@ pub(crate) fn run(engine: &Engine, common: Timestamp, source_host: &str) -> Resu
                     coll.ns
                 );
                 drop_saving(engine, &coll.ns, &dir, &time)?;
-            } else if ui.is_none() {
-                engine.drop_view(ns)?;
             }
         }
         // After the collections: a view's name may have been a divergent collection's.

@@ -907,7 +907,7 @@ fn run_msg(
     let silent = msg.more_to_come();
     let exhaust =
         msg.exhaust_allowed() && msg.body.keys().next().map(String::as_str) == Some("getMore");
-    let await_hello = awaitable_hello(state, &msg.body);
+    let mut await_hello = awaitable_hello(state, &msg.body);
     let hello_stream = msg.exhaust_allowed() && await_hello.is_some();
     // Only a command that may run again (an exhaust getMore, a streaming hello) keeps a
     // copy of its body.
@@ -919,12 +919,21 @@ fn run_msg(
     };
     let mut response_to = request_id;
     loop {
-        if let Some(wait) = await_hello {
-            if !await_topology_change(state, out, wait) {
+        if let Some((wait, seen)) = await_hello {
+            if !await_topology_change(state, out, wait, seen) {
                 return true;
             }
         }
         let reply = commands::run(state, conn, request);
+        // A streamed `hello` waits next for a change from the version this reply tells the
+        // client (one made after it was read is not missed).
+        if let Some((wait, seen)) = await_hello {
+            let told = reply
+                .body
+                .get_document("topologyVersion")
+                .and_then(|t| t.get_i64("counter"));
+            await_hello = Some((wait, told.unwrap_or(seen)));
+        }
         if reply.close_connection {
             return true;
         }
@@ -962,9 +971,10 @@ fn run_msg(
     }
 }
 
-/// How long an awaitable `hello` waits: its `maxAwaitTimeMS` when its `topologyVersion` is
-/// this server's current one (a different process answers at once).
-fn awaitable_hello(state: &ServerState, body: &Document) -> Option<std::time::Duration> {
+/// How long an awaitable `hello` waits, and for a change from which topology version: its
+/// `maxAwaitTimeMS` and its `topologyVersion` counter when that is this server's current one
+/// (a different process or an older counter answers at once).
+fn awaitable_hello(state: &ServerState, body: &Document) -> Option<(std::time::Duration, i64)> {
     let name = body.keys().next()?;
     if !matches!(
         name.as_str(),
@@ -982,26 +992,32 @@ fn awaitable_hello(state: &ServerState, body: &Document) -> Option<std::time::Du
     let counter = state.repl.as_ref().map_or(0, |r| r.topology_version());
     let same = tv.get_object_id("processId").ok() == Some(state.process_id)
         && tv.get_i64("counter").ok() == Some(counter);
-    (same && ms > 0).then(|| std::time::Duration::from_millis(ms as u64))
+    (same && ms > 0).then(|| (std::time::Duration::from_millis(ms as u64), counter))
 }
 
-/// Waits out an awaitable `hello`: until `wait` passes or the replica set's topology changes.
-/// False when the client went away or the server is shutting down.
-fn await_topology_change(state: &ServerState, out: &Out<'_>, wait: std::time::Duration) -> bool {
+/// Waits out an awaitable `hello`: until `wait` passes or the replica set's topology version
+/// differs from `seen`, the one the client was told (not the one read now: a change between
+/// the two would keep the client from hearing of a new primary for `maxAwaitTimeMS`). False
+/// when the client went away or the server is shutting down.
+fn await_topology_change(
+    state: &ServerState,
+    out: &Out<'_>,
+    wait: std::time::Duration,
+    seen: i64,
+) -> bool {
     let until = std::time::Instant::now() + wait;
-    let seen = state.repl.as_ref().map(|r| r.topology_version());
     while std::time::Instant::now() < until {
         if out.is_closed() || state.shutting_down.load(Ordering::Relaxed) {
             return false;
         }
         let slice = std::time::Duration::from_millis(50).min(wait);
-        match (&state.repl, seen) {
-            (Some(repl), Some(seen)) => {
+        match &state.repl {
+            Some(repl) => {
                 if repl.wait_topology_change(seen, slice) {
                     return true;
                 }
             }
-            _ => std::thread::sleep(slice),
+            None => std::thread::sleep(slice),
         }
     }
     true
