@@ -115,6 +115,43 @@ def test_awaitable_hello_wakes_on_state_change(rs):
     assert reply["topologyVersion"]["counter"] != tv["counter"] or reply["isWritablePrimary"]
 
 
+def test_streamed_hello_misses_no_change_made_between_two_replies(rs, monkeypatch):
+    """A streamed hello (the drivers' monitor: exhaustAllowed) waits after each reply for a
+    change from the topology version that reply told the client. A change made between the
+    reply and the next wait (the server is made to pause there) is answered at once, not after
+    maxAwaitTimeMS: an election's steps come that close, and a driver missing one does not
+    find the new primary for 10 s."""
+    initiated(rs)
+    secondary = rs.members[1]
+    secondary.stop()
+    monkeypatch.setenv("NIDUS_TEST_HELLO_STREAM_PAUSE_MS", "1500")
+    secondary.restart()
+    monkeypatch.delenv("NIDUS_TEST_HELLO_STREAM_PAUSE_MS")
+    rs.wait_for_state(secondary, "SECONDARY", 30)
+    with secondary.client() as c:
+        def settled():
+            before = c.admin.command("hello")["topologyVersion"]
+            time.sleep(1)
+            return before if c.admin.command("hello")["topologyVersion"] == before else None
+
+        tv = wait_until(settled, 30, "the restarted member's topology settled")
+        with wire.connect(secondary.port, timeout=30) as sock:
+            sock.sendall(wire.op_msg({"hello": 1, "topologyVersion": tv, "maxAwaitTimeMS": 10000, "$db": "admin"},
+                                     flags=wire.EXHAUST_ALLOWED))
+            time.sleep(0.5)  # the hello is waiting, so it streams
+            c.admin.command("replSetMaintenance", True)
+            first = wire.parse_reply(*wire.read_message(sock)[::2])
+            assert first["topologyVersion"]["counter"] > tv["counter"], first
+            # Within the pause after the first reply.
+            c.admin.command("replSetMaintenance", False)
+            changed_at = time.monotonic()
+            second = wire.parse_reply(*wire.read_message(sock)[::2])
+            waited = time.monotonic() - changed_at
+    assert second["topologyVersion"]["counter"] > first["topologyVersion"]["counter"], (first, second)
+    assert second["secondary"] is True and first["secondary"] is False, (first, second)
+    assert waited < 8, f"the change was answered after maxAwaitTimeMS ({waited:.1f} s)"
+
+
 def test_replset_get_status_shape(rs):
     primary = initiated(rs)
     for m in rs.members[1:]:

@@ -959,6 +959,9 @@ fn run_msg(
         if !more {
             return false;
         }
+        if hello_stream {
+            test_stream_pause();
+        }
         response_to = id;
         let Some((body, cluster_time)) = &again else {
             return false;
@@ -968,6 +971,21 @@ fn run_msg(
             sequences: Vec::new(),
             cluster_time: cluster_time.clone(),
         };
+    }
+}
+
+/// Tests widen the moment between a streamed `hello` reply and its next wait
+/// (`NIDUS_TEST_HELLO_STREAM_PAUSE_MS`, read once), where a topology change must not be missed.
+fn test_stream_pause() {
+    static PAUSE: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    let pause = PAUSE.get_or_init(|| {
+        std::env::var("NIDUS_TEST_HELLO_STREAM_PAUSE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(std::time::Duration::from_millis)
+    });
+    if let Some(p) = pause {
+        std::thread::sleep(*p);
     }
 }
 
