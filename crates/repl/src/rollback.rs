@@ -41,19 +41,21 @@ const FETCH_BATCH: usize = 500;
 /// verbosity; the first ones are what explains a rollback).
 const LOGGED_ENTRIES: usize = 100;
 
+/// The `_id` of the document a CRUD entry wrote (`o2._id` for an update, `o._id` for an
+/// insert or delete); `None` for commands and no-ops.
+fn document_id(entry: &Document) -> Option<&Bson> {
+    let field = match entry.get_str("op").unwrap_or("n") {
+        "u" => "o2",
+        "i" | "d" => "o",
+        _ => return None,
+    };
+    entry.get_document(field).ok()?.get("_id")
+}
+
 /// An entry in one line: optime, kind, namespace, collection UUID, and the `_id` or command.
 fn summary(entry: &Document) -> String {
     let what = match entry.get_str("op").unwrap_or("n") {
-        "u" => entry
-            .get_document("o2")
-            .ok()
-            .and_then(|o| o.get("_id"))
-            .map(|id| format!("_id {id}")),
-        "i" | "d" => entry
-            .get_document("o")
-            .ok()
-            .and_then(|o| o.get("_id"))
-            .map(|id| format!("_id {id}")),
+        "u" | "i" | "d" => document_id(entry).map(|id| format!("_id {id}")),
         _ => entry.get_document("o").ok().map(|o| o.to_string()),
     };
     format!(
@@ -136,13 +138,8 @@ impl Affected {
         let ui = crate::apply::ui_of(entry);
         let o = entry.get_document("o").cloned().unwrap_or_default();
         match entry.get_str("op").unwrap_or("n") {
-            "i" | "d" => {
-                if let Some(id) = o.get("_id") {
-                    self.note_doc(ns, ui, id.clone());
-                }
-            }
-            "u" => {
-                if let Some(id) = entry.get_document("o2").ok().and_then(|d| d.get("_id")) {
+            "i" | "d" | "u" => {
+                if let Some(id) = document_id(entry) {
                     self.note_doc(ns, ui, id.clone());
                 }
             }
