@@ -25,6 +25,7 @@ import math
 import os
 import platform
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -124,6 +125,12 @@ def wait_until(check, timeout, what):
             last = e
         time.sleep(0.1)
     raise RuntimeError(f"{what} did not come up in {timeout} s ({last})")
+
+
+def own_cpu():
+    """CPU seconds (user+system) of this process, every thread: the benchmark's client."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def proc_cpu(pids):
@@ -1218,14 +1225,19 @@ class Bench:
         s = self.systems[system]
         wc0 = s.write_conflicts() if hasattr(s, "write_conflicts") else None
         c0 = proc_cpu(s.pids)
+        u0 = own_cpu()
         t0 = time.perf_counter()
         n = fn()
         elapsed = time.perf_counter() - t0
+        u1 = own_cpu()
         c1 = proc_cpu(s.pids)
         n = ops if ops is not None else n
         rec = {"rate": n / elapsed, "ops": n, "seconds": round(elapsed, 4)}
         if s.pids():
             rec["server_cpu_us_per_op"] = (c1 - c0) / n * 1e6
+            # The client is this process (pymongo or psycopg); SQLite runs in it, so its
+            # client time is the whole operation and is not recorded as a client's.
+            rec["client_cpu_us_per_op"] = (u1 - u0) / n * 1e6
         if wc0 is not None:
             rec["write_conflicts"] = s.write_conflicts() - wc0
         self.results.setdefault(workload, {}).setdefault(system, []).append(rec)
@@ -1510,6 +1522,9 @@ def build_report(b, started, elapsed):
             cpu = [x["server_cpu_us_per_op"] for x in per[s] if "server_cpu_us_per_op" in x]
             if cpu:
                 e["server_cpu_us_per_op"] = round(statistics.median(cpu), 1)
+            ccpu = [x["client_cpu_us_per_op"] for x in per[s] if "client_cpu_us_per_op" in x]
+            if ccpu:
+                e["client_cpu_us_per_op"] = round(statistics.median(ccpu), 1)
             wc = [x["write_conflicts"] for x in per[s] if "write_conflicts" in x]
             if any(wc):
                 e["write_conflicts_per_run"] = wc
@@ -1608,7 +1623,8 @@ def markdown_table(rep):
     head = ["workload", "unit", "Nidus"] + [LABEL[p] for p in peers] + \
         [f"Nidus/{LABEL[p]}" for p in peers] + \
         ["ping floor", "Nidus/ping", "RocksDB floor", "Nidus/RocksDB", "Nidus CPU µs/op"] + \
-        (["PostgreSQL CPU µs/op"] if "postgres" in peers else [])
+        (["PostgreSQL CPU µs/op"] if "postgres" in peers else []) + \
+        ["client CPU µs/op (" + " / ".join(LABEL[s] for s in ["nidus"] + peers[:1]) + ")"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key, r in rep["workloads"].items():
         sy = r["systems"]
@@ -1633,8 +1649,30 @@ def markdown_table(rep):
         for s in ["nidus"] + (["postgres"] if "postgres" in peers else []):
             cpu = sy.get(s, {}).get("server_cpu_us_per_op")
             cells.append("–" if cpu is None else f"{cpu:.0f}")
+        client = [sy.get(s, {}).get("client_cpu_us_per_op")
+                  for s in ["nidus"] + (["postgres"] if "postgres" in peers else [])]
+        cells.append("–" if client[0] is None else
+                     " / ".join("–" if c is None else f"{c:.0f}" for c in client))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def client_bound_rows(rep):
+    """Rows whose Nidus client CPU per operation is at least PostgreSQL's time per operation.
+    Only rows driven by one client thread (not the 16-client rows): there an operation's
+    time is at least its client's CPU time, so 1 / client CPU bounds Nidus's rate."""
+    threaded = {w[0] for w in WORKLOADS if w[3] == "ping16"}
+    out = []
+    for key, r in rep["workloads"].items():
+        sy = r["systems"]
+        client = sy.get("nidus", {}).get("client_cpu_us_per_op")
+        pg = sy.get("postgres", {}).get("median")
+        if key in threaded or client is None or not pg:
+            continue
+        pg_us = 1e6 / pg
+        if client >= pg_us:
+            out.append(f"{key} {client:.0f} µs ≥ {pg_us:.0f} µs")
+    return out
 
 
 def explain_lines(rep):
@@ -1644,6 +1682,12 @@ def explain_lines(rep):
     if cpu:
         out.append("- server CPU per `ping` round trip: " + ", ".join(
             f"{LABEL[s]} {v:.0f} µs" for s, v in cpu.items()))
+    bound = client_bound_rows(rep)
+    if bound:
+        out.append("- client-bound rows (one client thread, so an operation takes at least its "
+                   "client's CPU time): the Nidus client alone spends as much CPU per operation "
+                   "as PostgreSQL's whole operation takes (1 / its rate), so no server could "
+                   "bring these to 1.0× with this client: " + "; ".join(bound))
     wc = {k: r["systems"]["nidus"]["write_conflicts_per_run"]
           for k, r in rep["workloads"].items()
           if "write_conflicts_per_run" in r["systems"].get("nidus", {})}
