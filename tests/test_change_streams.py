@@ -304,6 +304,42 @@ def test_expanded_ddl_events(db):
         assert [e["operationType"] for e in drain(s, 1)] == ["insert"]
 
 
+def test_rename_over_a_collection_is_one_rename_event(rs_client, db):
+    """A rename with `dropTarget` is one oplog entry naming the dropped target's UUID, as
+    MongoDB logs it: the database's stream sees one `rename` (no `drop`), the target's and
+    the source's streams see it and their `invalidate`; the target's documents and indexes
+    are gone with it."""
+    db.src.insert_many([{"_id": 1, "s": 1}, {"_id": 2, "s": 2}])
+    db.tgt.insert_one({"_id": 9, "t": 1})
+    db.tgt.create_index("t")
+    db.create_collection("marker")
+    target_uuid = next(db.list_collections(filter={"name": "tgt"}))["info"]["uuid"]
+    source_uuid = next(db.list_collections(filter={"name": "src"}))["info"]["uuid"]
+    start = rs_client.admin.command("ping")["operationTime"]
+    with db.watch(show_expanded_events=True) as whole, \
+            db.tgt.watch(show_expanded_events=True) as on_target, \
+            db.src.watch(show_expanded_events=True) as on_source:
+        db.src.rename("tgt", dropTarget=True)
+        db.marker.insert_one({"_id": "after"})
+        got = {"database": drain(whole, 2), "target": drain(on_target, 2),
+               "source": drain(on_source, 2)}
+    expected_rename = {"db": db.name, "coll": "src"}, {"db": db.name, "coll": "tgt"}
+    assert [e["operationType"] for e in got["database"]] == ["rename", "insert"]
+    for stream in ("target", "source"):
+        assert [e["operationType"] for e in got[stream]] == ["rename", "invalidate"], stream
+    for ev in (got["database"][0], got["target"][0], got["source"][0]):
+        assert (ev["ns"], ev["to"]) == expected_rename
+        assert ev["operationDescription"]["dropTarget"] == target_uuid
+        assert ev["collectionUUID"] == source_uuid
+    entries = list(rs_client.local["oplog.rs"].find(
+        {"ts": {"$gt": start}, "op": "c", "ns": f"{db.name}.$cmd"}))
+    assert [list(e["o"])[0] for e in entries] == ["renameCollection"]
+    assert entries[0]["o"]["dropTarget"] == target_uuid and entries[0]["ui"] == source_uuid
+    assert sorted(d["_id"] for d in db.tgt.find()) == [1, 2]
+    assert [ix["name"] for ix in db.tgt.list_indexes()] == ["_id_"]
+    assert "src" not in db.list_collection_names()
+
+
 def test_database_and_cluster_streams(rs_client, db):
     other = rs_client[db.name + "_o"]
     rs_client.drop_database(other.name)

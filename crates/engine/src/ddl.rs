@@ -191,11 +191,17 @@ impl Engine {
         self.commit_logged(txn, ops)?;
         meta.dropped = true;
         self.collections.write().remove(ns);
+        self.discard(&coll, &meta)?;
+        Ok(Some((n, coll.id)))
+    }
+
+    /// Removes the records and index keys of a collection whose catalog entry is gone.
+    fn discard(&self, coll: &Collection, meta: &CollectionMeta) -> Result<()> {
         self.delete_prefix(coll.records.space, coll.id)?;
         for ix in meta.write_indexes() {
             self.delete_prefix(Space::Indexes, ix.id)?;
         }
-        Ok(Some((n, coll.id)))
+        Ok(())
     }
 
     /// Drops every collection and view of a database under one hold of the DDL lock, so a
@@ -271,6 +277,12 @@ impl Engine {
         drop_target: bool,
     ) -> Result<Option<u64>> {
         namespace::validate_coll_name(&to.db, &to.coll)?;
+        if from == to {
+            return Err(Error::new(
+                ErrorCode::IllegalOperation,
+                "Can't rename a collection to itself",
+            ));
+        }
         let _ddl = self.ddl.lock();
         if self.view(from).is_some() {
             return Err(crate::view::not_a_collection(from));
@@ -294,24 +306,35 @@ impl Engine {
                 format!("cannot perform operation: an index build is currently running for collection '{from}'"),
             ));
         }
-        let dropped_target = self.collection(to).map(|c| c.meta.read().uuid);
-        let mut dropped = None;
-        if self.collection(to).is_some() {
+        // The target goes in the rename's own transaction and oplog entry (whose `dropTarget`
+        // names it), as MongoDB drops it: no separate `drop` entry, so a change stream sees
+        // one `rename`, and a crash never leaves the target dropped with the source unmoved.
+        let target = self.collection(to);
+        if let Some(t) = &target {
             if !drop_target {
                 return Err(Error::new(
                     ErrorCode::NamespaceExists,
                     "target namespace exists",
                 ));
             }
-            dropped = self.drop_collection_locked(to)?.map(|(_, id)| id);
+            if self.is_oplog(t) {
+                return Err(Error::new(
+                    ErrorCode::Location(5255000),
+                    "can't drop live oplog while replicating",
+                ));
+            }
         }
-        let mut meta = old.meta.write();
+        let (mut meta, target_meta) = write_both(&old, target.as_ref())?;
+        let dropped_target = target_meta.as_ref().map(|m| m.uuid);
         let renamed = Collection::new(old.id, to.clone(), meta.clone(), old.allocate_record_id());
         renamed.adjust_stats(
             old.count.load(std::sync::atomic::Ordering::Relaxed),
             old.data_size.load(std::sync::atomic::Ordering::Relaxed),
         );
         let mut txn = self.kv.begin();
+        if let Some(t) = &target {
+            txn.delete(Space::Catalog, &t.catalog_key())?;
+        }
         txn.delete(Space::Catalog, &old.catalog_key())?;
         self.write_entry(txn.as_mut(), &renamed, &meta)?;
         if renamed.records != old.records {
@@ -337,10 +360,17 @@ impl Engine {
         }
         self.commit_logged(txn, ops)?;
         meta.dropped = true;
-        let mut map = self.collections.write();
-        map.remove(from);
-        map.insert(to.clone(), Arc::new(renamed));
-        Ok(dropped)
+        {
+            let mut map = self.collections.write();
+            map.remove(from);
+            map.insert(to.clone(), Arc::new(renamed));
+        }
+        let (Some(t), Some(mut tmeta)) = (target.as_ref(), target_meta) else {
+            return Ok(None);
+        };
+        tmeta.dropped = true;
+        self.discard(t, &tmeta)?;
+        Ok(Some(t.id))
     }
 
     /// `createIndexes`: validates every spec, skips identical existing ones, and builds the
@@ -861,4 +891,40 @@ fn select_indexes(indexes: &[IndexMeta], which: &Bson) -> Result<Vec<String>> {
             "The field 'index' must be a string, an object or an array of strings",
         )),
     }
+}
+
+/// How long a rename that drops its target waits for the source's metadata while holding
+/// the target's, and how many times it lets go of both and tries again.
+const SECOND_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
+const SECOND_LOCK_ATTEMPTS: u32 = 2000;
+
+/// The write guards of a rename's source and (when it drops one) its target. A statement may
+/// hold one collection's metadata while it takes another's (a `$lookup` reads its foreign
+/// collection's), so waiting for one guard while holding the other could close a cycle: the
+/// second is only tried for a moment, and both are let go between attempts.
+fn write_both<'a>(
+    source: &'a Collection,
+    target: Option<&'a CollectionRef>,
+) -> Result<(
+    parking_lot::RwLockWriteGuard<'a, CollectionMeta>,
+    Option<parking_lot::RwLockWriteGuard<'a, CollectionMeta>>,
+)> {
+    let Some(target) = target else {
+        return Ok((source.meta.write(), None));
+    };
+    for _ in 0..SECOND_LOCK_ATTEMPTS {
+        let t = target.meta.write();
+        if let Some(s) = source.meta.try_write_for(SECOND_LOCK_WAIT) {
+            return Ok((s, Some(t)));
+        }
+        drop(t);
+        std::thread::yield_now();
+    }
+    Err(Error::new(
+        ErrorCode::LockTimeout,
+        format!(
+            "renameCollection could not lock {} and {} together",
+            source.ns, target.ns
+        ),
+    ))
 }

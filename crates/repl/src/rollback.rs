@@ -181,6 +181,13 @@ impl Affected {
                             return;
                         };
                         self.ddl.insert(uuid);
+                        // A rename that dropped its target names the target's UUID: that
+                        // collection comes back as the sync source has it.
+                        if let Some(Bson::Binary(b)) = o.get("dropTarget") {
+                            if let Ok(dropped) = b.to_uuid() {
+                                self.ddl.insert(dropped);
+                            }
+                        }
                     }
                     Some((cmd, _)) => self.unsupported.push(format!("{cmd} on {ns}")),
                     None => {}
@@ -829,17 +836,19 @@ mod tests {
     fn ddl_of_divergent_entries_is_noted_by_collection_uuid() {
         let u1 = bson::Uuid::new();
         let u2 = bson::Uuid::new();
+        let u3 = bson::Uuid::new();
         let ui = |u: bson::Uuid| Bson::Binary(bson::Binary::from_uuid(u));
         let mut a = Affected::default();
         for e in [
             doc! { "op": "c", "ns": "test.$cmd", "ui": ui(u1), "o": { "createIndexes": "c", "v": 2, "key": { "x": 1 }, "name": "x_1" } },
             doc! { "op": "c", "ns": "test.$cmd", "ui": ui(u1), "o": { "collMod": "c", "validator": {} } },
             doc! { "op": "c", "ns": "test.$cmd", "ui": ui(u2), "o": { "renameCollection": "test.a", "to": "other.b" } },
+            doc! { "op": "c", "ns": "test.$cmd", "ui": ui(u1), "o": { "renameCollection": "test.c", "to": "test.d", "dropTarget": ui(u3) } },
             doc! { "op": "c", "ns": "test.$cmd", "o": { "dropDatabase": 1 } },
         ] {
             a.note(&e);
         }
-        assert_eq!(a.ddl, [u1, u2].into());
+        assert_eq!(a.ddl, [u1, u2, u3].into());
         assert_eq!(a.unsupported, vec!["dropDatabase on test.$cmd".to_string()]);
     }
 
