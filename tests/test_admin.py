@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 import wire
-from bson import Binary, Int64
+from bson import Binary, Int64, Timestamp
 from pymongo.errors import OperationFailure
 
 
@@ -501,3 +501,55 @@ def os_kill(pid, sig):
     import os
 
     os.kill(pid, sig)
+
+
+# validate's option combinations (MongoDB's parseValidateOptions), on a standalone and on a
+# replica set member: (options, standalone error, replica set error); None = accepted.
+def _refused(code, name, *options):
+    return (code, name, "Running the validate command with " + "".join(options))
+
+
+def _both(a, b):
+    return _refused(72, "InvalidOptions", f"both {{ {a}: true }} and {{ {b}: true }} is not supported.")
+
+
+STANDALONE_BACKGROUND = _refused(115, "CommandNotSupported",
+                                 "{ background: true } is not supported in standalone mode")
+VALIDATE_OPTIONS = [
+    ({}, None, None),
+    ({"full": True}, None, None),
+    ({"background": True}, STANDALONE_BACKGROUND, None),
+    ({"background": True, "full": True}, _both("background", "full"), _both("background", "full")),
+    ({"background": 1, "enforceFastCount": True}, _both("background", "enforceFastCount"),
+     _both("background", "enforceFastCount")),
+    ({"enforceFastCount": True, "repair": True}, _both("enforceFastCount", "repair"),
+     _both("enforceFastCount", "repair")),
+    ({"checkBSONConformance": True, "repair": True}, _both("checkBSONConformance", "repair"),
+     _both("checkBSONConformance", "repair")),
+    ({"metadata": True, "full": True},
+     _refused(72, "InvalidOptions", "{ metadata: true } is not supported with any other options"),
+     _refused(72, "InvalidOptions", "{ metadata: true } is not supported with any other options")),
+    ({"repair": True}, None,
+     _refused(72, "InvalidOptions", "{ repair: true } can only be performed in standalone mode.")),
+    ({"background": True, "atClusterTime": Timestamp(1, 1)}, STANDALONE_BACKGROUND,
+     _refused(72, "InvalidOptions", "{ background: true } cannot be done with {atClusterTime: ...} "
+              "because background already sets a read timestamp.")),
+]
+
+
+@pytest.mark.parametrize("options,standalone,replica_set", VALIDATE_OPTIONS)
+def test_validate_option_combinations(client, rs_client, options, standalone, replica_set):
+    name = "t_validate_options"
+    for c, expected in ((client, standalone), (rs_client, replica_set)):
+        c.drop_database(name)
+        c[name].c.insert_one({"_id": 1})
+        if expected is None:
+            assert c[name].command("validate", "c", **options)["valid"] is True
+            continue
+        with pytest.raises(OperationFailure) as e:
+            c[name].command("validate", "c", **options)
+        assert (e.value.code, e.value.details["codeName"], e.value.details["errmsg"]) == expected
+        # Checked before the collection is looked up.
+        with pytest.raises(OperationFailure) as e:
+            c[name].command("validate", "missing", **options)
+        assert e.value.code == expected[0]

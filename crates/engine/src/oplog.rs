@@ -994,6 +994,11 @@ impl Engine {
     }
 
     /// The oplog when writes to `ns` are logged (not the `local` database).
+    /// Whether writes to `ns` are logged (a replica set member, outside `local`).
+    pub fn is_replicated(&self, ns: &Namespace) -> bool {
+        self.oplog_for(ns).is_some()
+    }
+
     pub(crate) fn oplog_for(&self, ns: &Namespace) -> Option<&Arc<Oplog>> {
         // Pre-images are written with the entry they belong to, not logged themselves.
         self.oplog()

@@ -194,8 +194,88 @@ pub fn coll_stats(ctx: &mut Ctx) -> Result<Document> {
     Ok(reply)
 }
 
+/// MongoDB's `parseValidateOptions`: combinations of options it refuses, checked before the
+/// collection is looked up. Each option counts as set when truthy, as `trueValue()` reads it.
+fn validate_options(ctx: &Ctx, ns: &nidus_engine::namespace::Namespace) -> Result<()> {
+    let on = |k: &str| {
+        ctx.body
+            .get(k)
+            .is_some_and(nidus_query::matcher::element::true_value)
+    };
+    let both = |a: &str, b: &str| {
+        Error::new(
+            ErrorCode::InvalidOptions,
+            format!("Running the validate command with both {{ {a}: true }} and {{ {b}: true }} is not supported."),
+        )
+    };
+    let replica_set = ctx.state.repl.is_some();
+    let standalone_only = |k: &str, v: &str| {
+        Error::new(
+            ErrorCode::InvalidOptions,
+            format!("Running the validate command with {{ {k}: {v} }} can only be performed in standalone mode."),
+        )
+    };
+    let (background, full) = (on("background"), on("full"));
+    let (fast_count, repair) = (on("enforceFastCount"), on("repair"));
+    let check_bson = on("checkBSONConformance");
+    if background && full {
+        return Err(both("background", "full"));
+    }
+    if background && fast_count {
+        return Err(both("background", "enforceFastCount"));
+    }
+    if background && repair {
+        return Err(both("background", "repair"));
+    }
+    if fast_count && repair {
+        return Err(both("enforceFastCount", "repair"));
+    }
+    if check_bson && repair {
+        return Err(both("checkBSONConformance", "repair"));
+    }
+    if repair && replica_set {
+        return Err(standalone_only("repair", "true"));
+    }
+    if on("fixMultikey") && replica_set {
+        return Err(standalone_only("fixMultikey", "true"));
+    }
+    if ctx.body.contains_key("fixMultikey") && !on("fixMultikey") && repair {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "Running the validate command with both { fixMultikey: false } and { repair: true } is not supported.",
+        ));
+    }
+    if on("metadata") && (background || full || fast_count || check_bson || repair) {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "Running the validate command with { metadata: true } is not supported with any other options",
+        ));
+    }
+    if background && !replica_set {
+        return Err(Error::new(
+            ErrorCode::CommandNotSupported,
+            "Running the validate command with { background: true } is not supported in standalone mode",
+        ));
+    }
+    if background && !ctx.state.engine.is_replicated(ns) {
+        return Err(Error::new(
+            ErrorCode::CommandNotSupported,
+            "Running the validate command with { background: true } is not supported on unreplicated collections",
+        ));
+    }
+    if background && ctx.body.contains_key("atClusterTime") {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "Running the validate command with { background: true } cannot be done with {atClusterTime: ...} because background already sets a read timestamp.",
+        ));
+    }
+    Ok(())
+}
+
 pub fn validate(ctx: &mut Ctx) -> Result<Document> {
+    validate_options(ctx, &ctx.namespace("validate")?)?;
     let coll = collection(ctx, "validate")?;
+
     let report = ctx.state.engine.validate(&coll)?;
     let mut reply = doc! {
         "ns": coll.ns.full(),
