@@ -323,6 +323,37 @@ def test_unsatisfiable_write_concern_on_one_member(tdb):
     assert "writeConcernError" not in reply
 
 
+# Commands that fail after their checks found the work done (or impossible) still wait for
+# their write concern, as MongoDB's (jstests/replsets/noop_writes_wait_for_write_concern.js):
+# (setup commands, the failing command, its error code).
+FAILED_WRITES_WAIT = [
+    ([{"create": "a"}, {"create": "b"}], {"renameCollection": "{db}.a", "to": "{db}.b"}, 48),
+    ([{"create": "a"}], {"create": "a", "capped": True, "size": 4096}, 48),
+    ([{"create": "a"}], {"dropIndexes": "a", "index": "nope_1"}, 27),
+    ([{"insert": "a", "documents": [{"_id": 1}]}],
+     {"createIndexes": "a", "indexes": [{"key": {"x": 1}, "name": "_id_"}]}, 2),
+]
+
+
+@pytest.mark.parametrize("setup,command,code", FAILED_WRITES_WAIT)
+def test_failed_write_commands_wait_for_their_write_concern(tdb, rs_client, setup, command, code):
+    for c in setup:
+        tdb.command(c)
+
+    def run(cmd):
+        cmd = {k: (v.format(db=tdb.name) if isinstance(v, str) else v) for k, v in cmd.items()}
+        on = rs_client.admin if "renameCollection" in cmd else tdb
+        return on.command(cmd, check=False)
+
+    reply = run({**command, "writeConcern": {"w": 2, "wtimeout": 1}})
+    assert (reply["ok"], reply["code"]) == (0, code), reply
+    assert reply["writeConcernError"]["codeName"] == "UnsatisfiableWriteConcern", reply
+    # Without a write concern, or with one this member satisfies, none.
+    for wc in (None, {"w": 1}, {"w": "majority"}):
+        reply = run(command if wc is None else {**command, "writeConcern": wc})
+        assert (reply["ok"], reply["code"]) == (0, code) and "writeConcernError" not in reply
+
+
 def test_list_local_sessions(rs_client):
     with rs_client.start_session() as s:
         rs_client.admin.command("ping", session=s)

@@ -792,7 +792,10 @@ fn run_handler(
             "internal error while running command '{name}'"
         ))),
     };
-    let mut body = transaction::finish_statement(ctx.session.as_ref(), result)?;
+    let mut body = match transaction::finish_statement(ctx.session.as_ref(), result) {
+        Ok(body) => body,
+        Err(e) => return Err(with_write_concern_error(state, &write_concern, e, deadline)),
+    };
     if let Some(s) = &ctx.snapshot {
         crate::read_concern::annotate_reply(&mut body, s.at);
     }
@@ -808,6 +811,39 @@ fn run_handler(
         state.auth.invalidate();
     }
     Ok((body, ctx.batch))
+}
+
+/// A failed command's error with its write concern's outcome, as MongoDB waits for a given
+/// write concern on errors too: the command may have written before it failed, or found its
+/// work done by a write this member has not replicated yet (a `create` of an existing
+/// collection), so its error must not pass for durable. Not for errors of a member that is
+/// not (or no longer) primary: there is nothing to wait for on it.
+fn with_write_concern_error(
+    state: &ServerState,
+    write_concern: &WriteConcern,
+    mut e: Error,
+    deadline: Option<Instant>,
+) -> Error {
+    let not_primary = matches!(
+        e.code,
+        ErrorCode::NotWritablePrimary
+            | ErrorCode::NotPrimaryNoSecondaryOk
+            | ErrorCode::NotPrimaryOrSecondary
+            | ErrorCode::InterruptedDueToReplStateChange
+            | ErrorCode::ShutdownInProgress
+            | ErrorCode::InterruptedAtShutdown
+    );
+    if write_concern.spec.is_none() || not_primary || e.extra.contains_key("writeConcernError") {
+        return e;
+    }
+    let last_write = nidus_engine::oplog::take_last_write_ts().or_else(|| logged_so_far(state));
+    let mut outcome = Document::new();
+    if settle_write_concern(state, write_concern, &mut outcome, last_write, deadline).is_ok() {
+        if let Some(wce) = outcome.remove("writeConcernError") {
+            e.extra.insert("writeConcernError", wce);
+        }
+    }
+    e
 }
 
 /// The newest oplog entry visible on this member (MongoDB's system last optime).
