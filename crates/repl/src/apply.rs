@@ -496,28 +496,44 @@ fn apply_command(engine: &Engine, entry: &Document, o: &Document) -> Result<()> 
             }
         }
         "renameCollection" => {
+            // MongoDB logs the UUID of the target a rename dropped (a bool in older entries):
+            // that collection goes whatever its name here, even when the source is not here
+            // (entries replayed up to a rollback's or an initial sync's minValid), as a drop
+            // entry of its own would.
+            let dropped = match o.get("dropTarget") {
+                Some(Bson::Binary(b)) => b.to_uuid().ok(),
+                _ => None,
+            };
+            let to = Namespace::parse(o.get_str("to").unwrap_or_default())?;
+            let dropped_at = dropped
+                .and_then(|u| collection_by_uuid(engine, u))
+                .map(|c| c.ns.clone());
             let Some(from) = local_ns(
                 engine,
                 Namespace::parse(o.get_str("renameCollection").unwrap_or_default())?,
                 ui,
             ) else {
+                if let Some(ns) = dropped_at {
+                    engine.drop_collection(&ns)?;
+                }
                 return Ok(());
             };
-            let to = Namespace::parse(o.get_str("to").unwrap_or_default())?;
+            if let Some(ns) = dropped_at.as_ref().filter(|ns| **ns != to && **ns != from) {
+                engine.drop_collection(ns)?;
+            }
             if from == to {
                 // Renamed already (a rollback restored the source's newer name).
                 return Ok(());
             }
-            // MongoDB logs the dropped target's UUID here (a bool in older entries). A
-            // target of another UUID is not the one the primary dropped: it is moved out of
-            // the way instead.
+            // A target of another UUID than the one the primary dropped is moved out of the
+            // way instead.
             let drop_target = match (o.get("dropTarget"), ui) {
-                (Some(Bson::Binary(b)), Some(u)) => {
-                    let target = b.to_uuid().ok();
-                    if engine.collection(&to).map(|c| c.meta.read().uuid) != target {
+                (Some(Bson::Binary(_)), Some(u)) => {
+                    let at_target = dropped_at.as_ref() == Some(&to);
+                    if !at_target {
                         clear_name(engine, &to, u)?;
                     }
-                    true
+                    at_target
                 }
                 (None | Some(Bson::Boolean(false) | Bson::Null), Some(u)) => {
                     clear_name(engine, &to, u)?;
@@ -784,6 +800,68 @@ mod tests {
             .any(|l| l.starts_with("stmt 149: Ok(Some(Inserted")));
         assert!(!applied.iter().any(|l| l.contains("Ok(None)")));
         assert!(!states[1].iter().any(|l| l.contains("old")));
+    }
+
+    /// A rename entry that dropped its target (`dropTarget` naming the target's UUID, with no
+    /// `drop` entry of its own) drops that collection wherever it is here, also when the
+    /// source is not here; a collection of another UUID at the target name is moved out of
+    /// the way. Cases: (collections before as (name, uuid index), the entry's source UUID,
+    /// dropTarget UUID, collections after).
+    #[test]
+    fn a_rename_entry_drops_the_target_it_names_by_uuid() {
+        let uuids: Vec<bson::Uuid> = (0..4).map(|_| bson::Uuid::new()).collect();
+        let tmp = |i: usize| format!("tmp{}.renameCollection", &uuids[i].to_string()[..8]);
+        type Case = (
+            Vec<(&'static str, usize)>,
+            usize,
+            usize,
+            Vec<(String, usize)>,
+        );
+        let cases: Vec<Case> = vec![
+            // The target at the entry's name: dropped in the rename.
+            (vec![("b", 0), ("a", 1)], 0, 1, vec![("a".into(), 0)]),
+            // The target under another name here, another collection at the name.
+            (
+                vec![("b", 0), ("x", 1), ("a", 2)],
+                0,
+                1,
+                vec![("a".into(), 0), (tmp(2), 2)],
+            ),
+            // The source is not here: the target goes all the same.
+            (vec![("x", 1), ("a", 2)], 3, 1, vec![("a".into(), 2)]),
+            // Renamed already: the target goes.
+            (vec![("a", 0), ("x", 1)], 0, 1, vec![("a".into(), 0)]),
+        ];
+        for (i, (before, source, target, after)) in cases.into_iter().enumerate() {
+            let (_dir, e) = engine();
+            e.without_oplog(|| {
+                for (name, u) in &before {
+                    e.create_collection_with_uuid(&ns(name), Document::new(), uuids[*u])?;
+                }
+                Ok(())
+            })
+            .expect("setup");
+            let ui = |u: usize| Bson::Binary(bson::Binary::from_uuid(uuids[u]));
+            let entry = doc! {
+                "op": "c", "ns": "t.$cmd", "ui": ui(source),
+                "o": { "renameCollection": "t.b", "to": "t.a", "stayTemp": false, "dropTarget": ui(target) },
+            };
+            e.without_oplog(|| apply_op(&e, &entry, None))
+                .expect("apply");
+            let mut got: Vec<(String, usize)> = e
+                .collections_in("t")
+                .iter()
+                .map(|c| {
+                    let u = c.meta.read().uuid;
+                    let idx = uuids.iter().position(|x| *x == u).expect("known uuid");
+                    (c.ns.coll.clone(), idx)
+                })
+                .collect();
+            got.sort();
+            let mut want = after;
+            want.sort();
+            assert_eq!(got, want, "case {i}");
+        }
     }
 
     /// A primary applying its own entries (all in its oplog) changes nothing.
