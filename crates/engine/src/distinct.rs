@@ -47,6 +47,7 @@ impl Engine {
             sort: None,
             projection: Some(&projection),
             count: false,
+            return_key: false,
             collation: None,
         };
         let meta = coll.meta.read();

@@ -4,8 +4,8 @@ use crate::catalog::{CollectionRef, IndexMeta, RecordStore};
 use crate::exec::MAX_SORT_MEMORY_BYTES;
 use crate::exec::{
     ClusteredScan, CollScan, CountScan, Eof, Executor, ExpressIxscan, Fetch, IndexScan, Limit,
-    OrStage, ProjectionCovered, ProjectionStage, RecordStoreFastCount, Skip, Sort, SortLimits,
-    SortMerge, Stage,
+    OrStage, ProjectionCovered, ProjectionStage, RecordStoreFastCount, ReturnKey, Skip, Sort,
+    SortLimits, SortMerge, Stage,
 };
 use crate::plan;
 use crate::txn::ReadSource;
@@ -49,6 +49,9 @@ pub struct FindSpec {
     pub count: bool,
     /// `allowDiskUse`: a blocking SORT over its memory limit spills instead of failing.
     pub allow_disk_use: bool,
+    /// `returnKey`: each result is the index key it was found by (`{}` from a collection
+    /// scan); the projection is ignored, as MongoDB's.
+    pub return_key: bool,
     /// `internalQueryMaxBlockingSortMemoryUsageBytes` (None: MongoDB's 100 MB default).
     pub sort_memory_limit: Option<usize>,
     /// How many threads a blocking SORT that may spill reads a collection scan with (0 or
@@ -125,6 +128,8 @@ struct Parsed {
     limit: u64,
     /// A count: no sort, projection, skip or limit stages (COUNT applies skip and limit).
     count: bool,
+    /// `returnKey`: FETCH keeps each result's index key and RETURN_KEY tops the plan.
+    return_key: bool,
     sort_limits: SortLimits,
     src: ReadSource,
     /// The collection is clustered (`clustered.rs`): scans walk this cluster key (the `_id`
@@ -170,7 +175,22 @@ impl Parsed {
         if self.limit > 0 && !sorted {
             stage = Stage::new(Limit::new(stage, self.limit));
         }
+        if self.return_key {
+            stage = Stage::new(ReturnKey::new(stage));
+        }
         stage
+    }
+
+    /// A FETCH over `child` (keeping each result's index key for `returnKey`).
+    fn fetch(
+        &self,
+        records: RecordStore,
+        child: Stage,
+        filter: Option<(Arc<Matcher>, Document)>,
+    ) -> Stage {
+        Stage::new(
+            Fetch::new(self.src.clone(), records, child, filter).keeping_key(self.return_key),
+        )
     }
 }
 
@@ -220,7 +240,7 @@ impl Engine {
             _ => None,
         };
         let projection = match &spec.projection {
-            Some(p) if !p.is_empty() => {
+            Some(p) if !p.is_empty() && !spec.return_key => {
                 let p_parsed = Projection::parse_with(p, spec.projection_policy, &scope)?;
                 Some((Arc::new(p_parsed), p.clone()))
             }
@@ -236,6 +256,7 @@ impl Engine {
             skip: spec.skip,
             limit: spec.limit,
             count: spec.count,
+            return_key: spec.return_key,
             sort_limits: SortLimits {
                 max_memory: spec.sort_memory_limit.unwrap_or(MAX_SORT_MEMORY_BYTES),
                 spill_dir: spec.allow_disk_use.then(|| self.spill_dir()),
@@ -368,6 +389,7 @@ impl Engine {
             && natural_sort.is_none()
             && parsed.sort.is_none()
             && collation.is_none()
+            && !parsed.return_key
         {
             if let Some(id) = parsed.matcher.id_equality() {
                 if let Some(ix) = all_indexes.iter().find(|i| i.is_id()) {
@@ -392,6 +414,7 @@ impl Engine {
                 sort: parsed.sort.as_ref().map(|(p, _)| p),
                 projection: parsed.projection.as_ref().map(|(p, _)| p.as_ref()),
                 count: spec.count,
+                return_key: parsed.return_key,
                 collation,
             };
             let or = match hinted_index {
@@ -421,18 +444,21 @@ impl Engine {
             ));
         }
         let limit = spec.limit.saturating_add(spec.skip);
-        // Only a race between several plans is worth remembering.
-        let cache = (candidates.len() > 1 && hinted_index.is_none()).then(|| {
-            let ids = plan::cache::index_ids(all_indexes);
-            let key = plan::cache::CacheKey::new(
-                &parsed.matcher.canonical_document(),
-                parsed.sort.as_ref().map(|(_, d)| d),
-                parsed.projection.as_ref().map(|(_, d)| d),
-                spec.collation.as_ref(),
-                &ids,
-            );
-            (key, ids)
-        });
+        // Only a race between several plans is worth remembering; a `returnKey` query's
+        // plans (covered where a plain query's fetch) are neither cached nor read from the
+        // cache.
+        let cache =
+            (candidates.len() > 1 && hinted_index.is_none() && !parsed.return_key).then(|| {
+                let ids = plan::cache::index_ids(all_indexes);
+                let key = plan::cache::CacheKey::new(
+                    &parsed.matcher.canonical_document(),
+                    parsed.sort.as_ref().map(|(_, d)| d),
+                    parsed.projection.as_ref().map(|(_, d)| d),
+                    spec.collation.as_ref(),
+                    &ids,
+                );
+                (key, ids)
+            });
         if let Some((key, ids)) = &cache {
             if let Some(mut exec) = self.run_cached_plan(coll, parsed, &candidates, key, ids, limit)
             {
@@ -476,7 +502,7 @@ impl Engine {
         ));
         let filter =
             plan::residual_filter(&parsed.matcher, &near.residual).map(|(m, d)| (Arc::new(m), d));
-        let fetch = Stage::new(Fetch::new(parsed.src.clone(), coll.records, scan, filter));
+        let fetch = parsed.fetch(coll.records, scan, filter);
         let stage = Stage::new(crate::exec::GeoNear2dSphere::new(
             fetch, near.query, near.path, near.index,
         ));
@@ -541,12 +567,7 @@ impl Engine {
                     sol.forward,
                 ));
                 match plan::residual_filter(&b.clause, &sol.residual) {
-                    Some((m, d)) => Stage::new(Fetch::new(
-                        parsed.src.clone(),
-                        records,
-                        scan,
-                        Some((Arc::new(m), d)),
-                    )),
+                    Some((m, d)) => parsed.fetch(records, scan, Some((Arc::new(m), d))),
                     None => scan,
                 }
             })
@@ -554,7 +575,7 @@ impl Engine {
         let filter =
             plan::residual_filter(&parsed.matcher, &or.residual).map(|(m, d)| (Arc::new(m), d));
         let or_stage = Stage::new(OrStage::new(children));
-        let fetch = Stage::new(Fetch::new(parsed.src.clone(), records, or_stage, filter));
+        let fetch = parsed.fetch(records, or_stage, filter);
         parsed.finish(fetch, true, Fetched::Yes)
     }
 
@@ -587,7 +608,7 @@ impl Engine {
         if !sol.covered {
             let filter = plan::residual_filter(&parsed.matcher, &sol.residual)
                 .map(|(m, d)| (Arc::new(m), d));
-            stage = Stage::new(Fetch::new(parsed.src.clone(), records, stage, filter));
+            stage = parsed.fetch(records, stage, filter);
         }
         let fetched = if !sol.covered {
             Fetched::Yes
@@ -661,7 +682,7 @@ impl Engine {
         let scan = Stage::new(IndexScan::new_range(parsed.src.clone(), ix.clone(), range));
         let filter = (!spec.filter.is_empty())
             .then(|| (parsed.matcher.clone(), parsed.matcher.canonical_document()));
-        let fetch = Stage::new(Fetch::new(parsed.src.clone(), coll.records, scan, filter));
+        let fetch = parsed.fetch(coll.records, scan, filter);
         let sorted = match &parsed.sort {
             Some((pattern, _)) => plan::whole_index_sort(ix, pattern) == Some(true),
             None => true,

@@ -16,6 +16,9 @@ pub struct Fetch {
     filter: Option<(Arc<Matcher>, Document)>,
     docs_examined: i64,
     already_has_obj: i64,
+    /// Keeps each result's index key (for RETURN_KEY above); else it is dropped with the
+    /// snapshot, the document standing for the key from here on.
+    keep_key: bool,
 }
 
 impl Fetch {
@@ -32,7 +35,13 @@ impl Fetch {
             filter,
             docs_examined: 0,
             already_has_obj: 0,
+            keep_key: false,
         }
+    }
+
+    pub fn keeping_key(mut self, keep: bool) -> Fetch {
+        self.keep_key = keep;
+        self
     }
 }
 
@@ -69,7 +78,9 @@ impl StageImpl for Fetch {
                 return Ok(StageState::NeedTime);
             }
         }
-        m.key = None;
+        if !self.keep_key {
+            m.key = None;
+        }
         m.snapshot = None;
         Ok(StageState::Advanced(m))
     }

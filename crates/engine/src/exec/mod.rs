@@ -20,6 +20,7 @@ mod or;
 mod projection;
 mod projection_covered;
 mod queued_data;
+mod return_key;
 mod skip;
 mod sort;
 mod sort_merge;
@@ -42,6 +43,7 @@ pub use or::OrStage;
 pub use projection::ProjectionStage;
 pub use projection_covered::ProjectionCovered;
 pub use queued_data::QueuedData;
+pub use return_key::ReturnKey;
 pub use skip::Skip;
 pub use sort::{Sort, SortLimits, MAX_SORT_MEMORY_BYTES};
 pub use sort_merge::SortMerge;
@@ -384,6 +386,9 @@ pub struct Executor {
     pub cache_key: Option<crate::plan::cache::CacheKey>,
     /// An index filter restricted the indexes considered (explain's `indexFilterSet`).
     pub index_filter_set: bool,
+    /// `find`'s `showRecordId`: each document gets its record id as `$recordId` (a long),
+    /// last, after any projection (no stage of its own, as in MongoDB's explain).
+    pub show_record_id: bool,
 }
 
 impl Executor {
@@ -397,6 +402,7 @@ impl Executor {
             is_cached: false,
             cache_key: None,
             index_filter_set: false,
+            show_record_id: false,
         }
     }
 
@@ -410,6 +416,7 @@ impl Executor {
             is_cached: false,
             cache_key: None,
             index_filter_set: false,
+            show_record_id: false,
         }
     }
 
@@ -476,7 +483,19 @@ impl Executor {
 
     /// The next result's document, or None at end of stream.
     pub fn next_doc(&mut self) -> Result<Option<RawDocumentBuf>> {
-        self.get_next()?.map(Member::into_doc).transpose()
+        let Some(m) = self.get_next()? else {
+            return Ok(None);
+        };
+        let rid = m.rid;
+        let mut doc = m.into_doc()?;
+        if let (true, Some(rid)) = (self.show_record_id, rid) {
+            let mut d = doc
+                .to_document()
+                .map_err(|e| Error::internal(e.to_string()))?;
+            d.insert("$recordId", rid as i64);
+            doc = RawDocumentBuf::from_document(&d).map_err(|e| Error::internal(e.to_string()))?;
+        }
+        Ok(Some(doc))
     }
 
     /// Fails once the deadline passed (MaxTimeMSExpired) or the operation running the plan

@@ -30,6 +30,9 @@ pub struct Query<'a> {
     pub projection: Option<&'a Projection>,
     /// A count needs no field of the documents.
     pub count: bool,
+    /// `returnKey`: the results are the index keys, so an index whose keys also answer the
+    /// sort needs no FETCH.
+    pub return_key: bool,
     /// The query's collation (None = simple): an index with another collation answers only
     /// predicates that compare no strings, and provides no sort.
     pub collation: Option<&'a nidus_doc::collation::Collation>,
@@ -395,10 +398,20 @@ fn plan_index(
             .sort
             .is_some_and(|s| s.fields.iter().any(|f| f.path.as_str() == ix.pattern[h].0))
     });
+    let key_only = query.return_key
+        && ix.collation.is_none()
+        && (provides_sort
+            || query.sort.is_none_or(|s| {
+                s.fields
+                    .iter()
+                    .all(|f| plain_key_field(ix, f.path.as_str()))
+            }));
     let covered = residual.is_empty()
         && !sorts_on_hash
         && ix.twod.is_none()
-        && (query.count || (ix.collation.is_none() && is_covered(ix, query.projection)));
+        && (query.count
+            || key_only
+            || (ix.collation.is_none() && is_covered(ix, query.projection)));
     let mut sol = IndexSolution {
         index: ix.clone(),
         bounds,
@@ -496,6 +509,17 @@ fn provided_sort(ix: &IndexMeta, bounds: &IndexBounds, sort: &SortPattern) -> (b
     (true, direction.unwrap_or(true))
 }
 
+/// Whether `f` is a field of the index whose keys give its value back: not multikey,
+/// hashed or geo.
+fn plain_key_field(ix: &IndexMeta, f: &str) -> bool {
+    ix.pattern.iter().enumerate().any(|(i, (path, _))| {
+        path == f
+            && ix.multikey_components(i).is_empty()
+            && !ix.is_hashed_field(i)
+            && !ix.is_geo_field(i)
+    })
+}
+
 /// An inclusion projection whose every field is a non-multikey key field.
 fn is_covered(ix: &IndexMeta, projection: Option<&Projection>) -> bool {
     let Some(p) = projection else {
@@ -504,14 +528,7 @@ fn is_covered(ix: &IndexMeta, projection: Option<&Projection>) -> bool {
     let Some(fields) = p.required_fields() else {
         return false;
     };
-    let in_index = |f: &str| {
-        ix.pattern.iter().enumerate().any(|(i, (path, _))| {
-            path == f
-                && ix.multikey_components(i).is_empty()
-                && !ix.is_hashed_field(i)
-                && !ix.is_geo_field(i)
-        })
-    };
+    let in_index = |f: &str| plain_key_field(ix, f);
     fields.iter().all(|f| in_index(f)) && (!p.includes_id() || in_index("_id"))
 }
 

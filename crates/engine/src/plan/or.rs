@@ -56,6 +56,7 @@ fn branch(indexes: &[IndexMeta], clause: &Expr, outer: &Query) -> Option<OrBranc
         sort: None,
         projection: None,
         count: false,
+        return_key: false,
         collation: outer.collation,
     };
     let solution = enumerate(indexes, &query, None)

@@ -111,6 +111,7 @@ pub fn find_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
         allow_disk_use: ctx
             .opt_bool("allowDiskUse")?
             .unwrap_or_else(|| ctx.state.params.allow_disk_use_by_default()),
+        return_key: ctx.opt_bool("returnKey")?.unwrap_or(false),
         sort_memory_limit: sort_memory_limit(ctx),
         source: ctx.read_source(),
         tailable,
@@ -151,7 +152,8 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
         }
         _ => None,
     };
-    let exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
+    let mut exec = ctx.state.engine.plan_find(coll.as_ref(), &spec)?;
+    exec.show_record_id = ctx.opt_bool("showRecordId")?.unwrap_or(false);
     let single_batch = ctx.opt_bool("singleBatch")?.unwrap_or(false);
     let mut cursor = Cursor {
         limit,
