@@ -4,7 +4,8 @@ use nidus_common::{Error, Result};
 
 /// `RETURN_KEY` (`find`'s `returnKey`): each result becomes the index key it was found by,
 /// under the key pattern's field names as written (`{"a.b": 1}`, not nested), or `{}` when
-/// no index scan produced it (a collection scan).
+/// no index scan produced it (a collection scan). The result has no record id any more, so
+/// `showRecordId` adds none to it (as MongoDB's stage clears it).
 pub struct ReturnKey {
     child: Box<Stage>,
 }
@@ -35,7 +36,7 @@ impl StageImpl for ReturnKey {
         }
         let doc =
             RawDocumentBuf::from_document(&key).map_err(|e| Error::internal(e.to_string()))?;
-        Ok(StageState::Advanced(Member::with_doc(m.rid, doc)))
+        Ok(StageState::Advanced(Member::with_doc(None, doc)))
     }
 
     fn children(&self) -> Vec<&Stage> {
