@@ -638,3 +638,20 @@ def test_multi_statements_are_not_retryable(tdb, rs_server):
     delete = raw_session_command(rs_server.port, tdb, lsid, 2, {
         "delete": "c", "deletes": [{"q": {}, "limit": 0}]})
     assert delete["writeErrors"][0]["errmsg"] == "Cannot use (or request) retryable writes with limit=0"
+
+
+@pytest.mark.parametrize("stage", [{"$out": "dest"}, {"$merge": {"into": "dest"}}], ids=["out", "merge"])
+def test_write_stages_refuse_a_linearizable_read_concern(tdb, stage):
+    tdb.src.insert_one({"_id": 1})
+    name = next(iter(stage))
+    reply = tdb.command({"aggregate": "src", "pipeline": [stage], "cursor": {},
+                         "readConcern": {"level": "linearizable"}}, check=False)
+    assert (reply["ok"], reply["code"], reply["codeName"], reply["errmsg"]) == (
+        0, 72, "InvalidOptions", f"{name} cannot be used with a 'linearizable' read concern level")
+    assert "dest" not in tdb.list_collection_names()
+    # The same read of the pipeline is linearizable without the write stage.
+    reply = tdb.command({"aggregate": "src", "pipeline": [], "cursor": {},
+                         "readConcern": {"level": "linearizable"}})
+    assert reply["cursor"]["firstBatch"] == [{"_id": 1}]
+    tdb.command({"aggregate": "src", "pipeline": [stage], "cursor": {}, "readConcern": {"level": "majority"}})
+    assert list(tdb.dest.find()) == [{"_id": 1}]

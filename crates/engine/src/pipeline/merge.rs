@@ -340,7 +340,9 @@ impl Merge {
                     u.insert("$setOnInsert", id);
                 }
                 if u.is_empty() {
-                    u.insert("$setOnInsert", bson::doc! {});
+                    // Nothing but the `on` fields: an empty pipeline changes a match not at
+                    // all and inserts the filter's fields (an empty modifier is an error).
+                    return Ok((filter, Bson::Array(Vec::new())));
                 }
                 Bson::Document(u)
             }
@@ -351,6 +353,9 @@ impl Merge {
                 }
                 for f in &self.on {
                     on_insert.remove(f);
+                }
+                if on_insert.is_empty() {
+                    return Ok((filter, Bson::Array(Vec::new())));
                 }
                 bson::bson!({"$setOnInsert": on_insert})
             }

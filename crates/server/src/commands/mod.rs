@@ -721,10 +721,21 @@ fn run_handler(
         ));
     }
     // Causal, majority and linearizable reads wait here until this member may answer.
-    if let Some(repl) = &state.repl {
-        if let Some(rc) = nidus_repl::read_concern::parse(&req.body)? {
-            repl.wait_for_read_concern(&rc, deadline)?;
+    let read_concern = nidus_repl::read_concern::parse(&req.body)?;
+    if name == "aggregate"
+        && read_concern
+            .as_ref()
+            .is_some_and(|rc| rc.level == nidus_repl::read_concern::Level::Linearizable)
+    {
+        if let Some(stage) = transaction::write_stage(&req.body) {
+            return Err(Error::new(
+                ErrorCode::InvalidOptions,
+                format!("{stage} cannot be used with a 'linearizable' read concern level"),
+            ));
         }
+    }
+    if let (Some(repl), Some(rc)) = (&state.repl, &read_concern) {
+        repl.wait_for_read_concern(rc, deadline)?;
     }
     let write_concern = WriteConcern::parse(&req.body)?;
     // This thread's last logged write belongs to an earlier command until the handler runs.

@@ -78,22 +78,25 @@ pub fn check_statement(session: Option<&Binding>, name: &str, body: &Document) -
         ));
     }
     if name == "aggregate" {
-        if let Ok(stages) = body.get_array("pipeline") {
-            for stage in stages {
-                if let Some(op) = stage
-                    .as_document()
-                    .and_then(|d| d.keys().next())
-                    .filter(|k| matches!(k.as_str(), "$out" | "$merge"))
-                {
-                    return Err(Error::new(
-                        ErrorCode::OperationNotSupportedInTransaction,
-                        format!("{op} cannot be used in a transaction"),
-                    ));
-                }
-            }
+        if let Some(op) = write_stage(body) {
+            return Err(Error::new(
+                ErrorCode::OperationNotSupportedInTransaction,
+                format!("{op} cannot be used in a transaction"),
+            ));
         }
     }
     Ok(())
+}
+
+/// The `$out` or `$merge` stage of an aggregate command's pipeline, if it has one.
+pub(super) fn write_stage(body: &Document) -> Option<&str> {
+    body.get_array("pipeline").ok()?.iter().find_map(|stage| {
+        stage
+            .as_document()
+            .and_then(|d| d.keys().next())
+            .filter(|k| matches!(k.as_str(), "$out" | "$merge"))
+            .map(String::as_str)
+    })
 }
 
 /// After a statement: any failure ends its transaction (MongoDB aborts it, and the next
