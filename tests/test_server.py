@@ -676,3 +676,23 @@ def test_log_lines_are_mongodb_shaped_json(nidus_server, client):
 
 def test_pymongo_version_pinned():
     assert pymongo.version == "4.20.0"
+
+
+def test_max_time_always_times_out_reaches_getmore_of_a_timed_cursor(client, db):
+    """pymongo's test_max_time_ms_getmore: with `maxTimeAlwaysTimeOut` on, a getMore of a
+    cursor whose find had maxTimeMS fails with MaxTimeMSExpired (and the cursor is gone); a
+    cursor without a time limit is not affected."""
+    db.c.insert_many([{"_id": i} for i in range(10)])
+    timed = db.command("find", "c", batchSize=2, maxTimeMS=60_000)["cursor"]["id"]
+    untimed = db.command("find", "c", batchSize=2)["cursor"]["id"]
+    client.admin.command("configureFailPoint", "maxTimeAlwaysTimeOut", mode="alwaysOn")
+    try:
+        with pytest.raises(OperationFailure) as e:
+            db.command("getMore", timed, collection="c", batchSize=2)
+        assert (e.value.code, e.value.details["codeName"]) == (50, "MaxTimeMSExpired")
+        assert len(db.command("getMore", untimed, collection="c", batchSize=2)["cursor"]["nextBatch"]) == 2
+    finally:
+        client.admin.command("configureFailPoint", "maxTimeAlwaysTimeOut", mode="off")
+    with pytest.raises(OperationFailure) as e:
+        db.command("getMore", timed, collection="c")
+    assert e.value.code == 43  # CursorNotFound

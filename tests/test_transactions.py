@@ -9,6 +9,7 @@ import threading
 import uuid
 import time
 
+import bson
 import pytest
 from bson import Int64, Timestamp
 from bson.binary import UUID_SUBTYPE, Binary
@@ -296,6 +297,16 @@ def test_snapshot_session_reads_at_one_point_in_time(tdb, rs_client):
         assert tdb.snapread.count_documents({}, session=s) == 1
         assert tdb.snapread.distinct("x", session=s) == [11]
         assert list(tdb.snapread.aggregate([{"$match": {}}], session=s)) == [{"_id": 1, "x": 11}]
+        # Cursors continued by getMore (pymongo sends the session's read concern with each
+        # getMore and killCursors) read at the same point; a document inserted meanwhile
+        # stays out.
+        tdb.snapread.insert_many([{"_id": i, "x": i} for i in range(3, 8)])
+        batches = tdb.snapread.aggregate_raw_batches([{"$sort": {"_id": 1}}], session=s).to_list()
+        assert [d["_id"] for b in batches for d in bson.decode_all(b)] == [1]
+        assert [d["_id"] for d in tdb.snapread.find({}, session=s, batch_size=1)] == [1]
+        cursor = tdb.snapread.find({}, session=s, batch_size=1)
+        next(cursor)
+        cursor.close()
     assert tdb.snapread.find_one({"_id": 1})["x"] == 12
 
 

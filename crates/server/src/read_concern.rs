@@ -59,6 +59,12 @@ impl SnapshotHistory {
             }
             return Ok(None);
         }
+        // A driver's snapshot session sends its read concern with every command, the
+        // getMore and killCursors of its cursors too (pymongo does): they read (or end)
+        // with the cursor's own snapshot, so it is accepted and left unused, as MongoDB's.
+        if matches!(name, "getMore" | "killCursors") {
+            return Ok(None);
+        }
         if !SNAPSHOT_COMMANDS.contains(&name) {
             return Err(Error::new(
                 ErrorCode::InvalidOptions,

@@ -345,7 +345,16 @@ pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
     } else {
         let deadline = cursor.max_time_left.map(|left| Instant::now() + left);
         cursor.exec.set_deadline(deadline);
-        let result = cursor.next_batch(batch_size);
+        // `maxTimeAlwaysTimeOut` fails every operation with a time limit, a getMore of a
+        // cursor whose find had one included.
+        let result = if deadline.is_some() && ctx.state.fail_points.max_time_always_times_out() {
+            Err(Error::new(
+                ErrorCode::MaxTimeMSExpired,
+                "operation exceeded time limit",
+            ))
+        } else {
+            cursor.next_batch(batch_size)
+        };
         cursor.max_time_left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         result
     };
