@@ -418,3 +418,17 @@ def test_decimal_inc_and_mul(db, stored, update, want, kind):
     got = db.n.find_one({"_id": 1})["v"]
     assert isinstance(got, kind)
     assert got.to_decimal() == want
+
+
+@pytest.mark.parametrize("when_matched", ["merge", "replace", "keepExisting", "fail"])
+def test_merge_gives_results_without_id_a_new_object_id(db, when_matched):
+    """pymongo's test_database_aggregation_fake_cursor: `$merge` on `_id` of results without
+    one inserts each with a new ObjectId (it failed with error 51132)."""
+    db.src.insert_many([{"_id": i, "a": i} for i in range(3)])
+    db.command("aggregate", "src", cursor={}, pipeline=[
+        {"$project": {"_id": 0, "a": 1}},
+        {"$merge": {"into": "dest", "whenMatched": when_matched}}])
+    got = list(db.dest.find())
+    assert sorted(d["a"] for d in got) == [0, 1, 2]
+    assert all(isinstance(d["_id"], bson.ObjectId) and list(d) == ["_id", "a"] for d in got)
+    assert len({d["_id"] for d in got}) == 3

@@ -209,7 +209,16 @@ impl Merge {
 
     fn run(&self, input: Stream, ctx: &ExpCtx) -> Result<Stream> {
         self.check_unique_index(ctx)?;
-        let docs = collect(input)?;
+        let mut docs = collect(input)?;
+        // As MongoDB's: a result without `_id` gets a new ObjectId when `on` includes `_id`
+        // (it is then inserted, matching nothing).
+        if self.on.iter().any(|f| f == "_id") {
+            for d in docs.iter_mut().filter(|d| !d.contains_key("_id")) {
+                let mut with_id = bson::doc! { "_id": bson::oid::ObjectId::new() };
+                with_id.extend(std::mem::take(d));
+                *d = with_id;
+            }
+        }
         if let Some(primary) = &ctx.primary {
             self.run_on_primary(docs, ctx, primary.as_ref())?;
             return Ok(Box::new(Empty));
