@@ -898,10 +898,10 @@ fn select_indexes(indexes: &[IndexMeta], which: &Bson) -> Result<Vec<String>> {
 const SECOND_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
 const SECOND_LOCK_ATTEMPTS: u32 = 2000;
 
-/// The write guards of a rename's source and (when it drops one) its target. A statement may
-/// hold one collection's metadata while it takes another's (a `$lookup` reads its foreign
-/// collection's), so waiting for one guard while holding the other could close a cycle: the
-/// second is only tried for a moment, and both are let go between attempts.
+/// The write guards of a rename's source and (when it drops one) its target. Waiting for one
+/// while holding the other would deadlock against anything holding the two collections'
+/// guards in the other order, so the second is only tried for a moment, and both are let go
+/// between attempts.
 fn write_both<'a>(
     source: &'a Collection,
     target: Option<&'a CollectionRef>,
