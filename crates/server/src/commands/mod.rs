@@ -720,6 +720,12 @@ fn run_handler(
             "operation exceeded time limit",
         ));
     }
+    if req.body.contains_key("writeConcern") && is_read_only(name, &req.body) {
+        return Err(Error::new(
+            ErrorCode::InvalidOptions,
+            "Command does not support writeConcern",
+        ));
+    }
     // Causal, majority and linearizable reads wait here until this member may answer.
     let read_concern = nidus_repl::read_concern::parse(&req.body)?;
     if name == "aggregate"
@@ -822,6 +828,18 @@ fn run_handler(
         state.auth.invalidate();
     }
     Ok((body, ctx.batch))
+}
+
+/// Commands that write nothing, which MongoDB refuses a `writeConcern` for (its
+/// `supportsWriteConcern` is false): the query and catalog reads, and an aggregation without
+/// `$out` or `$merge`.
+fn is_read_only(name: &str, body: &Document) -> bool {
+    match name {
+        "aggregate" => transaction::write_stage(body).is_none(),
+        "find" | "getMore" | "count" | "distinct" | "listCollections" | "listIndexes"
+        | "killCursors" => true,
+        _ => false,
+    }
 }
 
 /// A failed command's error with its write concern's outcome, as MongoDB waits for a given
