@@ -202,53 +202,45 @@ fn validate_options(ctx: &Ctx, ns: &nidus_engine::namespace::Namespace) -> Resul
             .get(k)
             .is_some_and(nidus_query::matcher::element::true_value)
     };
-    let both = |a: &str, b: &str| {
+    let refused = |what: String| {
         Error::new(
             ErrorCode::InvalidOptions,
-            format!("Running the validate command with both {{ {a}: true }} and {{ {b}: true }} is not supported."),
+            format!("Running the validate command with {what}"),
         )
     };
     let replica_set = ctx.state.repl.is_some();
-    let standalone_only = |k: &str, v: &str| {
-        Error::new(
-            ErrorCode::InvalidOptions,
-            format!("Running the validate command with {{ {k}: {v} }} can only be performed in standalone mode."),
-        )
-    };
+    // Pairs refused together, in MongoDB's order of checks.
+    const EXCLUSIVE: [(&str, &str); 5] = [
+        ("background", "full"),
+        ("background", "enforceFastCount"),
+        ("background", "repair"),
+        ("enforceFastCount", "repair"),
+        ("checkBSONConformance", "repair"),
+    ];
+    if let Some((a, b)) = EXCLUSIVE.iter().find(|(a, b)| on(a) && on(b)) {
+        return Err(refused(format!(
+            "both {{ {a}: true }} and {{ {b}: true }} is not supported."
+        )));
+    }
     let (background, full) = (on("background"), on("full"));
     let (fast_count, repair) = (on("enforceFastCount"), on("repair"));
     let check_bson = on("checkBSONConformance");
-    if background && full {
-        return Err(both("background", "full"));
-    }
-    if background && fast_count {
-        return Err(both("background", "enforceFastCount"));
-    }
-    if background && repair {
-        return Err(both("background", "repair"));
-    }
-    if fast_count && repair {
-        return Err(both("enforceFastCount", "repair"));
-    }
-    if check_bson && repair {
-        return Err(both("checkBSONConformance", "repair"));
-    }
-    if repair && replica_set {
-        return Err(standalone_only("repair", "true"));
-    }
-    if on("fixMultikey") && replica_set {
-        return Err(standalone_only("fixMultikey", "true"));
+    if let Some(k) = ["repair", "fixMultikey"]
+        .into_iter()
+        .find(|k| on(k) && replica_set)
+    {
+        return Err(refused(format!(
+            "{{ {k}: true }} can only be performed in standalone mode."
+        )));
     }
     if ctx.body.contains_key("fixMultikey") && !on("fixMultikey") && repair {
-        return Err(Error::new(
-            ErrorCode::InvalidOptions,
-            "Running the validate command with both { fixMultikey: false } and { repair: true } is not supported.",
+        return Err(refused(
+            "both { fixMultikey: false } and { repair: true } is not supported.".into(),
         ));
     }
     if on("metadata") && (background || full || fast_count || check_bson || repair) {
-        return Err(Error::new(
-            ErrorCode::InvalidOptions,
-            "Running the validate command with { metadata: true } is not supported with any other options",
+        return Err(refused(
+            "{ metadata: true } is not supported with any other options".into(),
         ));
     }
     if background && !replica_set {
@@ -264,9 +256,8 @@ fn validate_options(ctx: &Ctx, ns: &nidus_engine::namespace::Namespace) -> Resul
         ));
     }
     if background && ctx.body.contains_key("atClusterTime") {
-        return Err(Error::new(
-            ErrorCode::InvalidOptions,
-            "Running the validate command with { background: true } cannot be done with {atClusterTime: ...} because background already sets a read timestamp.",
+        return Err(refused(
+            "{ background: true } cannot be done with {atClusterTime: ...} because background already sets a read timestamp.".into(),
         ));
     }
     Ok(())
@@ -275,7 +266,6 @@ fn validate_options(ctx: &Ctx, ns: &nidus_engine::namespace::Namespace) -> Resul
 pub fn validate(ctx: &mut Ctx) -> Result<Document> {
     validate_options(ctx, &ctx.namespace("validate")?)?;
     let coll = collection(ctx, "validate")?;
-
     let report = ctx.state.engine.validate(&coll)?;
     let mut reply = doc! {
         "ns": coll.ns.full(),
