@@ -853,16 +853,10 @@ fn with_write_concern_error(
     mut e: Error,
     deadline: Option<Instant>,
 ) -> Error {
-    let not_primary = matches!(
-        e.code,
-        ErrorCode::NotWritablePrimary
-            | ErrorCode::NotPrimaryNoSecondaryOk
-            | ErrorCode::NotPrimaryOrSecondary
-            | ErrorCode::InterruptedDueToReplStateChange
-            | ErrorCode::ShutdownInProgress
-            | ErrorCode::InterruptedAtShutdown
-    );
-    if write_concern.spec.is_none() || not_primary || e.extra.contains_key("writeConcernError") {
+    if write_concern.spec.is_none()
+        || transaction::is_not_primary_or_shutdown(e.code.code())
+        || e.extra.contains_key("writeConcernError")
+    {
         return e;
     }
     let last_write = nidus_engine::oplog::take_last_write_ts().or_else(|| logged_so_far(state));

@@ -176,7 +176,7 @@ fn is_retryable_code(code: i32) -> bool {
 }
 
 /// Not-primary and shutdown errors: a transaction may be retried whole after them.
-fn is_not_primary_or_shutdown(code: i32) -> bool {
+pub(super) fn is_not_primary_or_shutdown(code: i32) -> bool {
     matches!(code, 91 | 189 | 10107 | 11600 | 11602 | 13435 | 13436)
 }
 
