@@ -86,7 +86,18 @@ impl UpdatePipeline {
     }
 }
 
-fn parse_stage(stage: &Bson, scope: &LetScope) -> Result<Stage> {
+/// The stages an update pipeline may hold.
+const UPDATE_STAGES: &[&str] = &[
+    "$addFields",
+    "$set",
+    "$project",
+    "$unset",
+    "$replaceRoot",
+    "$replaceWith",
+];
+
+/// A stage's name and argument: one field in a document.
+fn stage_entry(stage: &Bson) -> Result<(&str, &Bson)> {
     let Bson::Document(d) = stage else {
         return Err(Error::new(
             ErrorCode::TypeMismatch,
@@ -100,7 +111,32 @@ fn parse_stage(stage: &Bson, scope: &LetScope) -> Result<Stage> {
             "A pipeline stage specification object must contain exactly one field.",
         ));
     };
-    match name.as_str() {
+    Ok((name, arg))
+}
+
+fn unrecognized(name: &str) -> Error {
+    Error::new(
+        ErrorCode::Location(40324),
+        format!("Unrecognized pipeline stage name: '{name}'"),
+    )
+}
+
+/// What MongoDB checks of an update pipeline when it reads the command, before any
+/// statement runs (its lite parse, for the privileges the stages need): each stage one
+/// field, each name a stage it knows. A failure fails the whole command, not a statement.
+pub fn check_stages(stages: &[Bson]) -> Result<()> {
+    for stage in stages {
+        let (name, _) = stage_entry(stage)?;
+        if !UPDATE_STAGES.contains(&name) && !OTHER_STAGES.contains(&name) {
+            return Err(unrecognized(name));
+        }
+    }
+    Ok(())
+}
+
+fn parse_stage(stage: &Bson, scope: &LetScope) -> Result<Stage> {
+    let (name, arg) = stage_entry(stage)?;
+    match name {
         "$addFields" | "$set" => Ok(Stage::AddFields(AddFields::parse(
             name,
             &object_arg(name, arg)?,
@@ -127,10 +163,7 @@ fn parse_stage(stage: &Bson, scope: &LetScope) -> Result<Stage> {
             ErrorCode::InvalidOptions,
             format!("{other} is not allowed to be used within an update"),
         )),
-        other => Err(Error::new(
-            ErrorCode::Location(40324),
-            format!("Unrecognized pipeline stage name: '{other}'"),
-        )),
+        other => Err(unrecognized(other)),
     }
 }
 

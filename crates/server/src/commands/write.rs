@@ -443,11 +443,27 @@ pub const DELETE_FIELDS: &[&str] = &[
     "bypassEmptyTsReplacement",
 ];
 
+/// MongoDB reads every statement's update pipeline with the command (for the privileges
+/// its stages need): a malformed or unknown stage fails the command before any statement
+/// runs, not as a statement's write error.
+fn check_update_pipelines(stmts: &[RawDocumentBuf]) -> Result<()> {
+    for raw in stmts {
+        if let Ok(Some(bson::RawBsonRef::Array(u))) = raw.get("u") {
+            let stages = bson::RawBson::Array(u.to_owned());
+            if let Ok(Bson::Array(stages)) = Bson::try_from(stages) {
+                nidus_query::update::pipeline::check_stages(&stages)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn update(ctx: &mut Ctx) -> Result<Document> {
     check_fields(ctx, UPDATE_FIELDS)?;
     let ns = ctx.namespace("update")?;
     let stmts = ctx.documents("updates")?;
     check_batch_size(stmts.len())?;
+    check_update_pipelines(&stmts)?;
     let mut errors = BatchErrors::new(ctx)?;
     let opts = opts(ctx)?;
     let empty_ts = empty_ts_clock(ctx)?;
