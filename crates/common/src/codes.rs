@@ -176,6 +176,7 @@ error_codes! {
     APIVersionError = 322,
     APIStrictError = 323,
     APIDeprecationError = 324,
+    APIMismatchError = 325,
     MechanismUnavailable = 334,
     InvalidBSONType = 357,
     NonConformantBSON = 378,

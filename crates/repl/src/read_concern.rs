@@ -43,10 +43,19 @@ fn invalid(msg: impl Into<String>) -> Error {
     Error::new(ErrorCode::InvalidOptions, msg.into())
 }
 
+fn wrong_type(field: &str, v: &Bson, expected: &str) -> Error {
+    Error::type_mismatch(format!(
+        "BSON field '{field}' is the wrong type '{}', expected type '{expected}'",
+        nidus_doc::compare::type_name(v)
+    ))
+}
+
 /// The command's `readConcern`, with MongoDB's refusals of bad combinations.
 pub fn parse(body: &Document) -> Result<Option<ReadConcern>> {
-    let Some(Bson::Document(rc)) = body.get("readConcern") else {
-        return Ok(None);
+    let rc = match body.get("readConcern") {
+        None => return Ok(None),
+        Some(Bson::Document(rc)) => rc,
+        Some(other) => return Err(wrong_type("readConcern", other, "object")),
     };
     let level = match rc.get("level") {
         None => Level::Local,
@@ -56,10 +65,17 @@ pub fn parse(body: &Document) -> Result<Option<ReadConcern>> {
             "majority" => Level::Majority,
             "linearizable" => Level::Linearizable,
             "snapshot" => Level::Snapshot,
-            // Other levels are refused where the command parses its readConcern.
-            _ => return Ok(None),
+            // MongoDB's IDL enum refusal.
+            other => {
+                return Err(Error::new(
+                    ErrorCode::BadValue,
+                    format!(
+                        "Enumeration value '{other}' for field 'readConcern.level' is not a valid value."
+                    ),
+                ))
+            }
         },
-        Some(_) => return Ok(None),
+        Some(other) => return Err(wrong_type("readConcern.level", other, "string")),
     };
     let after_ct = match rc.get("afterClusterTime") {
         Some(Bson::Timestamp(t)) => Some(*t),

@@ -41,6 +41,9 @@ pub struct Cursor {
     /// A change stream without stages after `$changeStream`: its events go from the source
     /// into the reply as they are, around `exec` (which is then empty).
     pub change_events: Option<crate::commands::change_stream::Direct>,
+    /// The Stable API parameters of the command that opened the cursor: its `getMore`s
+    /// must send the same.
+    pub api: crate::commands::api::ApiParameters,
 }
 
 /// What a tailable cursor follows.
@@ -65,6 +68,7 @@ impl Cursor {
             examined: (0, 0),
             change_stream: None,
             change_events: None,
+            api: Default::default(),
         }
     }
 

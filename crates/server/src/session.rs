@@ -6,6 +6,7 @@
 //! The session's state (transaction number, transaction, stored reply) sits behind a short
 //! lock of its own so the lifetime reaper and `killSessions` never wait for a running command.
 
+use crate::commands::api::ApiParameters;
 use bson::{doc, Binary, Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::stmt_record::StatementId;
@@ -125,6 +126,9 @@ enum TxnState {
         started: Instant,
         /// Set once the first statement ran: only it may carry `readConcern`.
         statements: u64,
+        /// The Stable API parameters of the first statement: every later one (commit and
+        /// abort included) must send the same.
+        api: ApiParameters,
     },
     Committed,
     Aborted,
@@ -224,6 +228,7 @@ impl Sessions {
         writer_term: Option<i64>,
         command: &str,
         body: &Document,
+        api: &ApiParameters,
     ) -> Result<Option<Binding>> {
         let args = parse_args(body)?;
         let Some(lsid) = args.lsid else {
@@ -385,6 +390,7 @@ impl Sessions {
                 txn: txn.clone(),
                 started: Instant::now(),
                 statements: 0,
+                api: api.clone(),
             };
             binding.txn = Some(txn);
             drop(st);
@@ -392,8 +398,12 @@ impl Sessions {
         }
         match &mut st.txn {
             TxnState::Active {
-                txn, statements, ..
+                txn,
+                statements,
+                api: first,
+                ..
             } => {
+                api.check_same(command, first, "the transaction's first command")?;
                 if *statements > 0 && body.contains_key("readConcern") {
                     return Err(invalid(
                         "Only the first command in a transaction may specify a readConcern",
@@ -797,7 +807,14 @@ mod tests {
         };
         let bind = |b: u8| {
             sessions
-                .bind(&engine, true, None, "find", &find_on(&lsid(b)))
+                .bind(
+                    &engine,
+                    true,
+                    None,
+                    "find",
+                    &find_on(&lsid(b)),
+                    &Default::default(),
+                )
                 .expect("bind")
                 .expect("a session")
         };

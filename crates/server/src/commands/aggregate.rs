@@ -68,6 +68,7 @@ pub fn aggregate(ctx: &mut Ctx) -> Result<Document> {
         0
     } else {
         cursor.exec.set_deadline(None);
+        cursor.api = ctx.api.clone();
         ctx.state
             .cursors
             .register(cursor, ctx.conn.auth.owner(), super::find::session_id(ctx))

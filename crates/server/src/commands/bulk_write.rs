@@ -207,13 +207,15 @@ pub fn bulk_write(ctx: &mut Ctx) -> Result<Document> {
             }
         }
     }
-    Ok(doc! {
-        "cursor": { "id": 0i64, "firstBatch": results, "ns": "admin.$cmd.bulkWrite" },
+    let mut reply =
+        super::find::queued_cursor(ctx, Namespace::new("admin", "$cmd.bulkWrite"), results)?;
+    reply.extend(doc! {
         "nErrors": totals.errors,
         "nInserted": totals.inserted,
         "nMatched": totals.matched,
         "nModified": totals.modified,
         "nUpserted": totals.upserted,
         "nDeleted": totals.deleted,
-    })
+    });
+    Ok(reply)
 }

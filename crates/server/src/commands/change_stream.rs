@@ -207,6 +207,7 @@ fn open(ctx: &mut Ctx) -> Result<Document> {
     let id = if done {
         0
     } else {
+        cursor.api = ctx.api.clone();
         ctx.state
             .cursors
             .register(cursor, ctx.conn.auth.owner(), super::find::session_id(ctx))

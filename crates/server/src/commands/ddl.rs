@@ -155,15 +155,8 @@ pub fn list_collections(ctx: &mut Ctx) -> Result<Document> {
         }
         out.push(Bson::Document(entry));
     }
-    Ok(cursor_reply(
-        &format!("{}.$cmd.listCollections", ctx.db),
-        out,
-    ))
-}
-
-/// A reply holding everything in the first batch (catalog listings are small).
-pub fn cursor_reply(ns: &str, docs: Vec<Bson>) -> Document {
-    doc! { "cursor": { "id": 0i64, "ns": ns, "firstBatch": docs } }
+    let ns = Namespace::new(&ctx.db, "$cmd.listCollections");
+    super::find::queued_cursor(ctx, ns, out)
 }
 
 pub fn create(ctx: &mut Ctx) -> Result<Document> {
@@ -962,7 +955,7 @@ fn wait_for_commit_quorum(ctx: &Ctx, majority: bool, nodes: i64) -> Result<()> {
 pub fn list_indexes(ctx: &mut Ctx) -> Result<Document> {
     let ns = ctx.namespace("listIndexes")?;
     if let Some(specs) = super::timeseries::list_indexes(ctx, &ns) {
-        return Ok(cursor_reply(&ns.full(), specs));
+        return super::find::queued_cursor(ctx, ns, specs);
     }
     ctx.state.engine.check_not_view(&ns)?;
     let coll = ctx.state.engine.collection(&ns).ok_or_else(|| {
@@ -982,7 +975,7 @@ pub fn list_indexes(ctx: &mut Ctx) -> Result<Document> {
         })
         .collect();
     std::mem::drop(meta);
-    Ok(cursor_reply(&ns.full(), specs))
+    super::find::queued_cursor(ctx, ns, specs)
 }
 
 pub fn drop_indexes(ctx: &mut Ctx) -> Result<Document> {

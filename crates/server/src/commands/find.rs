@@ -180,7 +180,44 @@ pub fn find(ctx: &mut Ctx) -> Result<Document> {
     Ok(batch_reply(&ns, id, "firstBatch", Vec::new()))
 }
 
+/// A cursor over results computed before the reply (`bulkWrite`'s per-operation results,
+/// catalog listings): the first batch holds at most the command's `cursor.batchSize`
+/// documents and 16 MiB, as a query's does, and the rest stays for `getMore`.
+pub(super) fn queued_cursor(ctx: &mut Ctx, ns: Namespace, docs: Vec<Bson>) -> Result<Document> {
+    let command = ctx.command_name();
+    let batch_size = match ctx.body.get("cursor") {
+        None => None,
+        Some(Bson::Document(c)) => super::opt_i64(&format!("{command}.cursor"), c, "batchSize")?,
+        Some(other) => return Err(wrong_type(&command, "cursor", other, "object")),
+    };
+    if let Some(n) = batch_size.filter(|n| *n < 0) {
+        return Err(Error::new(
+            ErrorCode::Location(51024),
+            format!("BSON field 'batchSize' value must be >= 0, actual value '{n}'"),
+        ));
+    }
+    let raw = docs
+        .iter()
+        .map(|d| match d {
+            Bson::Document(d) => {
+                RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))
+            }
+            _ => Err(Error::internal("a queued cursor holds documents only")),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let root = nidus_engine::exec::Stage::new(nidus_engine::exec::QueuedData::new(raw));
+    let mut cursor = Cursor::new(ns.clone(), nidus_engine::exec::Executor::new(root, None));
+    let (batch, done) = cursor.next_batch(batch_size.map(|n| n as u64))?;
+    let id = if done { 0 } else { register(ctx, cursor) };
+    if id != 0 {
+        ctx.op.extra.lock().cursor_id = Some(id);
+    }
+    ctx.batch = batch;
+    Ok(batch_reply(&ns, id, "firstBatch", Vec::new()))
+}
+
 pub(super) fn register(ctx: &Ctx, mut cursor: Cursor) -> i64 {
+    cursor.api = ctx.api.clone();
     // What is left of the creating command's time limit carries over to its getMores.
     cursor.max_time_left = ctx
         .deadline
@@ -310,6 +347,8 @@ pub fn get_more(ctx: &mut Ctx) -> Result<Document> {
             format!("Requested getMore on namespace '{ns}', but cursor belongs to a different namespace {}", cursor.ns),
         ));
     }
+    ctx.api
+        .check_same("getMore", &cursor.api, "the cursor-creating command")?;
     if let Some(e) = ctx.state.fail_points.check_get_more() {
         let change_stream = cursor.change_stream.is_some();
         drop(cursor);

@@ -185,13 +185,22 @@ pub fn whatsmyuri(ctx: &mut Ctx) -> Result<Document> {
     Ok(doc! { "you": ctx.conn.peer.to_string() })
 }
 
-pub fn list_commands(_ctx: &mut Ctx) -> Result<Document> {
+pub fn list_commands(ctx: &mut Ctx) -> Result<Document> {
     let mut commands = Document::new();
-    for name in super::command_names() {
+    for name in super::command_names(ctx.state) {
         let requires_auth = !matches!(super::need_of(name), Some(crate::auth::Need::Nothing));
+        let (versions, deprecated) = super::api_of(name)
+            .map(super::api::Api::versions)
+            .unwrap_or_default();
         commands.insert(
             name,
-            doc! { "help": "", "adminOnly": false, "requiresAuth": requires_auth },
+            doc! {
+                "help": "",
+                "adminOnly": false,
+                "requiresAuth": requires_auth,
+                "apiVersions": versions,
+                "deprecatedApiVersions": deprecated,
+            },
         );
     }
     Ok(doc! { "commands": commands })

@@ -6,6 +6,7 @@
 
 mod admin;
 mod aggregate;
+pub mod api;
 mod auth;
 mod bulk_write;
 pub(crate) mod change_stream;
@@ -68,6 +69,8 @@ pub struct Ctx<'a> {
     /// A cursor reply's documents, left out of the handler's reply document (see
     /// `Reply::batch`; the handler leaves its batch array empty).
     pub batch: Vec<RawDocumentBuf>,
+    /// The command's Stable API parameters (a cursor it opens keeps them).
+    pub api: api::ApiParameters,
 }
 
 type Handler = fn(&mut Ctx) -> Result<Document>;
@@ -89,6 +92,17 @@ struct Command {
     test_only: bool,
     /// What the command needs under `--auth` (the one command → privilege table).
     need: Need,
+    /// Whether the command is in the Stable API's Version 1.
+    api: api::Api,
+}
+
+impl Command {
+    const fn v1(self) -> Command {
+        Command {
+            api: api::Api::V1,
+            ..self
+        }
+    }
 }
 
 const fn cmd(name: &'static str, handler: Handler, need: Need) -> Command {
@@ -98,6 +112,7 @@ const fn cmd(name: &'static str, handler: Handler, need: Need) -> Command {
         counter: Counter::Command,
         test_only: false,
         need,
+        api: api::Api::Unstable,
     }
 }
 
@@ -108,6 +123,7 @@ const fn counted(name: &'static str, handler: Handler, counter: Counter, need: N
         counter,
         test_only: false,
         need,
+        api: api::Api::Unstable,
     }
 }
 
@@ -124,10 +140,10 @@ const fn cluster(actions: &'static [&'static str]) -> Need {
 }
 
 static COMMANDS: &[Command] = &[
-    cmd("hello", hello::hello, NONE),
+    cmd("hello", hello::hello, NONE).v1(),
     cmd("isMaster", hello::is_master, NONE),
     cmd("ismaster", hello::is_master, NONE),
-    cmd("ping", info::ping, NONE),
+    cmd("ping", info::ping, NONE).v1(),
     cmd(
         "replSetInitiate",
         repl_set::initiate,
@@ -176,9 +192,9 @@ static COMMANDS: &[Command] = &[
     cmd("nidusBackupClose", repl_set::backup, cluster(&["internal"])),
     cmd("buildInfo", info::build_info, NONE),
     cmd("buildinfo", info::build_info, NONE),
-    cmd("saslStart", auth::sasl_start, NONE),
-    cmd("authenticate", auth::authenticate, NONE),
-    cmd("saslContinue", auth::sasl_continue, NONE),
+    cmd("saslStart", auth::sasl_start, NONE).v1(),
+    cmd("authenticate", auth::authenticate, NONE).v1(),
+    cmd("saslContinue", auth::sasl_continue, NONE).v1(),
     cmd("logout", auth::logout, NONE),
     cmd("connectionStatus", auth::connection_status, NONE),
     cmd("listCommands", info::list_commands, NONE),
@@ -215,17 +231,17 @@ static COMMANDS: &[Command] = &[
         stats::server_status,
         cluster(&["serverStatus"]),
     ),
-    cmd("endSessions", transaction::end_sessions, AUTHED),
+    cmd("endSessions", transaction::end_sessions, AUTHED).v1(),
     cmd("killSessions", transaction::end_sessions, AUTHED),
-    cmd("refreshSessions", transaction::refresh_sessions, AUTHED),
+    cmd("refreshSessions", transaction::refresh_sessions, AUTHED).v1(),
     cmd("startSession", transaction::start_session, AUTHED),
     cmd(
         "killAllSessions",
         transaction::kill_all_sessions,
         cluster(&["killAnySession"]),
     ),
-    cmd("commitTransaction", transaction::commit_transaction, AUTHED),
-    cmd("abortTransaction", transaction::abort_transaction, AUTHED),
+    cmd("commitTransaction", transaction::commit_transaction, AUTHED).v1(),
+    cmd("abortTransaction", transaction::abort_transaction, AUTHED).v1(),
     cmd("getLog", info::get_log, cluster(&["getLog"])),
     cmd("logRotate", admin::log_rotate, cluster(&["logRotate"])),
     cmd("top", admin::top, cluster(&["top"])),
@@ -246,15 +262,16 @@ static COMMANDS: &[Command] = &[
     cmd("features", info::features, AUTHED),
     // Without the cluster's listDatabases action the reply lists only the databases the
     // user has privileges on (MongoDB's authorizedDatabases default).
-    cmd("listDatabases", ddl::list_databases, AUTHED),
+    cmd("listDatabases", ddl::list_databases, AUTHED).v1(),
     cmd(
         "listCollections",
         ddl::list_collections,
         Need::Custom(needs::list_collections),
-    ),
-    cmd("create", ddl::create, coll(&["createCollection"])),
-    cmd("collMod", ddl::coll_mod, coll(&["collMod"])),
-    cmd("drop", ddl::drop, coll(&["dropCollection"])),
+    )
+    .v1(),
+    cmd("create", ddl::create, coll(&["createCollection"])).v1(),
+    cmd("collMod", ddl::coll_mod, coll(&["collMod"])).v1(),
+    cmd("drop", ddl::drop, coll(&["dropCollection"])).v1(),
     cmd(
         "convertToCapped",
         ddl::convert_to_capped,
@@ -269,15 +286,17 @@ static COMMANDS: &[Command] = &[
         "dropDatabase",
         ddl::drop_database,
         database(&["dropDatabase"]),
-    ),
+    )
+    .v1(),
     cmd(
         "renameCollection",
         ddl::rename_collection,
         Need::Custom(needs::rename_collection),
-    ),
-    cmd("createIndexes", ddl::create_indexes, coll(&["createIndex"])),
-    cmd("listIndexes", ddl::list_indexes, coll(&["listIndexes"])),
-    cmd("dropIndexes", ddl::drop_indexes, coll(&["dropIndex"])),
+    )
+    .v1(),
+    cmd("createIndexes", ddl::create_indexes, coll(&["createIndex"])).v1(),
+    cmd("listIndexes", ddl::list_indexes, coll(&["listIndexes"])).v1(),
+    cmd("dropIndexes", ddl::drop_indexes, coll(&["dropIndex"])).v1(),
     cmd(
         "replSetResizeOplog",
         oplog::repl_set_resize_oplog,
@@ -286,19 +305,20 @@ static COMMANDS: &[Command] = &[
     cmd("deleteIndexes", ddl::drop_indexes, coll(&["dropIndex"])),
     cmd("dbStats", stats::db_stats, database(&["dbStats"])),
     cmd("dbstats", stats::db_stats, database(&["dbStats"])),
-    cmd("collStats", stats::coll_stats, coll(&["collStats"])),
+    cmd("collStats", stats::coll_stats, coll(&["collStats"])).v1(),
     cmd("collstats", stats::coll_stats, coll(&["collStats"])),
     cmd("validate", stats::validate, coll(&["validate"])),
-    counted("find", find::find, Counter::Query, coll(&["find"])),
+    counted("find", find::find, Counter::Query, coll(&["find"])).v1(),
     counted(
         "getMore",
         find::get_more,
         Counter::GetMore,
         Need::CursorOwner,
-    ),
-    cmd("killCursors", find::kill_cursors, Need::CursorOwner),
-    cmd("count", find::count, coll(&["find"])),
-    cmd("explain", explain::explain, Need::Custom(needs::explain)),
+    )
+    .v1(),
+    cmd("killCursors", find::kill_cursors, Need::CursorOwner).v1(),
+    cmd("count", find::count, coll(&["find"])).v1(),
+    cmd("explain", explain::explain, Need::Custom(needs::explain)).v1(),
     cmd(
         "planCacheClear",
         plan_cache::plan_cache_clear,
@@ -324,46 +344,54 @@ static COMMANDS: &[Command] = &[
         "aggregate",
         aggregate::aggregate,
         Need::Custom(needs::aggregate),
-    ),
+    )
+    .v1(),
     counted(
         "insert",
         write::insert,
         Counter::None,
         Need::Custom(needs::insert),
-    ),
+    )
+    .v1(),
     counted(
         "update",
         write::update,
         Counter::None,
         Need::Custom(needs::update),
-    ),
-    counted("delete", write::delete, Counter::None, coll(&["remove"])),
+    )
+    .v1(),
+    counted("delete", write::delete, Counter::None, coll(&["remove"])).v1(),
     cmd(
         "bulkWrite",
         bulk_write::bulk_write,
         Need::Custom(needs::bulk_write),
-    ),
+    )
+    .v1(),
     cmd(
         "findAndModify",
         find_and_modify::find_and_modify,
         Need::Custom(needs::find_and_modify),
-    ),
+    )
+    .v1(),
     cmd(
         "findandmodify",
         find_and_modify::find_and_modify,
         Need::Custom(needs::find_and_modify),
-    ),
+    )
+    .v1(),
     cmd(
         "createUser",
         users::create_user,
         Need::Custom(needs::create_user),
-    ),
+    )
+    .v1(),
     cmd(
         "updateUser",
         users::update_user,
         Need::Custom(needs::update_user),
-    ),
-    cmd("dropUser", users::drop_user, database(&["dropUser"])),
+    )
+    .v1(),
+    cmd("dropUser", users::drop_user, database(&["dropUser"])).v1(),
     cmd(
         "dropAllUsersFromDatabase",
         users::drop_all_users,
@@ -378,18 +406,21 @@ static COMMANDS: &[Command] = &[
         "grantRolesToUser",
         users::grant_roles_to_user,
         Need::Custom(needs::grant_roles),
-    ),
+    )
+    .v1(),
     cmd(
         "revokeRolesFromUser",
         users::revoke_roles_from_user,
         Need::Custom(needs::revoke_roles),
-    ),
+    )
+    .v1(),
     cmd(
         "createRole",
         users::create_role,
         Need::Custom(needs::create_role),
-    ),
-    cmd("dropRole", users::drop_role, database(&["dropRole"])),
+    )
+    .v1(),
+    cmd("dropRole", users::drop_role, database(&["dropRole"])).v1(),
     cmd(
         "rolesInfo",
         users::roles_info,
@@ -401,8 +432,39 @@ static COMMANDS: &[Command] = &[
         counter: Counter::Command,
         test_only: true,
         need: cluster(&["configureFailPoint"]),
+        api: api::Api::Unstable,
+    },
+    // MongoDB's test commands for the Stable API's refusals (they do nothing).
+    Command {
+        name: "testDeprecation",
+        handler: info::ping,
+        counter: Counter::Command,
+        test_only: true,
+        need: NONE,
+        api: api::Api::DeprecatedInV1,
+    },
+    Command {
+        name: "testDeprecationInVersion2",
+        handler: info::ping,
+        counter: Counter::Command,
+        test_only: true,
+        need: NONE,
+        api: api::Api::V1,
+    },
+    Command {
+        name: "testVersion2",
+        handler: info::ping,
+        counter: Counter::Command,
+        test_only: true,
+        need: NONE,
+        api: api::Api::Unstable,
     },
 ];
+
+/// Where a command stands in the Stable API (`listCommands`).
+pub fn api_of(name: &str) -> Option<api::Api> {
+    lookup(name).map(|c| c.api)
+}
 
 /// What a command needs under `--auth` (for `explain`, which needs what it explains).
 pub fn need_of(name: &str) -> Option<Need> {
@@ -413,8 +475,12 @@ fn lookup(name: &str) -> Option<&'static Command> {
     COMMANDS.iter().find(|c| c.name == name)
 }
 
-pub fn command_names() -> impl Iterator<Item = &'static str> {
-    COMMANDS.iter().filter(|c| !c.test_only).map(|c| c.name)
+/// The commands this server answers (test commands only when they are enabled).
+pub fn command_names(state: &ServerState) -> impl Iterator<Item = &'static str> + '_ {
+    COMMANDS
+        .iter()
+        .filter(|c| !c.test_only || state.test_commands_enabled())
+        .map(|c| c.name)
 }
 
 /// Runs one command and returns the reply body (never panics; errors become error replies).
@@ -703,6 +769,7 @@ fn run_handler(
             ))
         }
     };
+    let api = api::check(name, command.api, &req.body)?;
     crate::auth::authorize(
         state,
         conn,
@@ -752,6 +819,7 @@ fn run_handler(
         state.repl.as_ref().and_then(|r| r.writer_term()),
         name,
         &req.body,
+        &api,
     )?;
     if let Some(mut stored) = session.as_ref().and_then(|s| s.stored_reply.clone()) {
         // A retried write whose first attempt completed: its reply, not a second execution.
@@ -800,6 +868,7 @@ fn run_handler(
         snapshot,
         op: active.clone(),
         batch: Vec::new(),
+        api,
     };
     let outcome =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (command.handler)(&mut ctx)));
