@@ -696,3 +696,37 @@ def test_max_time_always_times_out_reaches_getmore_of_a_timed_cursor(client, db)
     with pytest.raises(OperationFailure) as e:
         db.command("getMore", timed, collection="c")
     assert e.value.code == 43  # CursorNotFound
+
+
+@pytest.mark.parametrize("command", ["hello", "isMaster"])
+def test_fail_command_with_an_app_name_fails_that_applications_handshake(client, nidus_server, command):
+    """MongoDB reads a handshake's client metadata before the command runs, so a `failCommand`
+    naming an `appName` fails the handshake `hello` of that application (the SDAM spec's
+    'monitors sleep between checks' and CMAP's handshake tests rely on it), and only it."""
+    client.admin.command({
+        "configureFailPoint": "failCommand", "mode": {"times": 1},
+        "data": {"failCommands": [command], "errorCode": 1234, "appName": "handshake-fp"},
+    })
+    try:
+        meta = {"driver": {"name": "t", "version": "1"}, "os": {"type": "Linux"}}
+        other = wire.connect(nidus_server.port)
+        try:
+            reply = wire.command(other, {command: 1, "$db": "admin",
+                                         "client": {**meta, "application": {"name": "another-app"}}})
+            assert reply["ok"] == 1, reply
+        finally:
+            other.close()
+        sock = wire.connect(nidus_server.port)
+        try:
+            body = {command: 1, "$db": "admin", "client": {**meta, "application": {"name": "handshake-fp"}}}
+            reply = wire.command(sock, body)
+            assert (reply["ok"], reply.get("code")) == (0, 1234), reply
+        finally:
+            sock.close()
+        sock = wire.connect(nidus_server.port)
+        try:
+            assert wire.command(sock, body)["ok"] == 1
+        finally:
+            sock.close()
+    finally:
+        client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})

@@ -507,7 +507,20 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
     // The table's name equals the command's first field: no copy of it per command.
     let name: &'static str = command.name;
     count(state, command.counter);
-    let injection = state.fail_points.check(name, conn.app_name.as_deref());
+    // A handshake's `hello` names its application in its own metadata: MongoDB reads it
+    // before the command runs, so `failCommand` with an `appName` fails handshakes too.
+    let handshake_app = match (&conn.app_name, name) {
+        (None, "hello" | "isMaster" | "ismaster") => req
+            .body
+            .get_document("client")
+            .and_then(|c| c.get_document("application"))
+            .and_then(|a| a.get_str("name"))
+            .ok(),
+        _ => None,
+    };
+    let injection = state
+        .fail_points
+        .check(name, conn.app_name.as_deref().or(handshake_app));
     if let Some(inj) = &injection {
         if let Some(pause) = inj.block {
             std::thread::sleep(pause);
