@@ -698,14 +698,18 @@ def test_max_time_always_times_out_reaches_getmore_of_a_timed_cursor(client, db)
     assert e.value.code == 43  # CursorNotFound
 
 
-@pytest.mark.parametrize("command", ["hello", "isMaster"])
-def test_fail_command_with_an_app_name_fails_that_applications_handshake(client, nidus_server, command):
+@pytest.mark.parametrize("configured,command", [("hello", "hello"), ("isMaster", "isMaster"),
+                                                ("isMaster", "ismaster")])
+def test_fail_command_with_an_app_name_fails_that_applications_handshake(client, nidus_server,
+                                                                         configured, command):
     """MongoDB reads a handshake's client metadata before the command runs, so a `failCommand`
     naming an `appName` fails the handshake `hello` of that application (the SDAM spec's
-    'monitors sleep between checks' and CMAP's handshake tests rely on it), and only it."""
+    'monitors sleep between checks' and CMAP's handshake tests rely on it), and only it. A
+    command answers `failCommand` under MongoDB's name for it: pymongo's legacy handshake sends
+    `ismaster`, which a fail point on `isMaster` fails."""
     client.admin.command({
         "configureFailPoint": "failCommand", "mode": {"times": 1},
-        "data": {"failCommands": [command], "errorCode": 1234, "appName": "handshake-fp"},
+        "data": {"failCommands": [configured], "errorCode": 1234, "appName": "handshake-fp"},
     })
     try:
         meta = {"driver": {"name": "t", "version": "1"}, "os": {"type": "Linux"}}

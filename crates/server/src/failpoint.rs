@@ -252,7 +252,12 @@ impl FailPoints {
     pub fn check(&self, command: &str, app_name: Option<&str>) -> Option<Injection> {
         let mut slot = self.fail_command.lock();
         let fc = slot.as_mut()?;
-        if !fc.commands.iter().any(|c| c == command) {
+        let command = crate::commands::canonical_name(command);
+        if !fc
+            .commands
+            .iter()
+            .any(|c| crate::commands::canonical_name(c) == command)
+        {
             return None;
         }
         if let Some(want) = &fc.app_name {

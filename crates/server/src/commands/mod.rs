@@ -461,6 +461,22 @@ static COMMANDS: &[Command] = &[
     },
 ];
 
+/// The name MongoDB registers a command under, for the aliases the table also answers:
+/// `failCommand` names commands by it (a driver's legacy handshake sends `ismaster`).
+pub fn canonical_name(name: &str) -> &str {
+    match name {
+        "ismaster" => "isMaster",
+        "buildinfo" => "buildInfo",
+        "dbhash" => "dbHash",
+        "datasize" => "dataSize",
+        "dbstats" => "dbStats",
+        "collstats" => "collStats",
+        "findandmodify" => "findAndModify",
+        "deleteIndexes" => "dropIndexes",
+        other => other,
+    }
+}
+
 /// Where a command stands in the Stable API (`listCommands`).
 pub fn api_of(name: &str) -> Option<api::Api> {
     lookup(name).map(|c| c.api)
