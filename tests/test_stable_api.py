@@ -59,6 +59,14 @@ PARAMETER_CASES = [
     ({"aggregate": "c", "pipeline": [{"$indexStats": {}}], "cursor": {}, "apiVersion": "1"}, None),
     ({"create": "v", "viewOn": "c", "pipeline": [{"$currentOp": {}}], "apiVersion": "1", "apiStrict": True}, 323),
     ({"aggregate": "c", "pipeline": [{"$match": {}}], "cursor": {}, "apiVersion": "1", "apiStrict": True}, None),
+    # Fields MongoDB's IDL marks unstable (api_version_unstable_fields.js).
+    *[({"find": "c", field: value, "apiVersion": "1", "apiStrict": True}, 323) for field, value in [
+        ("min", {"a": 1}), ("max", {"a": 1}), ("returnKey", False), ("noCursorTimeout", False),
+        ("showRecordId", False), ("tailable", False), ("oplogReplay", False), ("awaitData", False),
+        ("readOnce", False)]],
+    ({"find": "c", "returnKey": False, "apiVersion": "1"}, None),
+    *[({"aggregate": "c", "pipeline": [], "cursor": {}, field: value, "apiVersion": "1", "apiStrict": True}, 323)
+      for field, value in [("isMapReduceCommand", False), ("explain", True)]],
 ]
 
 MESSAGES = {
@@ -79,6 +87,12 @@ def test_api_parameters_are_refused_as_mongodb_refuses_them(db, command, code):
     assert e.value.code == code, e.value.details
     if MESSAGES.get(code):
         assert MESSAGES[code] in e.value.details["errmsg"]
+
+
+def test_unstable_field_error_names_the_field(db):
+    with pytest.raises(OperationFailure) as e:
+        db.command({"find": "c", "showRecordId": True, "apiVersion": "1", "apiStrict": True})
+    assert e.value.details["errmsg"] == "BSON field 'find.showRecordId' is not allowed with apiStrict:true."
 
 
 def test_strict_error_names_the_command_and_the_documentation(db):
@@ -240,3 +254,26 @@ def test_catalog_listings_honour_the_cursor_batch_size(db, command, field):
     with pytest.raises(OperationFailure) as e:
         db.command({**command, "cursor": {"batchSize": -1}})
     assert e.value.code == 51024
+
+
+def test_a_retried_bulk_write_returns_the_first_attempts_results(rs_member, rs_client):
+    """A retryable bulkWrite's stored reply holds its per-operation results: the retry (same
+    session and txnNumber) answers them without running the operations again."""
+    rs_client.stable_api_retry.c.drop()
+    lsid = {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+    body = {
+        "bulkWrite": 1, "errorsOnly": False, "ordered": True,
+        "ops": [{"insert": 0, "document": {"_id": 1}},
+                {"update": 0, "filter": {"_id": 1}, "updateMods": {"$inc": {"n": 1}}}],
+        "nsInfo": [{"ns": "stable_api_retry.c"}],
+        "lsid": lsid, "txnNumber": Int64(7), "$db": "admin",
+    }
+    sock = wire.connect(rs_member.port)
+    try:
+        first = wire.command(sock, body)
+        again = wire.command(sock, body)
+    finally:
+        sock.close()
+    assert first["ok"] == 1 and len(first["cursor"]["firstBatch"]) == 2, first
+    assert again["cursor"]["firstBatch"] == first["cursor"]["firstBatch"]
+    assert rs_client.stable_api_retry.c.find_one({"_id": 1}) == {"_id": 1, "n": 1}

@@ -152,6 +152,14 @@ pub fn check(name: &str, api: Api, body: &Document) -> Result<ApiParameters> {
                 format!("Provided apiStrict:true, but the command {name} attempts to write to system.js"),
             ));
         }
+        if let Some((_, fields)) = UNSTABLE_FIELDS.iter().find(|(c, _)| *c == name) {
+            if let Some(field) = body.keys().find(|k| fields.contains(&k.as_str())) {
+                return Err(Error::new(
+                    ErrorCode::APIStrictError,
+                    format!("BSON field '{name}.{field}' is not allowed with apiStrict:true."),
+                ));
+            }
+        }
         if matches!(name, "aggregate" | "create") {
             if let Some(Bson::Array(pipeline)) = body.get("pipeline") {
                 check_pipeline(pipeline)?;
@@ -168,6 +176,41 @@ pub fn check(name: &str, api: Api, body: &Document) -> Result<ApiParameters> {
     }
     Ok(params)
 }
+
+/// Command fields MongoDB's IDL marks unstable: refused under `apiStrict: true`
+/// (jstests/core/api/api_version_unstable_fields.js).
+const UNSTABLE_FIELDS: &[(&str, &[&str])] = &[
+    (
+        "find",
+        &[
+            "min",
+            "max",
+            "returnKey",
+            "noCursorTimeout",
+            "showRecordId",
+            "tailable",
+            "oplogReplay",
+            "awaitData",
+            "readOnce",
+            "$_requestResumeToken",
+            "$_resumeAfter",
+        ],
+    ),
+    (
+        "aggregate",
+        &[
+            "isMapReduceCommand",
+            "$_requestReshardingResumeToken",
+            "explain",
+            "runtimeConstants",
+            "collectionUUID",
+        ],
+    ),
+    ("create", &["autoIndexId"]),
+    ("listCollections", &["includePendingDrops"]),
+    ("listIndexes", &["includeBuildUUIDs"]),
+    ("getMore", &["term", "lastKnownCommittedOpTime"]),
+];
 
 /// Stages MongoDB leaves out of API Version 1 (diagnostic and catalog stages, Atlas Search).
 const UNSTABLE_STAGES: &[&str] = &[

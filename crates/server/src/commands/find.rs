@@ -212,8 +212,9 @@ pub(super) fn queued_cursor(ctx: &mut Ctx, ns: Namespace, docs: Vec<Bson>) -> Re
     if id != 0 {
         ctx.op.extra.lock().cursor_id = Some(id);
     }
-    ctx.batch = batch;
-    Ok(batch_reply(&ns, id, "firstBatch", Vec::new()))
+    // The batch stays in the reply document (not `ctx.batch`): a retryable `bulkWrite`
+    // stores that document as its reply, and a retry must find its results in it.
+    Ok(batch_reply(&ns, id, "firstBatch", batch))
 }
 
 pub(super) fn register(ctx: &Ctx, mut cursor: Cursor) -> i64 {
