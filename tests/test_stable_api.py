@@ -277,3 +277,26 @@ def test_a_retried_bulk_write_returns_the_first_attempts_results(rs_member, rs_c
     assert first["ok"] == 1 and len(first["cursor"]["firstBatch"]) == 2, first
     assert again["cursor"]["firstBatch"] == first["cursor"]["firstBatch"]
     assert rs_client.stable_api_retry.c.find_one({"_id": 1}) == {"_id": 1, "n": 1}
+
+
+@pytest.mark.parametrize("alias,canonical,command", [
+    ("collstats", "collStats", {}),
+    ("dbstats", "dbStats", {}),
+    ("buildinfo", "buildInfo", {}),
+    ("ismaster", "isMaster", {}),
+    ("findandmodify", "findAndModify", {"query": {"_id": 1}, "update": {"$set": {"a": 1}}}),
+    ("deleteIndexes", "dropIndexes", {"index": "*"}),
+])
+def test_an_alias_is_the_command_it_names(db, alias, canonical, command):
+    """A lowercase alias answers as its command does, under the Stable API too."""
+    db.c.insert_one({"_id": 1})
+
+    def outcome(name):
+        target = "c" if name.lower() not in ("buildinfo", "ismaster", "dbstats") else 1
+        try:
+            db.command({name: target, **command, "apiVersion": "1", "apiStrict": True})
+            return "ok"
+        except OperationFailure as e:
+            return e.code
+
+    assert outcome(alias) == outcome(canonical)

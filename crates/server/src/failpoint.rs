@@ -252,7 +252,7 @@ impl FailPoints {
     pub fn check(&self, command: &str, app_name: Option<&str>) -> Option<Injection> {
         let mut slot = self.fail_command.lock();
         let fc = slot.as_mut()?;
-        let command = crate::commands::canonical_name(command);
+        // `command` is the dispatcher's (registered) name; a configured alias names it too.
         if !fc
             .commands
             .iter()

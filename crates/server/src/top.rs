@@ -58,10 +58,11 @@ fn kind(command: &str) -> Kind {
         "find" | "aggregate" => Kind::Query,
         "getMore" => Kind::GetMore,
         "insert" => Kind::Insert,
-        "update" | "findAndModify" | "findandmodify" => Kind::Update,
+        "update" | "findAndModify" => Kind::Update,
         "delete" => Kind::Remove,
-        "count" | "distinct" | "listIndexes" | "collStats" | "collstats" | "validate"
-        | "dataSize" | "datasize" | "dbHash" | "dbhash" => Kind::ReadCommand,
+        "count" | "distinct" | "listIndexes" | "collStats" | "validate" | "dataSize" | "dbHash" => {
+            Kind::ReadCommand
+        }
         _ => Kind::WriteCommand,
     }
 }

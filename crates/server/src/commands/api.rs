@@ -142,10 +142,7 @@ pub fn check(name: &str, api: Api, body: &Document) -> Result<ApiParameters> {
                 ),
             ));
         }
-        let writes = matches!(
-            name,
-            "insert" | "update" | "delete" | "findAndModify" | "findandmodify"
-        );
+        let writes = matches!(name, "insert" | "update" | "delete" | "findAndModify");
         if writes && matches!(body.get(name), Some(Bson::String(c)) if c == "system.js") {
             return Err(Error::new(
                 ErrorCode::APIStrictError,

@@ -142,7 +142,6 @@ const fn cluster(actions: &'static [&'static str]) -> Need {
 static COMMANDS: &[Command] = &[
     cmd("hello", hello::hello, NONE).v1(),
     cmd("isMaster", hello::is_master, NONE),
-    cmd("ismaster", hello::is_master, NONE),
     cmd("ping", info::ping, NONE).v1(),
     cmd(
         "replSetInitiate",
@@ -191,7 +190,6 @@ static COMMANDS: &[Command] = &[
     cmd("nidusBackupRead", repl_set::backup, cluster(&["internal"])),
     cmd("nidusBackupClose", repl_set::backup, cluster(&["internal"])),
     cmd("buildInfo", info::build_info, NONE),
-    cmd("buildinfo", info::build_info, NONE),
     cmd("saslStart", auth::sasl_start, NONE).v1(),
     cmd("authenticate", auth::authenticate, NONE).v1(),
     cmd("saslContinue", auth::sasl_continue, NONE).v1(),
@@ -251,9 +249,7 @@ static COMMANDS: &[Command] = &[
         cluster(&["connPoolStats"]),
     ),
     cmd("dbHash", admin::db_hash, database(&["dbHash"])),
-    cmd("dbhash", admin::db_hash, database(&["dbHash"])),
     cmd("dataSize", admin::data_size, Need::Custom(needs::data_size)),
-    cmd("datasize", admin::data_size, Need::Custom(needs::data_size)),
     cmd("compact", admin::compact, coll(&["compact"])),
     cmd("profile", profile::profile, Need::Custom(needs::profile)),
     cmd("currentOp", profile::current_op, cluster(&["inprog"])),
@@ -302,11 +298,8 @@ static COMMANDS: &[Command] = &[
         oplog::repl_set_resize_oplog,
         cluster(&["replSetResizeOplog"]),
     ),
-    cmd("deleteIndexes", ddl::drop_indexes, coll(&["dropIndex"])),
     cmd("dbStats", stats::db_stats, database(&["dbStats"])),
-    cmd("dbstats", stats::db_stats, database(&["dbStats"])),
     cmd("collStats", stats::coll_stats, coll(&["collStats"])).v1(),
-    cmd("collstats", stats::coll_stats, coll(&["collStats"])),
     cmd("validate", stats::validate, coll(&["validate"])),
     counted("find", find::find, Counter::Query, coll(&["find"])).v1(),
     counted(
@@ -369,12 +362,6 @@ static COMMANDS: &[Command] = &[
     .v1(),
     cmd(
         "findAndModify",
-        find_and_modify::find_and_modify,
-        Need::Custom(needs::find_and_modify),
-    )
-    .v1(),
-    cmd(
-        "findandmodify",
         find_and_modify::find_and_modify,
         Need::Custom(needs::find_and_modify),
     )
@@ -461,8 +448,9 @@ static COMMANDS: &[Command] = &[
     },
 ];
 
-/// The name MongoDB registers a command under, for the aliases the table also answers:
-/// `failCommand` names commands by it (a driver's legacy handshake sends `ismaster`).
+/// The name MongoDB registers a command under, for the aliases it also answers to: an alias
+/// is the same command (its table entry, privileges, Stable API version, counters, and the
+/// name `failCommand` matches; a driver's legacy handshake sends `ismaster`).
 pub fn canonical_name(name: &str) -> &str {
     match name {
         "ismaster" => "isMaster",
@@ -488,6 +476,7 @@ pub fn need_of(name: &str) -> Option<Need> {
 }
 
 fn lookup(name: &str) -> Option<&'static Command> {
+    let name = canonical_name(name);
     COMMANDS.iter().find(|c| c.name == name)
 }
 
@@ -520,13 +509,14 @@ pub fn run(state: &ServerState, conn: &mut ConnState, req: Request) -> Reply {
             ));
         }
     };
-    // The table's name equals the command's first field: no copy of it per command.
+    // The table's name is the command's first field, or the command an alias names: no
+    // copy of it per command.
     let name: &'static str = command.name;
     count(state, command.counter);
     // A handshake's `hello` names its application in its own metadata: MongoDB reads it
     // before the command runs, so `failCommand` with an `appName` fails handshakes too.
     let handshake_app = match (&conn.app_name, name) {
-        (None, "hello" | "isMaster" | "ismaster") => req
+        (None, "hello" | "isMaster") => req
             .body
             .get_document("client")
             .and_then(|c| c.get_document("application"))
@@ -606,7 +596,7 @@ fn finish_op(
     error: Option<Error>,
 ) {
     // Awaitable `hello` waits by design; MongoDB does not report it as slow either.
-    if matches!(name, "hello" | "isMaster" | "ismaster") {
+    if matches!(name, "hello" | "isMaster") {
         return;
     }
     let millis = active.working_time(elapsed).as_millis() as u64;
