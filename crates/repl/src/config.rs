@@ -3,6 +3,7 @@
 
 use bson::{doc, oid::ObjectId, Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
+use nidus_doc::compare::type_name;
 
 /// MongoDB's limits on a configuration.
 pub const MAX_MEMBERS: usize = 50;
@@ -81,6 +82,18 @@ pub struct Settings {
     pub catch_up_timeout_millis: i64,
     pub catch_up_takeover_delay_millis: i64,
     pub replica_set_id: ObjectId,
+    /// `getLastErrorModes`: the custom write concern modes, in the order given.
+    pub write_modes: Vec<WriteMode>,
+}
+
+/// A custom write concern mode (`settings.getLastErrorModes.<name>`): a write satisfies it
+/// once, for each constraint, the members holding it carry at least that many distinct
+/// values of the tag (MongoDB's `ReplSetTagPattern`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteMode {
+    pub name: String,
+    /// (tag key, minimum number of distinct values), one per key (the largest count given).
+    pub constraints: Vec<(String, i32)>,
 }
 
 impl Default for Settings {
@@ -93,6 +106,7 @@ impl Default for Settings {
             catch_up_timeout_millis: -1,
             catch_up_takeover_delay_millis: 30000,
             replica_set_id: ObjectId::new(),
+            write_modes: Vec::new(),
         }
     }
 }
@@ -233,6 +247,17 @@ impl ReplSetConfig {
             parsed.push(parse_member(m)?);
         }
         let settings = parse_settings(d.get_document("settings").ok())?;
+        // MongoDB's `convertToTagPatternMap`: every key a mode constrains is some member's.
+        for mode in &settings.write_modes {
+            for (key, _) in &mode.constraints {
+                if !parsed.iter().any(|m| m.tags.contains_key(key)) {
+                    return Err(Error::new(
+                        ErrorCode::NoSuchKey,
+                        format!("No replica set tag key {key} in config"),
+                    ));
+                }
+            }
+        }
         let config = ReplSetConfig {
             set_name,
             version,
@@ -302,6 +327,39 @@ impl ReplSetConfig {
         Ok(())
     }
 
+    /// The custom write concern mode `name` (`w: "<name>"`), or MongoDB's
+    /// UnknownReplWriteConcern.
+    pub fn write_mode(&self, name: &str) -> Result<&WriteMode> {
+        self.settings
+            .write_modes
+            .iter()
+            .find(|m| m.name == name)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorCode::UnknownReplWriteConcern,
+                    format!(
+                        "No write concern mode named '{name}' found in replica set configuration"
+                    ),
+                )
+            })
+    }
+
+    /// Whether the members `holds` answers true for (by Raft id) satisfy `mode`: for each
+    /// constraint, as many distinct values of its tag among them as it asks for.
+    pub fn satisfies(&self, mode: &WriteMode, holds: impl Fn(u64) -> bool) -> bool {
+        let holders: Vec<&MemberConfig> =
+            self.members.iter().filter(|m| holds(m.raft_id())).collect();
+        mode.constraints.iter().all(|(key, min)| {
+            let mut values: Vec<&str> = holders
+                .iter()
+                .filter_map(|m| m.tags.get_str(key).ok())
+                .collect();
+            values.sort_unstable();
+            values.dedup();
+            values.len() >= usize::try_from(*min).unwrap_or(usize::MAX)
+        })
+    }
+
     pub fn member_by_raft_id(&self, id: u64) -> Option<&MemberConfig> {
         self.members.iter().find(|m| m.raft_id() == id)
     }
@@ -347,7 +405,14 @@ impl ReplSetConfig {
                 "electionTimeoutMillis": s.election_timeout_millis as i32,
                 "catchUpTimeoutMillis": s.catch_up_timeout_millis as i32,
                 "catchUpTakeoverDelayMillis": s.catch_up_takeover_delay_millis as i32,
-                "getLastErrorModes": {},
+                "getLastErrorModes": s.write_modes.iter().map(|m| {
+                    let constraints: Document = m
+                        .constraints
+                        .iter()
+                        .map(|(k, n)| (k.clone(), Bson::Int32(*n)))
+                        .collect();
+                    (m.name.clone(), Bson::Document(constraints))
+                }).collect::<Document>(),
                 "getLastErrorDefaults": { "w": 1, "wtimeout": 0 },
                 "replicaSetId": s.replica_set_id,
             },
@@ -456,9 +521,85 @@ fn parse_member(m: &Document) -> Result<MemberConfig> {
         hidden,
         secondary_delay_secs,
         build_indexes,
-        tags: m.get_document("tags").cloned().unwrap_or_default(),
+        tags: parse_tags(m)?,
         newly_added,
     })
+}
+
+/// A member's `tags`: string values only (MongoDB's `MemberConfig`).
+fn parse_tags(m: &Document) -> Result<Document> {
+    let tags = match m.get("tags") {
+        None => return Ok(Document::new()),
+        Some(Bson::Document(t)) => t,
+        Some(v) => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'MemberConfig.tags' is the wrong type '{}', expected type 'object'",
+                type_name(v)
+            )))
+        }
+    };
+    for (k, v) in tags {
+        if !matches!(v, Bson::String(_)) {
+            return Err(Error::type_mismatch(format!(
+                "tags.{k} field has non-string value of type {}",
+                type_name(v)
+            )));
+        }
+    }
+    Ok(tags.clone())
+}
+
+/// `settings.getLastErrorModes` as MongoDB's `ReplSetWriteConcernModeDefinitions` parses it.
+fn parse_write_modes(v: &Bson) -> Result<Vec<WriteMode>> {
+    const FIELD: &str = "getLastErrorModes";
+    let Bson::Document(modes) = v else {
+        return Err(Error::type_mismatch(format!(
+            "Expected {FIELD} to be an Object, it actually had type {}",
+            type_name(v)
+        )));
+    };
+    let mut out: Vec<WriteMode> = Vec::new();
+    for (raw_name, def) in modes {
+        let name = nidus_common::repeated::original_name(raw_name);
+        if out.iter().any(|m| m.name == name) {
+            return Err(Error::new(
+                ErrorCode::Location(51001),
+                format!("{FIELD} contains multiple fields named {name}"),
+            ));
+        }
+        let Bson::Document(def) = def else {
+            return Err(Error::type_mismatch(format!(
+                "Expected {FIELD}.{name} to be an Object, not {}",
+                type_name(def)
+            )));
+        };
+        let mut constraints: Vec<(String, i32)> = Vec::new();
+        for (raw_key, count) in def {
+            let key = nidus_common::repeated::original_name(raw_key);
+            let Some(n) = number(count) else {
+                return Err(Error::type_mismatch(format!(
+                    "Expected {FIELD}.{name}.{key} to be a number, not {}",
+                    type_name(count)
+                )));
+            };
+            // `numberInt()`: doubles truncate toward zero, saturating at the int32 range.
+            let min = n.clamp(i32::MIN as f64, i32::MAX as f64) as i32;
+            if min <= 0 {
+                return Err(Error::bad_value(format!(
+                    "Value of {FIELD}.{name}.{key} must be positive, but found {min}"
+                )));
+            }
+            match constraints.iter_mut().find(|(k, _)| k == key) {
+                Some((_, m)) => *m = (*m).max(min),
+                None => constraints.push((key.to_string(), min)),
+            }
+        }
+        out.push(WriteMode {
+            name: name.to_string(),
+            constraints,
+        });
+    }
+    Ok(out)
 }
 
 fn parse_settings(s: Option<&Document>) -> Result<Settings> {
@@ -484,6 +625,9 @@ fn parse_settings(s: Option<&Document>) -> Result<Settings> {
     if let Ok(id) = s.get_object_id("replicaSetId") {
         out.replica_set_id = id;
     }
+    if let Some(modes) = s.get("getLastErrorModes") {
+        out.write_modes = parse_write_modes(modes)?;
+    }
     Ok(out)
 }
 
@@ -497,6 +641,37 @@ mod tests {
             { "_id": 1, "host": "h2:2", "priority": 2 },
             { "_id": 2, "host": "h3:3", "priority": 0, "votes": 0 },
         ], "settings": { "electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500 } }
+    }
+
+    #[test]
+    fn a_write_mode_counts_distinct_tag_values_of_the_members_holding_the_write() {
+        let mut d = three();
+        let tags = [("east", "e1"), ("east", "e2"), ("west", "w1")];
+        for (m, (dc, rack)) in d.get_array_mut("members").unwrap().iter_mut().zip(tags) {
+            if let Bson::Document(m) = m {
+                m.insert("tags", doc! { "dc": dc, "rack": rack });
+            }
+        }
+        d.get_document_mut("settings").unwrap().insert(
+            "getLastErrorModes",
+            doc! { "multiDC": { "dc": 2 }, "both": { "dc": 2, "rack": 3 }, "many": { "dc": 3 } },
+        );
+        let c = ReplSetConfig::parse(&d).unwrap();
+        let multi = c.write_mode("multiDC").unwrap();
+        // Raft ids are `_id` + 1: members 1 and 2 are both east.
+        assert!(!c.satisfies(multi, |id| id <= 2));
+        assert!(c.satisfies(multi, |id| id != 2));
+        let both = c.write_mode("both").unwrap();
+        assert!(!c.satisfies(both, |id| id != 2));
+        assert!(c.satisfies(both, |_| true));
+        assert!(!c.satisfies(c.write_mode("many").unwrap(), |_| true));
+        assert_eq!(
+            c.write_mode("none").unwrap_err().code,
+            ErrorCode::UnknownReplWriteConcern
+        );
+        // Written back as given, and read back the same.
+        let again = ReplSetConfig::from_stored(&c.to_document()).unwrap();
+        assert_eq!(again.settings.write_modes, c.settings.write_modes);
     }
 
     #[test]

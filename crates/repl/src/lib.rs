@@ -99,7 +99,7 @@ impl View {
 }
 
 /// How a write concern wait ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ReplicationWait {
     /// The members asked for hold the entry (for `majority`, the set's Raft commit does).
     Satisfied,
@@ -108,6 +108,21 @@ pub enum ReplicationWait {
     TimedOut,
     /// This member stopped being primary while waiting.
     NotPrimary,
+    /// A custom write concern mode the configuration does not define (it may have changed
+    /// since the command was checked): MongoDB's UnknownReplWriteConcern.
+    UnknownMode(nidus_common::Error),
+    /// A custom write concern mode that even every member holding the entry would not
+    /// satisfy: MongoDB's UnsatisfiableWriteConcern.
+    Unsatisfiable(String),
+}
+
+/// Which members must hold a write (beyond the Raft commit `majority` asks for).
+#[derive(Debug, Clone, Copy)]
+pub enum Acknowledgers<'a> {
+    /// At least this many members (`w: <number>`).
+    Count(i64),
+    /// A custom write concern mode by name (`w: "<mode>"`, `settings.getLastErrorModes`).
+    Mode(&'a str),
 }
 
 /// What this member last learned about a peer from heartbeats.
@@ -372,7 +387,7 @@ impl Coordinator {
         &self,
         ts: bson::Timestamp,
         majority: bool,
-        nodes: i64,
+        acknowledgers: Acknowledgers<'_>,
         deadline: Option<Instant>,
     ) -> ReplicationWait {
         if self.implicit() {
@@ -389,8 +404,29 @@ impl Coordinator {
                 let committed =
                     ((v.committed.ts.time as u64) << 32) | v.committed.ts.increment as u64;
                 let majority_ok = !majority || committed >= target;
-                let holding = v.member_ts.values().filter(|t| **t >= target).count() as i64;
-                if majority_ok && holding >= nodes {
+                let held = match acknowledgers {
+                    Acknowledgers::Count(nodes) => {
+                        v.member_ts.values().filter(|t| **t >= target).count() as i64 >= nodes
+                    }
+                    Acknowledgers::Mode(name) => {
+                        let Some(config) = v.config.as_ref() else {
+                            return ReplicationWait::NotPrimary;
+                        };
+                        let mode = match config.write_mode(name) {
+                            Ok(m) => m,
+                            Err(e) => return ReplicationWait::UnknownMode(e),
+                        };
+                        if !config.satisfies(mode, |_| true) {
+                            return ReplicationWait::Unsatisfiable(format!(
+                                "Not enough nodes match write concern mode \"{name}\""
+                            ));
+                        }
+                        config.satisfies(mode, |id| {
+                            v.member_ts.get(&id).is_some_and(|t| *t >= target)
+                        })
+                    }
+                };
+                if majority_ok && held {
                     return ReplicationWait::Satisfied;
                 }
             }
@@ -951,6 +987,11 @@ impl Coordinator {
             }
             if m.secondary_delay_secs > 0 {
                 reply.insert("secondaryDelaySecs", m.secondary_delay_secs);
+            }
+            // Drivers select members by these (read preference tag sets); MongoDB sends the
+            // field only for a member that has tags.
+            if !m.tags.is_empty() {
+                reply.insert("tags", m.tags.clone());
             }
         }
         if v.state == MemberState::Primary {

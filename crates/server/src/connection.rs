@@ -741,7 +741,7 @@ fn runs_inline(state: &ServerState, msg: &nidus_wire::OpMsg) -> bool {
                 | Bson::JavaScriptCode(_) | Bson::JavaScriptCodeWithScope(_)))
     };
     let write_waits = || match commands::WriteConcern::parse(body) {
-        Ok(wc) => wc.journal || wc.majority || wc.nodes.is_some_and(|n| n > 1),
+        Ok(wc) => wc.journal || wc.majority || wc.mode.is_some() || wc.nodes.is_some_and(|n| n > 1),
         Err(_) => true,
     };
     match name.as_str() {

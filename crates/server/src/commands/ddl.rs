@@ -939,8 +939,14 @@ fn wait_for_commit_quorum(ctx: &Ctx, majority: bool, nodes: i64) -> Result<()> {
     if !majority && nodes <= 1 {
         return Ok(());
     }
-    match repl.wait_for_replication(ts, majority, nodes, ctx.deadline) {
+    let quorum = nidus_repl::Acknowledgers::Count(nodes);
+    match repl.wait_for_replication(ts, majority, quorum, ctx.deadline) {
         nidus_repl::ReplicationWait::Satisfied | nidus_repl::ReplicationWait::Alone => Ok(()),
+        // Only a write concern names a mode.
+        nidus_repl::ReplicationWait::UnknownMode(e) => Err(e),
+        nidus_repl::ReplicationWait::Unsatisfiable(msg) => {
+            Err(Error::new(ErrorCode::UnsatisfiableWriteConcern, msg))
+        }
         nidus_repl::ReplicationWait::TimedOut => Err(Error::new(
             ErrorCode::MaxTimeMSExpired,
             "operation exceeded time limit",

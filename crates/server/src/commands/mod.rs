@@ -830,6 +830,7 @@ fn run_handler(
         repl.wait_for_read_concern(rc, deadline)?;
     }
     let write_concern = WriteConcern::parse(&req.body)?;
+    write_concern.check_mode(state)?;
     // This thread's last logged write belongs to an earlier command until the handler runs.
     let _ = nidus_engine::oplog::take_last_write_ts();
     let session = state.sessions.bind(
@@ -1062,6 +1063,9 @@ pub struct WriteConcern {
     pub nodes: Option<i64>,
     /// `w: "majority"`.
     pub majority: bool,
+    /// `w: "<name>"` other than `"majority"`: a custom mode of the replica set configuration
+    /// (`settings.getLastErrorModes`), checked by [`WriteConcern::check_mode`].
+    pub mode: Option<String>,
     /// `wtimeout` in milliseconds (0 or absent: no limit).
     pub wtimeout_ms: Option<i64>,
     /// The `writeConcern` document as the client gave it (for `errInfo`).
@@ -1075,6 +1079,7 @@ impl WriteConcern {
                 journal: false,
                 nodes: None,
                 majority: false,
+                mode: None,
                 wtimeout_ms: None,
                 spec: None,
             });
@@ -1100,12 +1105,7 @@ impl WriteConcern {
         let (majority, w0) = match wc.get("w") {
             None => (false, false),
             Some(Bson::String(s)) if s == "majority" => (true, false),
-            Some(Bson::String(s)) => {
-                return Err(Error::new(
-                    ErrorCode::UnknownReplWriteConcern,
-                    format!("No write concern mode named '{s}' found in replica set configuration"),
-                ))
-            }
+            Some(Bson::String(_)) => (false, false),
             Some(Bson::Int32(n)) if *n < 0 => {
                 return Err(Error::new(
                     ErrorCode::FailedToParse,
@@ -1146,9 +1146,34 @@ impl WriteConcern {
             journal: j || majority,
             nodes,
             majority,
+            mode: match wc.get("w") {
+                Some(Bson::String(s)) if s != "majority" => Some(s.clone()),
+                _ => None,
+            },
             wtimeout_ms,
             spec: Some(wc.clone()),
         })
+    }
+
+    /// MongoDB's `validateWriteConcern` of a custom mode, before the command runs: a
+    /// standalone has none (BadValue), a replica set only those its configuration defines
+    /// (UnknownReplWriteConcern).
+    pub fn check_mode(&self, state: &ServerState) -> Result<()> {
+        let Some(mode) = &self.mode else {
+            return Ok(());
+        };
+        let config = state.repl.as_ref().and_then(|r| r.view().config);
+        match config {
+            Some(config) => config.write_mode(mode).map(|_| ()),
+            // The implicit one-member set has no configuration, so no modes.
+            None if state.config.repl_set.is_some() => Err(Error::new(
+                ErrorCode::UnknownReplWriteConcern,
+                format!("No write concern mode named '{mode}' found in replica set configuration"),
+            )),
+            None => Err(Error::bad_value(format!(
+                "cannot use non-majority 'w' mode {mode} when a host is not a member of a replica set"
+            ))),
+        }
     }
 
     /// A `w` above the number of data-bearing members cannot be satisfied: the write is done

@@ -278,7 +278,7 @@ pub enum WriteConcernWait {
     Failed(Document),
 }
 
-/// Waits for `w: "majority"` / `w: N` (N > 1) after a write that logged `last_write`, until
+/// Waits for `w: "majority"` / `w: N` (N > 1) / `w: "<custom mode>"` after a write that logged `last_write`, until
 /// `wtimeout` (or the command's `maxTimeMS`). The write stays done either way; a timeout is
 /// MongoDB's write concern error 64.
 pub fn wait_for_write_concern(
@@ -290,17 +290,23 @@ pub fn wait_for_write_concern(
     let (Some(repl), Some(ts)) = (state.repl.as_ref(), last_write) else {
         return WriteConcernWait::NotWaited;
     };
-    let nodes = wc.nodes.unwrap_or(1);
-    if (!wc.majority && nodes <= 1) || nodes > repl.data_bearing_members() as i64 {
-        return WriteConcernWait::NotWaited;
-    }
+    let acknowledgers = match &wc.mode {
+        Some(mode) => nidus_repl::Acknowledgers::Mode(mode),
+        None => {
+            let nodes = wc.nodes.unwrap_or(1);
+            if (!wc.majority && nodes <= 1) || nodes > repl.data_bearing_members() as i64 {
+                return WriteConcernWait::NotWaited;
+            }
+            nidus_repl::Acknowledgers::Count(nodes)
+        }
+    };
     let until = wc
         .wtimeout_ms
         .map(|ms| std::time::Instant::now() + Duration::from_millis(ms as u64))
         .into_iter()
         .chain(deadline)
         .min();
-    match repl.wait_for_replication(ts, wc.majority, nodes, until) {
+    match repl.wait_for_replication(ts, wc.majority, acknowledgers, until) {
         nidus_repl::ReplicationWait::Satisfied if wc.majority => {
             WriteConcernWait::MajorityCommitted
         }
@@ -316,6 +322,16 @@ pub fn wait_for_write_concern(
                 "errInfo": { "wtimeout": true, "writeConcern": spec },
             })
         }
+        nidus_repl::ReplicationWait::UnknownMode(e) => WriteConcernWait::Failed(bson::doc! {
+            "code": e.code.code(),
+            "codeName": e.code.name().into_owned(),
+            "errmsg": e.message.clone(),
+        }),
+        nidus_repl::ReplicationWait::Unsatisfiable(msg) => WriteConcernWait::Failed(bson::doc! {
+            "code": ErrorCode::UnsatisfiableWriteConcern.code(),
+            "codeName": "UnsatisfiableWriteConcern",
+            "errmsg": msg,
+        }),
         nidus_repl::ReplicationWait::NotPrimary => WriteConcernWait::Failed(bson::doc! {
             "code": ErrorCode::InterruptedDueToReplStateChange.code(),
             "codeName": "InterruptedDueToReplStateChange",
