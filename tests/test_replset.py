@@ -677,6 +677,14 @@ def test_out_and_merge_on_a_secondary_write_through_the_primary(rs):
         r = agg([{"$match": {"_id": 5}}, {"$merge": {"into": "tgt", "whenNotMatched": "fail"}}],
                 **{"$readPreference": secondary_ok})
         assert (r["ok"], r["code"]) == (0.0, 13113), r
+        # A whenMatched pipeline with let variables: the first run inserts the results (none
+        # matches), the second updates each through the pipeline on the primary.
+        piped = [{"$match": {"v": 2}}, {"$project": {"k": 1}},
+                 {"$merge": {"into": "tgt", "on": "k", "let": {"key": "$k"}, "whenMatched": [
+                     {"$set": {"hits": {"$add": [{"$ifNull": ["$hits", 0]}, 1]}, "by": "$$key"}}]}}]
+        for _ in range(2):
+            r = agg(piped, **{"$readPreference": secondary_ok, "writeConcern": majority})
+            assert r["ok"] == 1.0, r
     finally:
         sock.close()
 
@@ -687,7 +695,8 @@ def test_out_and_merge_on_a_secondary_write_through_the_primary(rs):
         assert [n for n in pc.test.list_collection_names() if n.startswith("tmp.agg_out")] == []
         assert sorted(pc.test.tgt.find(), key=lambda d: str(d["_id"])) == sorted(
             [{"_id": 0, "old": True, "k": "k0", "n": 0}, {"_id": 100, "keep": 1}]
-            + [{"_id": i, "k": f"k{i}", "n": 0} for i in (3, 6, 9)],
+            + [{"_id": i, "k": f"k{i}", "n": 0} for i in (3, 6, 9)]
+            + [{"_id": i, "k": f"k{i}", "hits": 1, "by": f"k{i}"} for i in (2, 5, 8, 11)],
             key=lambda d: str(d["_id"]))
     # Every member converges on the primary's result.
     assert len(wait_same_data(rs, rs.members, coll="dst")) == 4

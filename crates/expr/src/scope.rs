@@ -85,13 +85,18 @@ impl LetScope {
     /// document (a field path evaluates to missing, which binds null); later variables may
     /// read earlier ones.
     pub fn new(spec: Option<&Document>) -> Result<LetScope> {
+        LetScope::over(spec, &Document::new())
+    }
+
+    /// [`LetScope::new`] with the values evaluated over `root` (`$merge`'s `let`, evaluated
+    /// over each result document it writes).
+    pub fn over(spec: Option<&Document>, root: &Document) -> Result<LetScope> {
         let now = DateTime::now();
         let ctx = ParseContext::new();
         let mut bindings = Bindings::at(now);
-        let empty = Document::new();
         for (name, v) in spec.into_iter().flatten() {
             let e = Expression::parse(v, &ctx)?;
-            let mut vars = Variables::for_doc(&empty);
+            let mut vars = Variables::for_doc(root);
             bindings.bind(&mut vars);
             let value = e.evaluate(&mut vars)?.unwrap_or(Bson::Null);
             let id = ctx.define_variable(name)?;
@@ -101,6 +106,11 @@ impl LetScope {
             ctx,
             bindings: Arc::new(bindings),
         })
+    }
+
+    /// The variables' values, in the order of the `let` document.
+    pub fn values(&self) -> impl Iterator<Item = &Bson> {
+        self.bindings.values.iter().map(|(_, v)| v)
     }
 
     /// Where the command's expressions are parsed (the `let` names are defined).

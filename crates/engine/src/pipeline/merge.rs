@@ -2,9 +2,12 @@
 //! the `on` fields (default `_id`).
 //!
 //! `whenMatched`: `merge` (default; top-level fields of the result overwrite the target's),
-//! `replace`, `keepExisting`, `fail`; `whenNotMatched`: `insert` (default), `discard`, `fail`.
-//! Each result is one update (upsert when inserting) through the engine's write path; a
-//! pipeline for `whenMatched` is not supported yet. The input is read whole before the
+//! `replace`, `keepExisting`, `fail`, or an update pipeline (`$addFields`/`$set`, `$project`/
+//! `$unset`, `$replaceRoot`/`$replaceWith`) run on the matched document with the `let`
+//! variables evaluated over the result (default `{new: "$$ROOT"}`); `whenNotMatched`:
+//! `insert` (default; with a pipeline, the result itself), `discard`, `fail`.
+//! Each result is one update (upsert when inserting) through the engine's write path. The
+//! input is read whole before the
 //! first write, so merging into the collection being read never sees its own writes.
 //! `on` fields other than `_id` need a unique index on exactly those fields. On a secondary
 //! (`ExpCtx::primary`) the writes go to the primary as batched `insert`/`update` commands.
@@ -19,12 +22,17 @@ use nidus_query::update::Update;
 use std::any::Any;
 use std::sync::Arc;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum WhenMatched {
     Merge,
     Replace,
     KeepExisting,
     Fail,
+    /// An update pipeline's stages, and the `let` variables its expressions may read.
+    Pipeline {
+        stages: Vec<Bson>,
+        vars: Document,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,20 +114,24 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     let mut on = vec!["_id".to_string()];
     let mut when_matched = WhenMatched::Merge;
     let mut when_not_matched = WhenNotMatched::Insert;
+    let mut let_vars: Option<Document> = None;
     for (k, v) in &spec {
         match k.as_str() {
             "into" => into = Some(target(v, &pcx.db)?),
             "on" => on = parse_on(v)?,
-            "whenMatched" => when_matched = match v {
-                Bson::String(s) if s == "merge" => WhenMatched::Merge,
-                Bson::String(s) if s == "replace" => WhenMatched::Replace,
-                Bson::String(s) if s == "keepExisting" => WhenMatched::KeepExisting,
-                Bson::String(s) if s == "fail" => WhenMatched::Fail,
-                Bson::Array(_) => return Err(Error::bad_value(
-                    "$merge with a pipeline for 'whenMatched' is not supported by this server yet",
-                )),
-                other => return Err(bad_value("whenMatched", other)),
-            },
+            "whenMatched" => {
+                when_matched = match v {
+                    Bson::String(s) if s == "merge" => WhenMatched::Merge,
+                    Bson::String(s) if s == "replace" => WhenMatched::Replace,
+                    Bson::String(s) if s == "keepExisting" => WhenMatched::KeepExisting,
+                    Bson::String(s) if s == "fail" => WhenMatched::Fail,
+                    Bson::Array(stages) => WhenMatched::Pipeline {
+                        stages: stages.clone(),
+                        vars: Document::new(),
+                    },
+                    other => return Err(bad_value("whenMatched", other)),
+                }
+            }
             "whenNotMatched" => {
                 when_not_matched = match v {
                     Bson::String(s) if s == "insert" => WhenNotMatched::Insert,
@@ -128,7 +140,15 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
                     other => return Err(bad_value("whenNotMatched", other)),
                 }
             }
-            "let" => {}
+            "let" => {
+                let_vars = match v {
+                    Bson::Document(d) => Some(d.clone()),
+                    other => return Err(Error::type_mismatch(format!(
+                        "BSON field '$merge.let' is the wrong type '{}', expected type 'object'",
+                        super::type_name(other)
+                    ))),
+                }
+            }
             other => return Err(unknown(other)),
         }
     }
@@ -139,6 +159,53 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         )
     })?;
     crate::namespace::validate_coll_name(&into.db, &into.coll)?;
+    let when_matched = match when_matched {
+        WhenMatched::Pipeline { stages, .. } => {
+            // MongoDB's defaults: `{new: "$$ROOT"}`; `new` is reserved for the result.
+            let mut vars = let_vars.unwrap_or_else(|| bson::doc! {"new": "$$ROOT"});
+            match vars.get("new") {
+                None => {
+                    if when_not_matched == WhenNotMatched::Insert {
+                        vars.insert("new", "$$ROOT");
+                    }
+                }
+                Some(Bson::String(s)) if s == "$$ROOT" => {}
+                Some(_) => {
+                    return Err(Error::new(
+                        ErrorCode::Location(51273),
+                        "'let' may not define a value for the reserved 'new' variable other than '$$ROOT'",
+                    ))
+                }
+            }
+            // The pipeline is checked now (its stages, its expressions, the variables they
+            // name) in a scope that defines the variables; it runs with their values.
+            let names: Document = pcx
+                .bindings()
+                .into_iter()
+                .map(|b| b.name)
+                .chain(vars.keys().cloned())
+                .map(|k| (k, Bson::Document(bson::doc! {"$literal": Bson::Null})))
+                .collect();
+            Update::parse_in(
+                &Bson::Array(stages.clone()),
+                None,
+                &nidus_expr::LetScope::new(Some(&names))?,
+            )?;
+            WhenMatched::Pipeline { stages, vars }
+        }
+        other => {
+            if let_vars.is_some() {
+                return Err(Error::new(
+                    ErrorCode::Location(51199),
+                    format!(
+                        "Cannot use 'let' variables with 'whenMatched: {}' mode",
+                        other.name()
+                    ),
+                ));
+            }
+            other
+        }
+    };
     Ok(vec![Arc::new(Merge {
         into,
         on,
@@ -174,6 +241,19 @@ fn parse_on(v: &Bson) -> Result<Vec<String>> {
         ));
     }
     Ok(fields)
+}
+
+impl WhenMatched {
+    /// The mode's name as `$merge` is written (`pipeline` for a pipeline).
+    fn name(&self) -> &'static str {
+        match self {
+            WhenMatched::Merge => "merge",
+            WhenMatched::Replace => "replace",
+            WhenMatched::KeepExisting => "keepExisting",
+            WhenMatched::Fail => "fail",
+            WhenMatched::Pipeline { .. } => "pipeline",
+        }
+    }
 }
 
 impl Merge {
@@ -228,6 +308,13 @@ impl Merge {
             deadline: ctx.deadline(),
             ..WriteOpts::default()
         };
+        if let WhenMatched::Pipeline { stages, vars } = &self.when_matched {
+            for d in docs {
+                ctx.check_interrupt()?;
+                self.merge_with_pipeline(&coll, &d, stages, vars, ctx, &opts)?;
+            }
+            return Ok(Box::new(Empty));
+        }
         for d in docs {
             ctx.check_interrupt()?;
             if self.inserts_only() {
@@ -259,6 +346,54 @@ impl Merge {
         Ok(Box::new(Empty))
     }
 
+    /// `whenMatched: [pipeline]` for one result `d`: the pipeline updates the document its
+    /// `on` fields match; without one, `d` itself is inserted (MongoDB's upsert of the
+    /// supplied document), discarded, or the stage fails.
+    fn merge_with_pipeline(
+        &self,
+        coll: &crate::CollectionRef,
+        d: &Document,
+        stages: &[Bson],
+        vars: &Document,
+        ctx: &ExpCtx,
+        opts: &WriteOpts,
+    ) -> Result<()> {
+        let spec = UpdateSpec {
+            filter: self.filter(d)?,
+            update: Update::parse_in(
+                &Bson::Array(stages.to_vec()),
+                None,
+                &pipeline_scope(vars, d, ctx)?,
+            )?,
+            multi: false,
+            upsert: false,
+            sort: None,
+            hint: None,
+        };
+        if ctx.engine.update(coll, &spec, opts)?.n_matched > 0 {
+            return Ok(());
+        }
+        match self.when_not_matched {
+            WhenNotMatched::Discard => Ok(()),
+            WhenNotMatched::Fail => Err(no_match()),
+            WhenNotMatched::Insert => {
+                let raw =
+                    RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))?;
+                match ctx.engine.insert_one(coll, &prepare_insert(&raw)?, opts) {
+                    // Inserted by another writer since the update looked: it is matched now.
+                    Err(e) if e.code == ErrorCode::DuplicateKey => {
+                        if ctx.engine.update(coll, &spec, opts)?.n_matched > 0 {
+                            Ok(())
+                        } else {
+                            Err(e)
+                        }
+                    }
+                    other => other.map(|_| ()),
+                }
+            }
+        }
+    }
+
     /// The writes of [`Merge::run`] as batched commands on the primary (the target created
     /// there first, as `ensure_collection` does here).
     fn run_on_primary(
@@ -271,6 +406,38 @@ impl Merge {
         match primary.run(db, bson::doc! {"create": &self.into.coll}) {
             Err(e) if e.code != ErrorCode::NamespaceExists => return Err(e),
             _ => {}
+        }
+        if let WhenMatched::Pipeline { stages, vars } = &self.when_matched {
+            // One update per result: whether it matched decides whether it is inserted.
+            for d in &docs {
+                ctx.check_interrupt()?;
+                let constants: Document = pipeline_values(vars, d, ctx)?
+                    .into_iter()
+                    .map(|(k, v)| (k, Bson::Document(bson::doc! {"$literal": v})))
+                    .collect();
+                let statement = bson::doc! {
+                    "q": self.filter(d)?, "u": stages.to_vec(), "c": constants,
+                    "upsert": false, "multi": false,
+                };
+                let reply = primary.run(
+                    db,
+                    bson::doc! {"update": &self.into.coll, "updates": [statement], "ordered": true},
+                )?;
+                if matches!(reply.get("n"), Some(Bson::Int32(n)) if *n > 0) {
+                    continue;
+                }
+                match self.when_not_matched {
+                    WhenNotMatched::Discard => {}
+                    WhenNotMatched::Fail => return Err(no_match()),
+                    WhenNotMatched::Insert => {
+                        primary.run(
+                            db,
+                            bson::doc! {"insert": &self.into.coll, "documents": [d.clone()]},
+                        )?;
+                    }
+                }
+            }
+            return Ok(());
         }
         for chunk in remote_batches(&docs) {
             ctx.check_interrupt()?;
@@ -314,21 +481,7 @@ impl Merge {
     /// The update statement for one result document: its filter on the `on` fields and its
     /// update (a replacement document for `whenMatched: "replace"`, else modifiers).
     fn statement(&self, d: &Document) -> Result<(Document, Bson)> {
-        let mut filter = Document::new();
-        for f in &self.on {
-            let v = nidus_doc::path::get_path_raw(
-                &RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))?,
-                f,
-            )
-            .and_then(|r| Bson::try_from(r.to_raw_bson()).ok())
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorCode::Location(51132),
-                    format!("$merge write error: 'on' field '{f}' cannot be missing, null, undefined or an array"),
-                )
-            })?;
-            filter.insert(f.clone(), bson::bson!({"$eq": v}));
-        }
+        let filter = self.filter(d)?;
         let without_id: Document = d
             .iter()
             .filter(|(k, _)| k.as_str() != "_id")
@@ -338,8 +491,9 @@ impl Merge {
             (false, Some(id)) => Some(bson::doc! {"_id": id.clone()}),
             _ => None,
         };
-        let update = match self.when_matched {
+        let update = match &self.when_matched {
             WhenMatched::Replace => Bson::Document(without_id),
+            WhenMatched::Pipeline { stages, .. } => Bson::Array(stages.clone()),
             WhenMatched::Merge | WhenMatched::Fail => {
                 let mut u = Document::new();
                 if !without_id.is_empty() {
@@ -371,6 +525,53 @@ impl Merge {
         };
         Ok((filter, update))
     }
+
+    /// The filter on the `on` fields that finds the target document of result `d`.
+    fn filter(&self, d: &Document) -> Result<Document> {
+        let mut filter = Document::new();
+        for f in &self.on {
+            let v = nidus_doc::path::get_path_raw(
+                &RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))?,
+                f,
+            )
+            .and_then(|r| Bson::try_from(r.to_raw_bson()).ok())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorCode::Location(51132),
+                    format!("$merge write error: 'on' field '{f}' cannot be missing, null, undefined or an array"),
+                )
+            })?;
+            filter.insert(f.clone(), bson::bson!({"$eq": v}));
+        }
+        Ok(filter)
+    }
+}
+
+/// The values of a pipeline's variables for result `d`: the command's `let` variables, then
+/// `$merge`'s own, evaluated over `d`.
+fn pipeline_values(vars: &Document, d: &Document, ctx: &ExpCtx) -> Result<Document> {
+    let spec = pipeline_let(vars, ctx);
+    let scope = nidus_expr::LetScope::over(Some(&spec), d)?;
+    Ok(spec.keys().cloned().zip(scope.values().cloned()).collect())
+}
+
+/// The scope a `whenMatched` pipeline runs in for result `d` (see [`pipeline_values`]).
+fn pipeline_scope(vars: &Document, d: &Document, ctx: &ExpCtx) -> Result<nidus_expr::LetScope> {
+    nidus_expr::LetScope::over(Some(&pipeline_let(vars, ctx)), d)
+}
+
+/// The command's `let` variables (as constants) followed by `$merge`'s.
+fn pipeline_let(vars: &Document, ctx: &ExpCtx) -> Document {
+    let mut spec: Document = ctx
+        .bindings
+        .iter()
+        .filter_map(|b| {
+            let v = b.value.clone()?;
+            Some((b.name.clone(), Bson::Document(bson::doc! {"$literal": v})))
+        })
+        .collect();
+    spec.extend(vars.clone());
+    spec
 }
 
 /// The result documents cut into the batches of one command each (by count and size, as
@@ -406,11 +607,9 @@ impl DocumentSource for Merge {
     }
 
     fn serialize(&self) -> Bson {
-        let matched = match self.when_matched {
-            WhenMatched::Merge => "merge",
-            WhenMatched::Replace => "replace",
-            WhenMatched::KeepExisting => "keepExisting",
-            WhenMatched::Fail => "fail",
+        let matched = match &self.when_matched {
+            WhenMatched::Pipeline { stages, .. } => Bson::Array(stages.clone()),
+            other => Bson::String(other.name().to_string()),
         };
         let not_matched = match self.when_not_matched {
             WhenNotMatched::Insert => "insert",
@@ -422,12 +621,16 @@ impl DocumentSource for Merge {
         } else {
             Bson::Array(self.on.iter().cloned().map(Bson::String).collect())
         };
-        bson::bson!({
+        let mut spec = bson::doc! {
             "into": {"db": self.into.db.clone(), "coll": self.into.coll.clone()},
             "on": on,
             "whenMatched": matched,
             "whenNotMatched": not_matched,
-        })
+        };
+        if let WhenMatched::Pipeline { vars, .. } = &self.when_matched {
+            spec.insert("let", vars.clone());
+        }
+        Bson::Document(spec)
     }
 
     fn open(&self, input: Stream, ctx: &ExpCtx) -> Result<Stream> {
