@@ -17,6 +17,7 @@ from decimal import Decimal
 
 import bson
 import pytest
+from bson import json_util
 from bson.decimal128 import Decimal128
 from bson.raw_bson import RawBSONDocument
 from bson.son import SON
@@ -237,6 +238,104 @@ def test_collated_index_bounds_follow_the_collation_order(db, filt, want, direct
             cursor = cursor.hint(hint)
         assert sorted(d["_id"] for d in cursor) == want
     assert sorted(d["_id"] for d in db.s.find(filt, collation=en2, hint={"$natural": 1})) == want
+
+
+
+# --- collection default collations -----------------------------------------------------------
+# A collection created with `collation` runs every operation without one under it, and its
+# indexes (the `_id` index too) are built with it: the same as naming the collation on each
+# operation and index of a collection without a default (the reference here), for every plan
+# (each index hinted, and a collection scan) in both directions.
+
+FR1 = {"locale": "fr", "strength": 1}
+WORDS = ["abc", "ABC", "àbc", "Abd", "abd", "b", "B", "ç", "c", "C", "é", "e", "zz", None, 5]
+DEFAULT_COLLATION_FILTERS = [
+    {"s": "abc"},
+    {"s": {"$in": ["B", "ABD"]}},
+    {"s": {"$gte": "ABD", "$lt": "C"}},
+    {"s": {"$gt": "b"}},
+    {"s": {"$ne": "E"}},
+    {"s": {"$nin": ["abc", "c"]}},
+    {"_id": {"$in": ["k0", "K1"]}},
+    {},
+]
+
+
+def _default_collation_pair(db):
+    """`d`: created with FR1 as its default; `r`: no default, indexes named with FR1."""
+    db.create_collection("d", collation=FR1)
+    db.create_collection("r")
+    docs = [{"_id": f"k{i}", "s": w, "n": i} for i, w in enumerate(WORDS)]
+    db.d.insert_many(docs)
+    db.r.insert_many(docs)
+    db.d.create_index("s", name="s_1")
+    db.r.create_index("s", name="s_1", collation=FR1)
+    db.d.create_index([("s", 1), ("n", 1)], name="s_n")
+    db.r.create_index([("s", 1), ("n", 1)], name="s_n", collation=FR1)
+    return db.d, db.r
+
+
+def _ids(cursor):
+    return [d["_id"] for d in cursor]
+
+
+@pytest.mark.parametrize("filt", DEFAULT_COLLATION_FILTERS, ids=lambda f: json_util.dumps(f))
+def test_a_collection_default_collation_is_every_operations_collation(db, filt):
+    d, r = _default_collation_pair(db)
+    for hint in (None, "s_1", "s_n", "_id_", {"$natural": 1}):
+        for direction in (1, -1):
+            def run(coll, **kw):
+                cursor = coll.find(filt, **kw).sort([("s", direction), ("n", direction)])
+                if hint is not None:
+                    cursor = cursor.hint(hint)
+                return _ids(cursor)
+            want = run(r, collation=FR1)
+            assert run(d) == want, (hint, direction)
+            # An explicit collation still wins over the default: the simple one here.
+            assert run(d, collation={"locale": "simple"}) == run(r), (hint, direction)
+    assert d.count_documents(filt) == r.count_documents(filt, collation=FR1)
+    assert len(d.distinct("s", filt)) == len(r.distinct("s", filt, collation=FR1))
+    pipeline = [{"$match": filt}, {"$sort": {"n": 1}}, {"$project": {"_id": 1}}]
+    assert _ids(d.aggregate(pipeline)) == _ids(r.aggregate(pipeline, collation=FR1))
+    # Writes: the same documents matched, updated and deleted.
+    ud = d.update_many(filt, {"$set": {"u": 1}})
+    ur = r.update_many(filt, {"$set": {"u": 1}}, collation=FR1)
+    assert (ud.matched_count, ud.modified_count) == (ur.matched_count, ur.modified_count)
+    assert _ids(d.find({"u": 1}).sort("n", 1)) == _ids(r.find({"u": 1}).sort("n", 1))
+    fd = d.find_one_and_update(filt, {"$set": {"f": 1}}, sort=[("n", -1)])
+    fr = r.find_one_and_update(filt, {"$set": {"f": 1}}, sort=[("n", -1)], collation=FR1)
+    assert fd == fr
+    assert d.delete_many(filt).deleted_count == r.delete_many(filt, collation=FR1).deleted_count
+    assert _ids(d.find().sort("n", 1)) == _ids(r.find().sort("n", 1))
+
+
+def test_a_collection_default_collation_in_the_catalog(db):
+    db.create_collection("d", collation=FR1)
+    info = next(db.list_collections(filter={"name": "d"}))
+    full = info["options"]["collation"]
+    assert full["locale"] == "fr" and full["strength"] == 1 and full["caseFirst"] == "off"
+    # The `_id` index and an index created without a collation take the default; one that
+    # names the simple collation has none.
+    assert info["idIndex"]["collation"] == full
+    db.d.create_index("s", name="s_1")
+    db.d.create_index([("s", 1), ("t", 1)], name="s_t", collation={"locale": "simple"})
+    indexes = {ix["name"]: ix for ix in db.d.list_indexes()}
+    assert indexes["_id_"]["collation"] == full
+    assert indexes["s_1"]["collation"] == full
+    assert "collation" not in indexes["s_t"]
+    # `_id` is unique under the default collation, as its index is.
+    db.d.insert_one({"_id": "abc"})
+    with pytest.raises(DuplicateKeyError):
+        db.d.insert_one({"_id": "ÂBC"})
+    # The simple collation is no default at all.
+    db.create_collection("plain", collation={"locale": "simple"})
+    assert "collation" not in next(db.list_collections(filter={"name": "plain"}))["options"]
+    with pytest.raises(OperationFailure) as e:
+        db.command("create", "bad", collation="fr")
+    assert e.value.code == 14
+    with pytest.raises(OperationFailure) as e:
+        db.command("create", "bad", collation={"locale": "xx-nope"})
+    assert e.value.code == 2
 
 
 # --- concurrent catalog operations ------------------------------------------------------------

@@ -347,6 +347,31 @@ def wait_same_data(rs, members, coll="c", timeout=15.0):
     raise AssertionError(f"members differ: {got!r}")
 
 
+def test_a_collection_default_collation_replicates_and_its_writes_apply(rs):
+    """Secondaries create the collection with its default collation (and `_id` index under
+    it) and apply updates and deletes of string `_id`s through that index."""
+    from pymongo import WriteConcern
+
+    initiated(rs)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    fr = {"locale": "fr", "strength": 1}
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=15000)) as c:
+        c.test.create_collection("coll_fr", collation=fr)
+        maj = c.test.get_collection("coll_fr", write_concern=WriteConcern(w=3, wtimeout=15000))
+        maj.insert_many([{"_id": w, "v": i} for i, w in enumerate(["abc", "déf", "Ghi", "jkl"])])
+        # Operations on the collection compare under its collation.
+        assert maj.update_one({"_id": "ABC"}, {"$set": {"v": 10}}).modified_count == 1
+        maj.update_many({"_id": {"$in": ["DEF", "ghi"]}}, {"$inc": {"v": 100}})
+        assert maj.delete_one({"_id": "JKL"}).deleted_count == 1
+    docs = wait_same_data(rs, rs.members, coll="coll_fr")
+    assert sorted((d["_id"], d["v"]) for d in docs) == [("Ghi", 102), ("abc", 10), ("déf", 101)]
+    for m in rs.members:
+        with m.client(directConnection=True) as mc:
+            ix = {i["name"]: i for i in mc.test.coll_fr.list_indexes()}
+            assert ix["_id_"]["collation"]["locale"] == "fr", m.port
+
+
 def test_writes_replicate_to_every_member(rs):
     from pymongo import WriteConcern
     from pymongo.errors import WriteConcernError

@@ -411,6 +411,18 @@ pub struct Collection {
 }
 
 impl Collection {
+    /// The collection's default collation (`create`'s `collation`, stored resolved; absent
+    /// for the simple collation): what its operations and new indexes use unless they name
+    /// one.
+    pub fn default_collation(&self) -> Option<Document> {
+        self.meta
+            .read()
+            .options
+            .get_document("collation")
+            .ok()
+            .cloned()
+    }
+
     pub fn new(id: u64, ns: Namespace, meta: CollectionMeta, next_record_id: u64) -> Collection {
         Collection {
             id,
@@ -541,6 +553,16 @@ pub fn parse_entry(d: &Document) -> Result<(u64, Namespace, CollectionMeta)> {
 /// The `_id` index every collection has.
 pub fn id_index_spec() -> Document {
     doc! { "v": 2, "key": { "_id": 1 }, "name": ID_INDEX_NAME }
+}
+
+/// The `_id` index of a collection with `options`: with the collection's default collation,
+/// as MongoDB builds it.
+pub fn id_index_spec_for(options: &Document) -> Document {
+    let mut spec = id_index_spec();
+    if let Ok(c) = options.get_document("collation") {
+        spec.insert("collation", c.clone());
+    }
+    spec
 }
 
 pub fn namespace_not_found(ns: &Namespace) -> Error {

@@ -124,7 +124,8 @@ impl Engine {
     ) -> Result<Collection> {
         let validator = Validator::from_options(&options)?;
         let id = self.allocate_id(txn)?;
-        let id_index = IndexMeta::from_spec(self.allocate_id(txn)?, catalog::id_index_spec())?;
+        let id_index =
+            IndexMeta::from_spec(self.allocate_id(txn)?, catalog::id_index_spec_for(&options))?;
         let meta = CollectionMeta {
             uuid: bson::Uuid::new(),
             options,
@@ -382,10 +383,8 @@ impl Engine {
         ns: &Namespace,
         specs: &[Document],
     ) -> Result<CreateIndexesOutcome> {
-        let normalized = specs
-            .iter()
-            .map(index_spec::normalize)
-            .collect::<Result<Vec<_>>>()?;
+        let default = self.collection(ns).and_then(|c| c.default_collation());
+        let normalized = index_spec::normalize_all(specs, default.as_ref())?;
         let existed = self.collection(ns).is_some();
         let mut coll = self.ensure_collection(ns)?;
         let (before, ids) = loop {

@@ -99,10 +99,11 @@ impl Engine {
         specs: &[Document],
         txn: &Transaction,
     ) -> Result<CreateIndexesOutcome> {
-        let normalized = specs
-            .iter()
-            .map(index_spec::normalize)
-            .collect::<Result<Vec<_>>>()?;
+        let default = txn
+            .created_collection(ns)
+            .or_else(|| self.collection(ns))
+            .and_then(|c| c.default_collation());
+        let normalized = index_spec::normalize_all(specs, default.as_ref())?;
         let coll = match (txn.created_collection(ns), self.collection(ns)) {
             (Some(created), _) => created,
             (None, Some(existing)) => {

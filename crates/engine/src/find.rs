@@ -200,6 +200,19 @@ impl Engine {
     /// else a collection scan; a count's plan under a COUNT stage (or the fast count of an
     /// unfiltered count).
     pub fn plan_find(&self, coll: Option<&CollectionRef>, spec: &FindSpec) -> Result<Executor> {
+        // A query that names no collation runs under the collection's default (a filter
+        // parsed beforehand was parsed under the caller's, which applied the default).
+        if let (None, None, Some(default)) = (
+            &spec.collation,
+            &spec.matcher,
+            coll.and_then(|c| c.default_collation()),
+        ) {
+            let spec = FindSpec {
+                collation: Some(default),
+                ..spec.clone()
+            };
+            return self.plan_find(coll, &spec);
+        }
         if !spec.count {
             return self.plan_read(coll, spec);
         }
@@ -384,7 +397,8 @@ impl Engine {
             Some(h) => Some(self.hinted_index(indexes, h)?),
             None => None,
         };
-        // The `_id` index has the simple collation: a collated `_id` query is planned.
+        // The express lookup compares `_id` as its index does: only a query with the simple
+        // collation on a simple `_id` index takes it (a collated one is planned).
         if hinted_index.is_none()
             && natural_sort.is_none()
             && parsed.sort.is_none()
@@ -392,7 +406,10 @@ impl Engine {
             && !parsed.return_key
         {
             if let Some(id) = parsed.matcher.id_equality() {
-                if let Some(ix) = all_indexes.iter().find(|i| i.is_id()) {
+                if let Some(ix) = all_indexes
+                    .iter()
+                    .find(|i| i.is_id() && i.collation.is_none())
+                {
                     let mut lookup =
                         ExpressIxscan::new(parsed.src.clone(), coll.records, ix.clone(), id);
                     if spec.record_ids_only {

@@ -139,6 +139,22 @@ fn type_name(v: &Bson) -> &'static str {
 /// (`v: 2`, `key`, `name`, then the options in the order given). Errors name the spec as
 /// MongoDB's do: `Error in specification { ... } :: caused by :: ...`, the spec as given,
 /// with `v: 2` added for a refused partial filter (checked after normalization there).
+/// [`normalize`] for each spec of a `createIndexes`; a spec without `collation` takes the
+/// collection's `default` (an explicit `{locale: "simple"}` keeps the simple collation).
+pub fn normalize_all(specs: &[Document], default: Option<&Document>) -> Result<Vec<Document>> {
+    specs
+        .iter()
+        .map(|spec| match default {
+            Some(c) if !spec.contains_key("collation") => {
+                let mut spec = spec.clone();
+                spec.insert("collation", c.clone());
+                normalize(&spec)
+            }
+            _ => normalize(spec),
+        })
+        .collect()
+}
+
 pub fn normalize(spec: &Document) -> Result<Document> {
     let context = |spec: &Document| {
         format!(

@@ -85,6 +85,15 @@ impl WriteOpts {
         Matcher::parse_with(filter, &opts)
     }
 
+    /// These options, under `coll`'s default collation when they name none (MongoDB's
+    /// writes inherit it as its queries do).
+    pub fn under_default_collation(&self, coll: &CollectionRef) -> std::borrow::Cow<'_, WriteOpts> {
+        match (&self.collation, coll.default_collation()) {
+            (None, Some(default)) => std::borrow::Cow::Owned(self.with_collation(Some(default))),
+            _ => std::borrow::Cow::Borrowed(self),
+        }
+    }
+
     /// These options with a statement's own collation.
     pub fn with_collation(&self, collation: Option<Document>) -> WriteOpts {
         WriteOpts {
@@ -588,6 +597,7 @@ impl Engine {
         spec: &UpdateSpec,
         opts: &WriteOpts,
     ) -> Result<UpdateOutcome> {
+        let opts = &*opts.under_default_collation(coll);
         let matcher = Arc::new(opts.filter_matcher(&spec.filter)?);
         let find = FindSpec {
             filter: spec.filter.clone(),
@@ -797,6 +807,7 @@ impl Engine {
         hint: Option<Bson>,
         opts: &WriteOpts,
     ) -> Result<u64> {
+        let opts = &*opts.under_default_collation(coll);
         let matcher = Arc::new(opts.filter_matcher(filter)?);
         let find = FindSpec {
             filter: filter.clone(),

@@ -143,10 +143,12 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             "let" => {
                 let_vars = match v {
                     Bson::Document(d) => Some(d.clone()),
-                    other => return Err(Error::type_mismatch(format!(
+                    other => {
+                        return Err(Error::type_mismatch(format!(
                         "BSON field '$merge.let' is the wrong type '{}', expected type 'object'",
                         super::type_name(other)
-                    ))),
+                    )))
+                    }
                 }
             }
             other => return Err(unknown(other)),

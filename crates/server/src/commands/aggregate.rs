@@ -169,7 +169,10 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
     exp.window_max_memory = limit("internalDocumentSourceSetWindowFieldsMaxMemoryBytes");
     exp.lookup_max_memory =
         limit("internalQuerySlotBasedExecutionHashLookupApproxMemoryUseInBytesBeforeSpill");
-    exp.collation = ctx.opt_document("collation")?;
+    exp.collation = match &coll {
+        Some(ns) => ctx.command_collation(ns)?,
+        None => ctx.opt_document("collation")?,
+    };
     // Explain runs on one thread: its counters and spills are those of MongoDB's plan.
     if !explain && !in_explain {
         exp.parallelism = cores();

@@ -114,7 +114,7 @@ fn run_op(
             );
             let mut spec = parse_update_statement(&stmt, &wopts)?;
             fill_replacement_timestamps(&mut spec.update, empty_ts);
-            let wopts = statement_opts(&wopts, "bulkWrite.ops", &stmt)?;
+            let wopts = statement_opts(ctx, &wopts, &ns, "bulkWrite.ops", &stmt)?;
             ctx.state.opcounters.update.fetch_add(1, Ordering::Relaxed);
             engine.check_not_view(&ns)?;
             let out = match ctx.collection(&ns) {
@@ -146,7 +146,7 @@ fn run_op(
             );
             stmt.insert("limit", if multi { 0 } else { 1 });
             let (filter, multi, hint) = parse_delete_statement(&stmt)?;
-            let wopts = statement_opts(&wopts, "bulkWrite.ops", &stmt)?;
+            let wopts = statement_opts(ctx, &wopts, &ns, "bulkWrite.ops", &stmt)?;
             ctx.state.opcounters.delete.fetch_add(1, Ordering::Relaxed);
             engine.check_not_view(&ns)?;
             let n = match ctx.collection(&ns) {

@@ -112,7 +112,7 @@ pub fn list_collections(ctx: &mut Ctx) -> Result<Document> {
                 "type": "collection",
                 "options": meta.options.clone(),
                 "info": { "readOnly": false, "uuid": meta.uuid },
-                "idIndex": nidus_engine::catalog::id_index_spec(),
+                "idIndex": nidus_engine::catalog::id_index_spec_for(&meta.options),
             };
             // A clustered collection has no `_id` index to describe.
             if nidus_engine::clustered::is_clustered(&meta.options) {
@@ -218,6 +218,16 @@ pub fn create(ctx: &mut Ctx) -> Result<Document> {
                 clustered_index = Some(nidus_engine::clustered::parse_clustered_index(v)?);
             }
             "autoIndexId" => {}
+            // Stored resolved (every field, as listCollections shows it); the simple
+            // collation is no collation.
+            "collation" => match v {
+                Bson::Document(c) => {
+                    if let Some(c) = nidus_doc::collation::Collation::parse(c)? {
+                        options.insert("collation", c.to_document());
+                    }
+                }
+                other => return Err(wrong_type("create", k, other, "object")),
+            },
             _ if CREATE_OPTIONS.contains(&k.as_str()) => {
                 options.insert(k.clone(), v.clone());
             }

@@ -67,7 +67,7 @@ fn update_spec(ctx: &mut Ctx) -> Result<(Namespace, WriteExplainSpec)> {
     let stmt = single_statement(ctx, "updates")?;
     let opts = super::write::opts(ctx)?;
     let parsed = parse_update_statement(&stmt, &opts)?;
-    let opts = statement_opts(&opts, "update.updates", &stmt)?;
+    let opts = statement_opts(ctx, &opts, &ns, "update.updates", &stmt)?;
     let spec = WriteExplainSpec {
         find: find_part(ctx, parsed.filter, parsed.sort, parsed.hint, &opts),
         op: WriteOp::Update {
@@ -87,7 +87,7 @@ fn delete_spec(ctx: &mut Ctx) -> Result<(Namespace, WriteExplainSpec)> {
     let stmt = single_statement(ctx, "deletes")?;
     let opts = super::write::opts(ctx)?;
     let (filter, multi, hint) = parse_delete_statement(&stmt)?;
-    let opts = statement_opts(&opts, "delete.deletes", &stmt)?;
+    let opts = statement_opts(ctx, &opts, &ns, "delete.deletes", &stmt)?;
     let spec = WriteExplainSpec {
         find: find_part(ctx, filter, None, hint, &opts),
         op: WriteOp::Delete {
@@ -109,7 +109,7 @@ fn find_and_modify_spec(ctx: &mut Ctx) -> Result<(Namespace, WriteExplainSpec)> 
             format!("database {} does not exist", ctx.db),
         ));
     }
-    let opts = super::write::opts(ctx)?.with_collation(ctx.opt_document("collation")?);
+    let opts = super::write::opts(ctx)?.with_collation(ctx.command_collation(&ns)?);
     let op = match (req.remove, req.update) {
         (false, Some(update)) => WriteOp::Update {
             update: Box::new(update),

@@ -104,7 +104,7 @@ pub fn find_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
         hint: hint(ctx)?,
         deadline: ctx.deadline,
         let_vars: ctx.opt_document("let")?,
-        collation: ctx.opt_document("collation")?,
+        collation: ctx.command_collation(&ns)?,
         min: ctx.opt_document("min")?.filter(|d| !d.is_empty()),
         max: ctx.opt_document("max")?.filter(|d| !d.is_empty()),
         // MongoDB 6.0+ spills by default (`allowDiskUseByDefault`); `false` forbids it.
@@ -533,7 +533,7 @@ pub fn count_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec)> {
         limit,
         hint: hint(ctx)?,
         deadline: ctx.deadline,
-        collation: ctx.opt_document("collation")?,
+        collation: ctx.command_collation(&ns)?,
         min: ctx.opt_document("min")?.filter(|d| !d.is_empty()),
         max: ctx.opt_document("max")?.filter(|d| !d.is_empty()),
         count: true,
@@ -583,7 +583,7 @@ pub fn distinct_spec(ctx: &Ctx) -> Result<(Namespace, FindSpec, String)> {
         filter: filter(ctx, "query")?,
         hint: hint(ctx)?,
         deadline: ctx.deadline,
-        collation: ctx.opt_document("collation")?,
+        collation: ctx.command_collation(&ns)?,
         source: ctx.read_source(),
         ..FindSpec::default()
     };

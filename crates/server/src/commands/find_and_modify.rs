@@ -173,7 +173,7 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
             "preImage"
         });
     }
-    let opts = super::write::opts(ctx)?.with_collation(ctx.opt_document("collation")?);
+    let opts = super::write::opts(ctx)?.with_collation(ctx.command_collation(&ns)?);
     let opts = super::write::with_statement(&opts, record);
     let matcher = std::sync::Arc::new(opts.filter_matcher(&req.filter)?);
     engine.check_not_view(&ns)?;

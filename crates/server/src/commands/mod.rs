@@ -1274,6 +1274,18 @@ impl Ctx<'_> {
         self.state.engine.collection_in(ns, self.txn.as_deref())
     }
 
+    /// The collation an operation on `ns` runs with: its own (`given`, which may be the
+    /// simple collation), else the collection's default (`create`'s `collation`), as
+    /// MongoDB's operations inherit it.
+    pub fn collation_for(&self, ns: &Namespace, given: Option<Document>) -> Option<Document> {
+        given.or_else(|| self.collection(ns).and_then(|c| c.default_collation()))
+    }
+
+    /// [`Ctx::collation_for`] with the command's own `collation` field.
+    pub fn command_collation(&self, ns: &Namespace) -> Result<Option<Document>> {
+        Ok(self.collation_for(ns, self.opt_document("collation")?))
+    }
+
     /// The collection a write goes to, created first if needed (inside a transaction, visible
     /// to it alone until it commits).
     pub fn ensure_collection(

@@ -95,13 +95,21 @@ pub(super) fn with_statement(
     }
 }
 
-/// The command's options with one statement's `collation`.
-pub(super) fn statement_opts(opts: &WriteOpts, cmd: &str, stmt: &Document) -> Result<WriteOpts> {
-    match stmt.get("collation") {
-        None | Some(Bson::Null) => Ok(opts.clone()),
-        Some(Bson::Document(c)) => Ok(opts.with_collation(Some(c.clone()))),
-        Some(other) => Err(wrong_type(cmd, "collation", other, "object")),
-    }
+/// The command's options with one statement's collation: its own `collation`, else the
+/// default collation of the collection `ns`.
+pub(super) fn statement_opts(
+    ctx: &Ctx,
+    opts: &WriteOpts,
+    ns: &nidus_engine::namespace::Namespace,
+    cmd: &str,
+    stmt: &Document,
+) -> Result<WriteOpts> {
+    let given = match stmt.get("collation") {
+        None | Some(Bson::Null) => None,
+        Some(Bson::Document(c)) => Some(c.clone()),
+        Some(other) => return Err(wrong_type(cmd, "collation", other, "object")),
+    };
+    Ok(opts.with_collation(ctx.collation_for(ns, given)))
 }
 
 /// The clock that replaces empty timestamps in the documents a command writes, or `None`
@@ -493,7 +501,9 @@ pub fn update(ctx: &mut Ctx) -> Result<Document> {
             fill_replacement_timestamps(&mut spec.update, empty_ts);
             check_retryable_multi(record.is_some(), spec.multi, "multi=true")?;
             let opts = statement_opts(
+                ctx,
                 &with_statement(&opts, record.clone()),
+                &ns,
                 "update.updates",
                 &stmt,
             )?;
@@ -644,7 +654,9 @@ pub fn delete(ctx: &mut Ctx) -> Result<Document> {
             let (filter, multi, hint) = parse_delete_statement(&stmt)?;
             check_retryable_multi(record.is_some(), multi, "limit=0")?;
             let opts = statement_opts(
+                ctx,
                 &with_statement(&opts, record.clone()),
+                &ns,
                 "delete.deletes",
                 &stmt,
             )?;
