@@ -309,6 +309,28 @@ def test_a_collection_default_collation_is_every_operations_collation(db, filt):
     assert _ids(d.find().sort("n", 1)) == _ids(r.find().sort("n", 1))
 
 
+def test_a_sub_pipeline_runs_under_its_pipelines_collation(db):
+    """MongoDB: a pipeline's collation (the command's, or its collection's default) is that
+    of every stage; a `$lookup`/`$unionWith` collection does not bring its own default."""
+    db.create_collection("fr", collation=FR1)
+    db.fr.insert_many([{"_id": 1, "s": "abc"}, {"_id": 2, "s": "ABC"}])
+    db.plain.insert_one({"_id": 0, "s": "ABC"})
+    sub = [{"$match": {"s": "abc"}}, {"$project": {"_id": 1}}]
+    out = list(db.plain.aggregate([{"$lookup": {"from": "fr", "pipeline": sub, "as": "m"}}]))
+    assert out[0]["m"] == [{"_id": 1}]
+    out = list(db.plain.aggregate([{"$unionWith": {"coll": "fr", "pipeline": [{"$match": {"s": "ABC"}}]}}]))
+    assert sorted(d["_id"] for d in out) == [0, 2]
+    out = list(db.plain.aggregate(
+        [{"$lookup": {"from": "fr", "localField": "s", "foreignField": "s", "as": "m"}}]))
+    assert [d["_id"] for d in out[0]["m"]] == [2]
+    out = list(db.fr.aggregate([{"$match": {"_id": 1}}, {"$lookup": {
+        "from": "plain", "localField": "s", "foreignField": "s", "as": "m"}}]))
+    assert [d["_id"] for d in out[0]["m"]] == [0]
+    # A view on the collated collection has the simple collation (its own, here none).
+    db.command("create", "fr_view", viewOn="fr", pipeline=[])
+    assert [d["_id"] for d in db.fr_view.find({"s": "abc"})] == [1]
+
+
 def test_a_collection_default_collation_in_the_catalog(db):
     db.create_collection("d", collation=FR1)
     info = next(db.list_collections(filter={"name": "d"}))

@@ -80,7 +80,16 @@ pub fn open(
             let (mut spec, taken) = optimize::cursor_pushdown::take(&mut stages, ctx.deadline());
             spec.source = ctx.source.clone();
             spec.hint = ctx.hint.clone();
-            spec.collation = ctx.collation.clone();
+            let coll = ctx
+                .engine
+                .collection_in(ns, ctx.source.as_ref().and_then(|s| s.txn()));
+            // The pipeline's collation (the command's, or the aggregated collection's default)
+            // is every stage's: a sub-pipeline's collection does not bring its own default.
+            spec.collation = ctx.collation.clone().or_else(|| {
+                coll.as_ref()
+                    .and_then(|c| c.default_collation())
+                    .map(|_| bson::doc! {"locale": "simple"})
+            });
             // A `$sort` handed to the find plan keeps the aggregate's memory rules.
             spec.allow_disk_use = ctx.allow_disk_use;
             spec.sort_memory_limit = Some(ctx.sort_max_memory);
@@ -88,9 +97,6 @@ pub fn open(
             if taken {
                 rewrites.push(optimize::cursor_pushdown::NAME);
             }
-            let coll = ctx
-                .engine
-                .collection_in(ns, ctx.source.as_ref().and_then(|s| s.txn()));
             let exec = ctx.engine.plan_find(coll.as_ref(), &spec)?;
             let source = CursorSource {
                 ns: ns.clone(),
