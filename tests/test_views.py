@@ -162,6 +162,46 @@ def test_lookup_from_a_view(db, customers):
     assert got[0]["c"] == [{"_id": 1, "email": MARLA}]
 
 
+# (operation on the view, the collation it names or None) -> the ids it reads, or the error
+# code: a view's default collation is every read's, and no operation may name another.
+FR1 = {"locale": "fr", "strength": 1}
+
+
+@pytest.mark.parametrize("view_collation", [FR1, None], ids=["fr", "simple"])
+def test_a_views_default_collation_applies_and_cannot_be_overridden(db, view_collation):
+    db.words.insert_many([{"_id": i, "s": s} for i, s in enumerate(["abc", "ABC", "àbc", "x"])])
+    opts = {"collation": view_collation} if view_collation else {}
+    db.command("create", "v", viewOn="words", pipeline=[], **opts)
+    want = [0, 1, 2] if view_collation else [0]
+    assert sorted(d["_id"] for d in db.v.find({"s": "abc"})) == want
+    assert db.v.count_documents({"s": "abc"}) == len(want)
+    # Values equal under the view's collation are one value.
+    assert len(db.v.distinct("s", {"s": "abc"})) == 1
+    assert sorted(d["_id"] for d in db.v.aggregate([{"$match": {"s": "abc"}}])) == want
+    # Naming the view's own collation is allowed; any other is refused.
+    same = view_collation or {"locale": "simple"}
+    assert sorted(d["_id"] for d in db.v.find({"s": "abc"}, collation=same)) == want
+    other = {"locale": "simple"} if view_collation else FR1
+    for run in (lambda: list(db.v.find({"s": "abc"}, collation=other)),
+                lambda: list(db.v.aggregate([{"$match": {"s": "abc"}}], collation=other)),
+                lambda: db.v.count_documents({}, collation=other)):
+        with pytest.raises(OperationFailure) as e:
+            run()
+        assert (e.value.code, e.value.details["errmsg"]) == (
+            167, "Cannot override a view's default collation")
+    # A $lookup into the view runs under the pipeline's collation, which must be the view's.
+    db.src.insert_one({"_id": 9, "s": "abc"})
+    lookup = [{"$lookup": {"from": "v", "localField": "s", "foreignField": "s", "as": "m"}}]
+    if view_collation:
+        with pytest.raises(OperationFailure) as e:
+            list(db.src.aggregate(lookup))
+        assert e.value.code == 167
+        out = list(db.src.aggregate(lookup, collation=FR1))
+        assert sorted(d["_id"] for d in out[0]["m"]) == [0, 1, 2]
+    else:
+        assert [d["_id"] for d in list(db.src.aggregate(lookup))[0]["m"]] == [0]
+
+
 def test_views_survive_restart(start_nidus):
     server = start_nidus()
     client = server.client()

@@ -30,6 +30,23 @@ pub struct ViewDef {
     pub collation: Option<Document>,
 }
 
+/// Checks that an operation's collation (`op`; None: simple) is the view's own (`view`;
+/// None: simple), as MongoDB requires of every view an operation reads: a view's
+/// collation cannot be overridden (OptionNotSupportedOnView).
+pub fn check_view_collation(view: Option<&Document>, op: Option<&Document>) -> Result<()> {
+    let parse = |c: Option<&Document>| match c {
+        Some(c) => nidus_doc::collation::Collation::parse(c),
+        None => Ok(None),
+    };
+    if parse(view)? == parse(op)? {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorCode::OptionNotSupportedOnView,
+        "Cannot override a view's default collation",
+    ))
+}
+
 /// A view resolved to the collection that holds its data.
 #[derive(Debug, Clone)]
 pub struct ResolvedView {

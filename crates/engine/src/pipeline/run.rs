@@ -49,6 +49,9 @@ pub fn open(
     let (ns, stages) = match (ns, &input) {
         (Some(view), None) => match ctx.engine.resolve_view(view)? {
             Some(r) => {
+                // The pipeline runs under the view's collation (the command's was resolved
+                // to it); a sub-pipeline's collation must be the view's too.
+                crate::view::check_view_collation(r.collation.as_ref(), ctx.collation.as_ref())?;
                 let docs: Vec<bson::Bson> =
                     r.pipeline.into_iter().map(bson::Bson::Document).collect();
                 // The views a sub-pipeline reads count towards its depth (a `$lookup` over a

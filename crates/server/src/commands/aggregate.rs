@@ -170,6 +170,7 @@ fn parse(ctx: &Ctx, in_explain: bool) -> Result<Request> {
     exp.lookup_max_memory =
         limit("internalQuerySlotBasedExecutionHashLookupApproxMemoryUseInBytesBeforeSpill");
     exp.collation = match &coll {
+        Some(ns) if ctx.state.engine.view(ns).is_some() => super::views::collation(ctx, ns)?,
         Some(ns) => ctx.command_collation(ns)?,
         None => ctx.opt_document("collation")?,
     };

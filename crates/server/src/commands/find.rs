@@ -594,7 +594,9 @@ pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
     let (ns, spec, key) = distinct_spec(ctx)?;
     let path = nidus_doc::path::FieldPath::parse(&key);
     let mut values: Vec<Bson> = Vec::new();
+    let mut collation = spec.collation.clone();
     if ctx.state.engine.view(&ns).is_some() {
+        collation = super::views::collation(ctx, &ns)?;
         let opened = super::views::open(ctx, &ns, super::views::distinct_pipeline(&spec), None)?;
         let mut stream = opened.stream;
         while let Some(d) = stream.next()? {
@@ -611,7 +613,7 @@ pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
         super::note_read(ctx, &exec, &mut (0, 0), None, None);
     }
     // Values equal under the collation are one value (the first in sort order is kept).
-    let collation = nidus_engine::find::parse_collation(spec.collation.as_ref())?;
+    let collation = nidus_engine::find::parse_collation(collation.as_ref())?;
     let cmp = |a: &Bson, b: &Bson| nidus_doc::compare::cmp_bson_with(a, b, collation.as_ref());
     values.sort_by(cmp);
     values.dedup_by(|a, b| cmp(a, b).is_eq());

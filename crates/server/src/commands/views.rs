@@ -103,6 +103,16 @@ pub fn distinct_pipeline(spec: &FindSpec) -> Vec<Document> {
     }
 }
 
+/// The collation a command reading view `ns` runs under: the view's own (None: simple); a
+/// command naming another fails (MongoDB's OptionNotSupportedOnView).
+pub fn collation(ctx: &Ctx, ns: &Namespace) -> Result<Option<Document>> {
+    let own = ctx.state.engine.view(ns).and_then(|v| v.collation.clone());
+    if let Some(given) = ctx.opt_document("collation")? {
+        nidus_engine::view::check_view_collation(own.as_ref(), Some(&given))?;
+    }
+    Ok(own)
+}
+
 /// Opens `stages` over the view `ns` with the command's `let`, `allowDiskUse` and deadline.
 pub fn open(
     ctx: &Ctx,
@@ -111,6 +121,7 @@ pub fn open(
     let_vars: Option<&Document>,
 ) -> Result<Opened> {
     let mut exp = ExpCtx::new(ctx.state.engine.clone(), &ctx.db);
+    exp.collation = collation(ctx, ns)?;
     exp.allow_disk_use = ctx.opt_bool("allowDiskUse")?.unwrap_or(false);
     exp.set_deadline(ctx.deadline);
     let pcx = ParseCtx::new(&ctx.db);
