@@ -55,6 +55,8 @@ pub(crate) const OPS: &[(&str, Parser)] = &[
     ("$max", parse_acc_expr),
     ("$stdDevPop", parse_acc_expr),
     ("$stdDevSamp", parse_acc_expr),
+    ("$percentile", accumulators::percentile::parse_expression),
+    ("$median", accumulators::percentile::parse_expression),
 ];
 
 fn type_mismatch(msg: String) -> Error {

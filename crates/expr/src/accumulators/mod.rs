@@ -1,6 +1,6 @@
 //! `$group` accumulators: `$sum $avg $count $min $max $first $last $push $addToSet
-//! $mergeObjects $stdDevPop $stdDevSamp` and the n-valued `$firstN $lastN $maxN $minN $top
-//! $bottom $topN $bottomN`.
+//! $mergeObjects $stdDevPop $stdDevSamp`, the n-valued `$firstN $lastN $maxN $minN $top
+//! $bottom $topN $bottomN`, and `$percentile $median`.
 //!
 //! A group stage parses each output field with [`AccumulatorSpec::parse_field`], creates one
 //! [`Accumulator`] per group with [`AccumulatorSpec::create`], feeds it
@@ -12,6 +12,7 @@ mod collect;
 mod first_last;
 mod minmax;
 mod multi;
+pub mod percentile;
 mod stddev;
 mod sum;
 
@@ -122,6 +123,7 @@ enum SpecKind {
     Simple,
     Count,
     Multi(multi::MultiSpec),
+    Quantile(percentile::QuantileSpec),
 }
 
 impl AccumulatorSpec {
@@ -196,6 +198,16 @@ impl AccumulatorSpec {
                 kind: SpecKind::Multi(spec),
             });
         }
+        if name == "$percentile" || name == "$median" {
+            let (input, spec) =
+                percentile::parse(name, arg, ctx, percentile::Context::Accumulator)?;
+            return Ok(AccumulatorSpec {
+                field: field.to_string(),
+                name: name.to_string(),
+                input,
+                kind: SpecKind::Quantile(spec),
+            });
+        }
         Err(err(15952, format!("Unknown group operator '{name}'")))
     }
 
@@ -215,6 +227,7 @@ impl AccumulatorSpec {
                 .ok_or_else(|| err(15952, format!("Unknown group operator '{}'", self.name))),
             SpecKind::Count => Ok(Box::new(Sum::new())),
             SpecKind::Multi(m) => m.create(vars),
+            SpecKind::Quantile(q) => Ok(q.create()),
         }
     }
 }

@@ -93,6 +93,8 @@ const ACCUMULATORS: &[&str] = &[
     "$lastN",
     "$minN",
     "$maxN",
+    "$percentile",
+    "$median",
 ];
 
 const OTHERS: &[&str] = &[
