@@ -408,6 +408,9 @@ pub struct Collection {
     /// waits for those open when it registered (their writes predate its key maintenance).
     open_txns: parking_lot::Mutex<BTreeSet<u64>>,
     txn_ended: parking_lot::Condvar,
+    /// `create`'s `collation` (no command changes it): read by every operation, so kept
+    /// outside `meta`'s lock.
+    default_collation: Option<Document>,
 }
 
 impl Collection {
@@ -415,16 +418,13 @@ impl Collection {
     /// for the simple collation): what its operations and new indexes use unless they name
     /// one.
     pub fn default_collation(&self) -> Option<Document> {
-        self.meta
-            .read()
-            .options
-            .get_document("collation")
-            .ok()
-            .cloned()
+        self.default_collation.clone()
     }
 
     pub fn new(id: u64, ns: Namespace, meta: CollectionMeta, next_record_id: u64) -> Collection {
+        let default_collation = meta.options.get_document("collation").ok().cloned();
         Collection {
+            default_collation,
             id,
             records: RecordStore::of(&ns, id),
             ns,
