@@ -334,14 +334,7 @@ impl ReplSetConfig {
             .write_modes
             .iter()
             .find(|m| m.name == name)
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorCode::UnknownReplWriteConcern,
-                    format!(
-                        "No write concern mode named '{name}' found in replica set configuration"
-                    ),
-                )
-            })
+            .ok_or_else(|| unknown_write_mode(name))
     }
 
     /// Whether the members `holds` answers true for (by Raft id) satisfy `mode`: for each
@@ -524,6 +517,14 @@ fn parse_member(m: &Document) -> Result<MemberConfig> {
         tags: parse_tags(m)?,
         newly_added,
     })
+}
+
+/// MongoDB's UnknownReplWriteConcern for a mode no configuration defines.
+pub fn unknown_write_mode(name: &str) -> Error {
+    Error::new(
+        ErrorCode::UnknownReplWriteConcern,
+        format!("No write concern mode named '{name}' found in replica set configuration"),
+    )
 }
 
 /// A member's `tags`: string values only (MongoDB's `MemberConfig`).

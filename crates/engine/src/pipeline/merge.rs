@@ -7,8 +7,8 @@
 //! variables evaluated over the result (default `{new: "$$ROOT"}`); `whenNotMatched`:
 //! `insert` (default; with a pipeline, the result itself), `discard`, `fail`.
 //! Each result is one update (upsert when inserting) through the engine's write path. The
-//! input is read whole before the
-//! first write, so merging into the collection being read never sees its own writes.
+//! input is read whole before the first write, so merging into the collection being read
+//! never sees its own writes.
 //! `on` fields other than `_id` need a unique index on exactly those fields. On a secondary
 //! (`ExpCtx::primary`) the writes go to the primary as batched `insert`/`update` commands.
 

@@ -909,12 +909,7 @@ fn commit_quorum(ctx: &Ctx) -> Result<Option<(Bson, bool, i64)>> {
         }
         Bson::String(s) if s == "votingMembers" => (false, voters),
         Bson::String(s) if s == "majority" => (true, 1),
-        Bson::String(tag) => {
-            return Err(Error::new(
-                ErrorCode::UnknownReplWriteConcern,
-                format!("No write concern mode named '{tag}' found in replica set configuration"),
-            ))
-        }
+        Bson::String(tag) => return Err(nidus_repl::config::unknown_write_mode(tag)),
         Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) => {
             let n = super::opt_i64("createIndexes", &ctx.body, "commitQuorum")?.unwrap_or(0);
             // MongoDB's bound is its largest replica set (kMaxMembers).

@@ -1102,10 +1102,14 @@ impl WriteConcern {
                 ))
             }
         };
+        let mut mode = None;
         let (majority, w0) = match wc.get("w") {
             None => (false, false),
             Some(Bson::String(s)) if s == "majority" => (true, false),
-            Some(Bson::String(_)) => (false, false),
+            Some(Bson::String(s)) => {
+                mode = Some(s.clone());
+                (false, false)
+            }
             Some(Bson::Int32(n)) if *n < 0 => {
                 return Err(Error::new(
                     ErrorCode::FailedToParse,
@@ -1146,10 +1150,7 @@ impl WriteConcern {
             journal: j || majority,
             nodes,
             majority,
-            mode: match wc.get("w") {
-                Some(Bson::String(s)) if s != "majority" => Some(s.clone()),
-                _ => None,
-            },
+            mode,
             wtimeout_ms,
             spec: Some(wc.clone()),
         })
@@ -1166,10 +1167,9 @@ impl WriteConcern {
         match config {
             Some(config) => config.write_mode(mode).map(|_| ()),
             // The implicit one-member set has no configuration, so no modes.
-            None if state.config.repl_set.is_some() => Err(Error::new(
-                ErrorCode::UnknownReplWriteConcern,
-                format!("No write concern mode named '{mode}' found in replica set configuration"),
-            )),
+            None if state.config.repl_set.is_some() => {
+                Err(nidus_repl::config::unknown_write_mode(mode))
+            }
             None => Err(Error::bad_value(format!(
                 "cannot use non-majority 'w' mode {mode} when a host is not a member of a replica set"
             ))),

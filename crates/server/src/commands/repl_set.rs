@@ -278,9 +278,9 @@ pub enum WriteConcernWait {
     Failed(Document),
 }
 
-/// Waits for `w: "majority"` / `w: N` (N > 1) / `w: "<custom mode>"` after a write that logged `last_write`, until
-/// `wtimeout` (or the command's `maxTimeMS`). The write stays done either way; a timeout is
-/// MongoDB's write concern error 64.
+/// Waits for `w: "majority"` / `w: N` (N > 1) / `w: "<custom mode>"` after a write that
+/// logged `last_write`, until `wtimeout` (or the command's `maxTimeMS`). The write stays done
+/// either way; a timeout is MongoDB's write concern error 64.
 pub fn wait_for_write_concern(
     state: &crate::state::ServerState,
     wc: &super::WriteConcern,
