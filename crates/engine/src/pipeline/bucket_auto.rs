@@ -2,7 +2,10 @@
 //! `buckets` groups of about equal size. Documents with equal values stay in one bucket;
 //! each bucket's `_id` is `{min, max}` where `max` is the next bucket's `min` (the last
 //! bucket's largest value for the last one). `output` accumulators default to
-//! `{count: {$sum: 1}}`. `granularity` (preferred number series) is not supported yet.
+//! `{count: {$sum: 1}}`. With `granularity` (a preferred number series or powers of two,
+//! `granularity.rs`) every `groupBy` value must be a non-negative number, and the boundaries
+//! are rounded as MongoDB rounds them: the first `min` down, each `max` up (taking in the
+//! documents below it), the next bucket's `min` is the previous `max`.
 //!
 //! The input is sorted by the `groupBy` value through a spilling sorter (past
 //! `internalDocumentSourceBucketAutoMaxMemoryBytes`, sorted runs go to `<dbpath>/_tmp` when
@@ -10,6 +13,7 @@
 //! are built one at a time from the sorted stream.
 
 use super::context::{bson_bytes, check_size, doc_bytes};
+use super::granularity::Granularity;
 use super::stream::Deferred;
 use super::{DocStream, DocumentSource, ExpCtx, ParseCtx, StageRef, Stream};
 use crate::exec::spill::{SpillRun, SpilledRuns};
@@ -26,6 +30,7 @@ pub struct BucketAuto {
     pub group_by: Expression,
     pub buckets: usize,
     pub output: Vec<(AccumulatorSpec, Bson)>,
+    pub granularity: Option<Granularity>,
 }
 
 fn err(code: i32, msg: impl Into<String>) -> Error {
@@ -45,17 +50,13 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     let mut group_by = None;
     let mut buckets = None;
     let mut output = None;
+    let mut granularity = None;
     for (k, v) in spec {
         match k.as_str() {
             "groupBy" => group_by = Some(parse_group_by(v, pcx)?),
             "buckets" => buckets = Some(parse_buckets(v)?),
             "output" => output = Some(parse_output(v, pcx)?),
-            "granularity" => {
-                return Err(Error::new(
-                    ErrorCode::BadValue,
-                    "$bucketAuto 'granularity' is not supported by this server yet",
-                ))
-            }
+            "granularity" => granularity = Some(Granularity::parse(v)?),
             other => {
                 return Err(err(
                     40245,
@@ -78,6 +79,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         group_by,
         buckets,
         output,
+        granularity,
     })])
 }
 
@@ -154,6 +156,9 @@ impl BucketAuto {
         while let Some(d) = input.next()? {
             ctx.check_interrupt()?;
             let key = ctx.evaluate(&self.group_by, &d)?.unwrap_or(Bson::Null);
+            if self.granularity.is_some() {
+                check_granular_key(&key)?;
+            }
             sorter.add(ctx, key, d)?;
             n += 1;
         }
@@ -166,8 +171,36 @@ impl BucketAuto {
             size,
             made: 0,
             pending: None,
+            previous_max: None,
         }))
     }
+}
+
+/// With a `granularity`, MongoDB takes only non-negative numbers as `groupBy` values.
+fn check_granular_key(key: &Bson) -> Result<()> {
+    if !super::is_number(key) {
+        return Err(err(
+            40258,
+            format!(
+                "$bucketAuto can specify a 'granularity' with numeric boundaries only, but found a value with type: {}",
+                super::type_name(key)
+            ),
+        ));
+    }
+    let x = nidus_expr::value::to_f64(key);
+    if x.is_nan() {
+        return Err(err(
+            40259,
+            "$bucketAuto can specify a 'granularity' with numeric boundaries only, but found a value that is NaN",
+        ));
+    }
+    if x < 0.0 {
+        return Err(err(
+            40260,
+            "$bucketAuto can specify a 'granularity' with non-negative numbers only, but found a negative value",
+        ));
+    }
+    Ok(())
 }
 
 /// The input keyed by `groupBy`, sorted (stable) in memory up to the stage's memory limit and
@@ -291,6 +324,8 @@ struct BucketStream {
     made: usize,
     /// The first entry of the next bucket.
     pending: Option<(Bson, Document)>,
+    /// With a granularity: the previous bucket's (rounded) `max`, this one's `min`.
+    previous_max: Option<Bson>,
 }
 
 impl DocStream for BucketStream {
@@ -320,7 +355,11 @@ impl DocStream for BucketStream {
             }
             Ok(())
         };
-        let min = first.0.clone();
+        let min = match (&self.stage.granularity, self.previous_max.take()) {
+            (None, _) => first.0.clone(),
+            (Some(_), Some(previous)) => previous,
+            (Some(g), None) => g.round_down(&first.0)?,
+        };
         let mut max = first.0;
         add(&first.1)?;
         let mut count = 1;
@@ -333,18 +372,43 @@ impl DocStream for BucketStream {
             max = k;
             count += 1;
         }
-        // Documents equal to the largest key stay in this bucket.
         let mut next = self.sorted.next()?;
-        while let Some((k, d)) = &next {
-            if !cmp_bson(k, &max).is_eq() {
-                break;
+        match &self.stage.granularity {
+            None => {
+                // Documents equal to the largest key stay in this bucket.
+                while let Some((k, d)) = &next {
+                    if !cmp_bson(k, &max).is_eq() {
+                        break;
+                    }
+                    ctx.check_interrupt()?;
+                    add(d)?;
+                    next = self.sorted.next()?;
+                }
+                if let Some((k, _)) = &next {
+                    max = k.clone();
+                }
             }
-            ctx.check_interrupt()?;
-            add(d)?;
-            next = self.sorted.next()?;
-        }
-        if let Some((k, _)) = &next {
-            max = k.clone();
+            Some(g) => {
+                // The rounded-up boundary takes in the documents below it (and those equal
+                // to the largest key).
+                let boundary = g.round_up(&max)?;
+                while let Some((k, d)) = &next {
+                    if !(cmp_bson(&boundary, k).is_gt() || cmp_bson(&max, k).is_eq()) {
+                        break;
+                    }
+                    ctx.check_interrupt()?;
+                    add(d)?;
+                    next = self.sorted.next()?;
+                }
+                // A first bucket of zeros ends where the next bucket's rounded-down min is.
+                max = match &next {
+                    Some((k, _)) if nidus_expr::value::to_f64(&boundary) == 0.0 => {
+                        g.round_down(k)?
+                    }
+                    _ => boundary,
+                };
+                self.previous_max = Some(max.clone());
+            }
         }
         self.pending = next;
         let mut d = bson::doc! {"_id": {"min": min, "max": max}};
@@ -366,11 +430,15 @@ impl DocumentSource for BucketAuto {
         for (spec, raw) in &self.output {
             output.insert(spec.field.clone(), raw.clone());
         }
-        bson::bson!({
+        let mut spec = bson::doc! {
             "groupBy": self.group_by.serialize(),
             "buckets": self.buckets as i32,
             "output": output,
-        })
+        };
+        if let Some(g) = &self.granularity {
+            spec.insert("granularity", g.name());
+        }
+        Bson::Document(spec)
     }
 
     fn open(&self, input: Stream, ctx: &ExpCtx) -> Result<Stream> {

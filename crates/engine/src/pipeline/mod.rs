@@ -29,6 +29,7 @@ mod documents;
 mod facet;
 mod fill;
 mod geo_near;
+mod granularity;
 mod graph_lookup;
 mod group;
 #[cfg(test)]
