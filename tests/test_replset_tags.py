@@ -145,6 +145,17 @@ def test_tags_in_hello_read_preference_tag_sets_and_custom_write_modes(rs):
             79, "No write concern mode named 'nope' found in replica set configuration")
         assert coll.find_one({"_id": 4}) is None
 
+    # createIndexes' commitQuorum takes the modes too: built on members of both data centres.
+    with rs.members[0].client() as c:
+        r = c.test.command("createIndexes", "tagged", indexes=[{"key": {"v": 1}, "name": "v_1"}],
+                           commitQuorum="multiDC", maxTimeMS=15000)
+        assert r["commitQuorum"] == "multiDC"
+        for mode, code in [("threeDCs", 278), ("nope", 79)]:
+            with pytest.raises(OperationFailure) as e:
+                c.test.command("createIndexes", "tagged",
+                               indexes=[{"key": {"w": 1}, "name": f"w_{mode}"}], commitQuorum=mode)
+            assert e.value.code == code, mode
+
     # Without the west member, a write no longer reaches two data centres: it times out
     # (done on the east members), while a mode the east members satisfy still succeeds.
     rs.members[2].stop()

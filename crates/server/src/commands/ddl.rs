@@ -882,18 +882,25 @@ pub fn create_indexes(ctx: &mut Ctx) -> Result<Document> {
             );
         }
     }
-    if let Some((value, majority, nodes)) = quorum {
-        wait_for_commit_quorum(ctx, majority, nodes)?;
+    if let Some((value, majority, members)) = quorum {
+        wait_for_commit_quorum(ctx, majority, &members)?;
         reply.insert("commitQuorum", value);
     }
     Ok(reply)
 }
 
-/// `createIndexes.commitQuorum`: how many voting, index-building members must hold the
-/// build before the command returns, as (the value given, majority, a member count).
-/// A standalone refuses it (BadValue); a count above the voting members is 278. Without
-/// it the command does not wait (MongoDB's default `votingMembers` would).
-fn commit_quorum(ctx: &Ctx) -> Result<Option<(Bson, bool, i64)>> {
+/// The members a commit quorum names: a count, or a custom write concern mode.
+enum QuorumMembers {
+    Count(i64),
+    Mode(String),
+}
+
+/// `createIndexes.commitQuorum`: which voting, index-building members must hold the build
+/// before the command returns, as (the value given, majority, the members: a count or a
+/// custom mode of `settings.getLastErrorModes`). A standalone refuses it (BadValue); a count
+/// above the voting members, or a mode they cannot satisfy, is 278. Without it the command
+/// does not wait (MongoDB's default `votingMembers` would).
+fn commit_quorum(ctx: &Ctx) -> Result<Option<(Bson, bool, QuorumMembers)>> {
     let Some(value) = ctx.body.get("commitQuorum") else {
         return Ok(None);
     };
@@ -907,9 +914,29 @@ fn commit_quorum(ctx: &Ctx) -> Result<Option<(Bson, bool, i64)>> {
                 "commitQuorum can't be an empty string",
             ))
         }
-        Bson::String(s) if s == "votingMembers" => (false, voters),
-        Bson::String(s) if s == "majority" => (true, 1),
-        Bson::String(tag) => return Err(nidus_repl::config::unknown_write_mode(tag)),
+        Bson::String(s) if s == "votingMembers" => (false, QuorumMembers::Count(voters)),
+        Bson::String(s) if s == "majority" => (true, QuorumMembers::Count(1)),
+        Bson::String(mode) => {
+            let config = repl
+                .view()
+                .config
+                .ok_or_else(|| nidus_repl::config::unknown_write_mode(mode))?;
+            let pattern = config.write_mode(mode)?;
+            // MongoDB's checkIfCommitQuorumCanBeSatisfied: by the voting, index-building
+            // members' tags.
+            let builders = |id: u64| {
+                config
+                    .member_by_raft_id(id)
+                    .is_some_and(|m| m.is_voter() && m.build_indexes)
+            };
+            if !config.satisfies(pattern, builders) {
+                return Err(Error::new(
+                    ErrorCode::UnsatisfiableCommitQuorum,
+                    "Commit quorum cannot be satisfied with the current replica set configuration",
+                ));
+            }
+            (false, QuorumMembers::Mode(mode.clone()))
+        }
         Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) => {
             let n = super::opt_i64("createIndexes", &ctx.body, "commitQuorum")?.unwrap_or(0);
             // MongoDB's bound is its largest replica set (kMaxMembers).
@@ -924,7 +951,7 @@ fn commit_quorum(ctx: &Ctx) -> Result<Option<(Bson, bool, i64)>> {
                     "Not enough data-bearing voting nodes to satisfy commit quorum",
                 ));
             }
-            (false, n)
+            (false, QuorumMembers::Count(n))
         }
         _ => {
             return Err(Error::failed_to_parse(
@@ -937,21 +964,23 @@ fn commit_quorum(ctx: &Ctx) -> Result<Option<(Bson, bool, i64)>> {
 
 /// Waits (up to the command's `maxTimeMS`) until the commit quorum holds the build's oplog
 /// entry, so the index is on that many members when the command returns.
-fn wait_for_commit_quorum(ctx: &Ctx, majority: bool, nodes: i64) -> Result<()> {
+fn wait_for_commit_quorum(ctx: &Ctx, majority: bool, members: &QuorumMembers) -> Result<()> {
     let (Some(repl), Some(ts)) = (&ctx.state.repl, nidus_engine::oplog::last_write_ts()) else {
         return Ok(());
     };
-    if !majority && nodes <= 1 {
-        return Ok(());
-    }
-    let quorum = nidus_repl::Acknowledgers::Count(nodes);
+    let quorum = match members {
+        QuorumMembers::Count(n) if !majority && *n <= 1 => return Ok(()),
+        QuorumMembers::Count(n) => nidus_repl::Acknowledgers::Count(*n),
+        QuorumMembers::Mode(mode) => nidus_repl::Acknowledgers::Mode(mode),
+    };
     match repl.wait_for_replication(ts, majority, quorum, ctx.deadline) {
         nidus_repl::ReplicationWait::Satisfied | nidus_repl::ReplicationWait::Alone => Ok(()),
-        // Only a write concern names a mode.
+        // A reconfiguration since the command was checked dropped or changed the mode.
         nidus_repl::ReplicationWait::UnknownMode(e) => Err(e),
-        nidus_repl::ReplicationWait::Unsatisfiable(msg) => {
-            Err(Error::new(ErrorCode::UnsatisfiableWriteConcern, msg))
-        }
+        nidus_repl::ReplicationWait::Unsatisfiable(_) => Err(Error::new(
+            ErrorCode::UnsatisfiableCommitQuorum,
+            "Commit quorum cannot be satisfied with the current replica set configuration",
+        )),
         nidus_repl::ReplicationWait::TimedOut => Err(Error::new(
             ErrorCode::MaxTimeMSExpired,
             "operation exceeded time limit",
