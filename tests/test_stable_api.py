@@ -300,3 +300,39 @@ def test_an_alias_is_the_command_it_names(db, alias, canonical, command):
             return e.code
 
     assert outcome(alias) == outcome(canonical)
+
+
+def test_strict_planning_leaves_out_text_and_sparse_indexes(db):
+    """MongoDB's jstests/core/api/api_version_unstable_indexes.js: text and sparse indexes
+    are outside Stable API Version 1, so under `apiStrict` the planner neither uses nor lets
+    a hint name them; without it they are used as usual."""
+    db.articles.insert_many([
+        {"_id": 1, "subject": "coffee", "author": "xyz", "views": 50},
+        {"_id": 2, "subject": "Coffee Shopping", "author": "efg", "views": 5},
+        {"_id": 3, "subject": "Baking a cake", "author": "abc", "views": 90},
+        {"_id": 4, "subject": "baking", "author": "xyz", "views": 100},
+    ])
+    db.articles.create_index([("subject", "text")])
+    db.articles.create_index("views", sparse=True)
+    strict = {"apiVersion": "1", "apiStrict": True}
+    text = {"find": "articles", "filter": {"$text": {"$search": "coffee"}}}
+    plan = db.command("explain", text)["queryPlanner"]["winningPlan"]
+    assert "subject_text" in str(plan)
+    with pytest.raises(OperationFailure) as e:
+        db.command({"explain": text, **strict})
+    assert e.value.code == 291
+    with pytest.raises(OperationFailure) as e:
+        db.command({**text, **strict})
+    assert e.value.code == 291
+    hinted = {"find": "articles", "filter": {"views": 50}, "hint": {"views": 1}}
+    with pytest.raises(OperationFailure) as e:
+        db.command({**hinted, **strict})
+    assert e.value.code == 2
+    assert [d["_id"] for d in db.command(hinted)["cursor"]["firstBatch"]] == [1]
+    assert "views_1" in str(db.command("explain", hinted)["queryPlanner"]["winningPlan"])
+    # Without a hint the strict query is answered without the sparse index.
+    reply = db.command({"find": "articles", "filter": {"views": {"$gte": 90}}, **strict})
+    assert sorted(d["_id"] for d in reply["cursor"]["firstBatch"]) == [3, 4]
+    plan = db.command({"explain": {"find": "articles", "filter": {"views": {"$gte": 90}}},
+                       **strict})["queryPlanner"]["winningPlan"]
+    assert "views_1" not in str(plan)

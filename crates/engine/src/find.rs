@@ -288,11 +288,15 @@ impl Engine {
             ..parsed
         };
         let without_cluster_key: Vec<IndexMeta>;
-        let meta_indexes: &[IndexMeta] = if parsed.cluster_key.is_some() {
+        // Under `apiStrict`, MongoDB's planner leaves out the indexes outside Stable API
+        // Version 1 (text and sparse ones): not planned, not hintable.
+        let api_strict = crate::opctx::api_strict();
+        let meta_indexes: &[IndexMeta] = if parsed.cluster_key.is_some() || api_strict {
             without_cluster_key = meta
                 .indexes
                 .iter()
-                .filter(|ix| !ix.is_id())
+                .filter(|ix| parsed.cluster_key.is_none() || !ix.is_id())
+                .filter(|ix| !api_strict || (ix.text.is_none() && !ix.sparse))
                 .cloned()
                 .collect();
             &without_cluster_key

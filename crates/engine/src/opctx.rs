@@ -35,6 +35,9 @@ pub struct OpCtx {
     /// Whether anything will read the plan's `execStats` (a profiled database): built only
     /// then, not for every read and write.
     wants_exec_stats: AtomicBool,
+    /// The command declared `apiStrict: true` (Stable API Version 1): the planner leaves
+    /// out the indexes outside that version (text and sparse ones), as MongoDB's does.
+    api_strict: AtomicBool,
 }
 
 /// What one statement (or the whole operation) did, taken out of an [`OpCtx`].
@@ -60,6 +63,11 @@ impl OpStats {
             self.plan = other.plan.clone();
         }
     }
+}
+
+/// Whether the thread's operation declared `apiStrict: true` (see [`OpCtx::api_strict`]).
+pub fn api_strict() -> bool {
+    current().is_some_and(|op| op.api_strict())
 }
 
 pub fn interrupted() -> Error {
@@ -99,6 +107,14 @@ impl OpCtx {
     pub fn add_index_changes(&self, inserted: u64, deleted: u64) {
         self.keys_inserted.fetch_add(inserted, Ordering::Relaxed);
         self.keys_deleted.fetch_add(deleted, Ordering::Relaxed);
+    }
+
+    pub fn set_api_strict(&self, strict: bool) {
+        self.api_strict.store(strict, Ordering::Relaxed);
+    }
+
+    pub fn api_strict(&self) -> bool {
+        self.api_strict.load(Ordering::Relaxed)
     }
 
     pub fn set_wants_exec_stats(&self, wanted: bool) {

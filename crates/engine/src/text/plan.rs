@@ -111,6 +111,14 @@ pub(crate) fn plan_text(
             .cloned()
             .ok_or_else(text_index_required)?
     };
+    // Text indexes are outside Stable API Version 1: under `apiStrict` MongoDB's planner
+    // leaves them out, so a `$text` query has no plan.
+    if crate::opctx::api_strict() {
+        return Err(crate::plan::planner_error(
+            ErrorCode::NoQueryExecutionPlans,
+            "need exactly one text index for $text query",
+        ));
+    }
     let Some(text_spec) = ix.text.clone() else {
         return Err(text_index_required());
     };

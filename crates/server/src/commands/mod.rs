@@ -789,6 +789,7 @@ fn run_handler(
         }
     };
     let api = api::check(name, command.api, &req.body)?;
+    active.ctx.set_api_strict(api.strict());
     crate::auth::authorize(
         state,
         conn,
