@@ -202,6 +202,28 @@ def test_a_views_default_collation_applies_and_cannot_be_overridden(db, view_col
         assert [d["_id"] for d in list(db.src.aggregate(lookup))[0]["m"]] == [0]
 
 
+def test_a_view_reads_only_views_of_its_own_collation(db):
+    """MongoDB's validateCollation: a view on a view, or whose pipeline reads a view, must
+    have that view's collation."""
+    db.words.insert_one({"_id": 1, "s": "abc"})
+    db.command("create", "vfr", viewOn="words", pipeline=[], collation=FR1)
+    db.command("create", "vsimple", viewOn="words", pipeline=[])
+    name = db.name
+    for args, other in [
+        ({"viewOn": "vfr", "pipeline": []}, "vfr"),
+        ({"viewOn": "vsimple", "pipeline": [], "collation": FR1}, "vsimple"),
+        ({"viewOn": "words", "pipeline": [{"$lookup": {"from": "vfr", "localField": "s",
+                                                        "foreignField": "s", "as": "m"}}]}, "vfr"),
+        ({"viewOn": "words", "pipeline": [{"$unionWith": "vfr"}]}, "vfr"),
+    ]:
+        with pytest.raises(OperationFailure) as e:
+            db.command("create", "v2", **args)
+        assert (e.value.code, e.value.details["errmsg"]) == (
+            167, f"View {name}.v2 has conflicting collation with view {name}.{other}"), args
+    db.command("create", "v2", viewOn="vfr", pipeline=[], collation=FR1)
+    assert [d["_id"] for d in db.v2.find({"s": "ABC"})] == [1]
+
+
 def test_views_survive_restart(start_nidus):
     server = start_nidus()
     client = server.client()

@@ -326,14 +326,30 @@ impl Engine {
     /// `cmd` (`create` or `collMod`) names the oplog entry.
     fn put_view_locked(&self, def: ViewDef, cmd: &str) -> Result<()> {
         {
-            let mut graph: BTreeMap<Namespace, Vec<Namespace>> = self
-                .views
-                .read()
+            let views = self.views.read();
+            let mut graph: BTreeMap<Namespace, Vec<Namespace>> = views
                 .iter()
                 .map(|(ns, v)| (ns.clone(), v.references()))
                 .collect();
             graph.insert(def.ns.clone(), def.references());
             check_graph(&graph, &def.ns)?;
+            // MongoDB's `validateCollation`: every view this one reads (its `viewOn`, and
+            // those its pipeline's `$lookup`/`$graphLookup`/`$unionWith` name) has its
+            // collation.
+            for other in def.references() {
+                let Some(other) = views.get(&other) else {
+                    continue;
+                };
+                if check_view_collation(other.collation.as_ref(), def.collation.as_ref()).is_err() {
+                    return Err(Error::new(
+                        ErrorCode::OptionNotSupportedOnView,
+                        format!(
+                            "View {} has conflicting collation with view {}",
+                            def.ns, other.ns
+                        ),
+                    ));
+                }
+            }
         }
         let bytes = bson::to_vec(&def.to_entry()).map_err(|e| Error::internal(e.to_string()))?;
         let mut txn = self.kv.begin();
