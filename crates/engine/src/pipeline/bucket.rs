@@ -4,17 +4,13 @@
 
 use super::{group::Group, sort::Sort, ParseCtx, StageRef};
 use bson::{doc, Bson, Document};
-use nidus_common::{Error, ErrorCode, Result};
+use nidus_common::{Error, Result};
 use nidus_doc::compare::{canonical_type_bson, cmp_bson};
 use std::sync::Arc;
 
-fn err(code: i32, msg: impl Into<String>) -> Error {
-    Error::new(ErrorCode::Location(code), msg)
-}
-
 pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     let Bson::Document(spec) = arg else {
-        return Err(err(
+        return Err(Error::location(
             40201,
             format!(
                 "Argument to $bucket stage must be an object, but found type: {}.",
@@ -33,7 +29,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             "default" => default = Some(v.clone()),
             "output" => output = Some(v.clone()),
             other => {
-                return Err(err(
+                return Err(Error::location(
                     40197,
                     format!("Unrecognized option to $bucket: {other}."),
                 ))
@@ -41,7 +37,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         }
     }
     let (Some(group_by), Some(boundaries)) = (group_by, boundaries) else {
-        return Err(err(
+        return Err(Error::location(
             40198,
             "$bucket requires 'groupBy' and 'boundaries' to be specified.",
         ));
@@ -55,7 +51,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         None => doc! {"count": {"$sum": 1}},
         Some(Bson::Document(o)) => o,
         Some(other) => {
-            return Err(err(
+            return Err(Error::location(
                 40196,
                 format!(
                     "The $bucket 'output' field must be an object, but found type: {}.",
@@ -75,7 +71,7 @@ fn check_group_by(v: &Bson) -> Result<()> {
     match v {
         Bson::String(s) if s.starts_with('$') => Ok(()),
         Bson::Document(d) if d.keys().next().is_some_and(|k| k.starts_with('$')) => Ok(()),
-        other => Err(err(
+        other => Err(Error::location(
             40202,
             format!(
                 "The $bucket 'groupBy' field must be defined as a $-prefixed path or an expression, but found: {}.",
@@ -87,7 +83,7 @@ fn check_group_by(v: &Bson) -> Result<()> {
 
 fn check_boundaries(v: &Bson) -> Result<Vec<Bson>> {
     let Bson::Array(items) = v else {
-        return Err(err(
+        return Err(Error::location(
             40200,
             format!(
                 "The $bucket 'boundaries' field must be an array, but found type: {}.",
@@ -96,7 +92,7 @@ fn check_boundaries(v: &Bson) -> Result<Vec<Bson>> {
         ));
     };
     if items.len() < 2 {
-        return Err(err(
+        return Err(Error::location(
             40192,
             format!(
                 "The $bucket 'boundaries' field must have at least 2 values, but found {} value(s).",
@@ -107,7 +103,7 @@ fn check_boundaries(v: &Bson) -> Result<Vec<Bson>> {
     for pair in items.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);
         if canonical_type_bson(a) != canonical_type_bson(b) {
-            return Err(err(
+            return Err(Error::location(
                 40193,
                 format!(
                     "All values in the the 'boundaries' option to $bucket must have the same type. Found conflicting types {} and {}.",
@@ -117,7 +113,7 @@ fn check_boundaries(v: &Bson) -> Result<Vec<Bson>> {
             ));
         }
         if cmp_bson(a, b).is_ge() {
-            return Err(err(
+            return Err(Error::location(
                 40194,
                 format!(
                     "The 'boundaries' option to $bucket must be sorted, but elements {} and {} are not in ascending order ({} is not less than {}).",
@@ -138,7 +134,7 @@ fn check_default(d: &Bson, bounds: &[Bson]) -> Result<()> {
     };
     let same_type = canonical_type_bson(d) == canonical_type_bson(lo);
     if same_type && cmp_bson(d, lo).is_ge() && cmp_bson(d, hi).is_lt() {
-        return Err(err(
+        return Err(Error::location(
             40199,
             "The $bucket 'default' field must be less than the lowest boundary or greater than or equal to the highest boundary.",
         ));

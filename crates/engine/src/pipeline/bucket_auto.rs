@@ -33,13 +33,9 @@ pub struct BucketAuto {
     pub granularity: Option<Granularity>,
 }
 
-fn err(code: i32, msg: impl Into<String>) -> Error {
-    Error::new(ErrorCode::Location(code), msg)
-}
-
 pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     let Bson::Document(spec) = arg else {
-        return Err(err(
+        return Err(Error::location(
             40240,
             format!(
                 "The argument to $bucketAuto must be an object, but found type: {}.",
@@ -58,7 +54,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             "output" => output = Some(parse_output(v, pcx)?),
             "granularity" => granularity = Some(Granularity::parse(v)?),
             other => {
-                return Err(err(
+                return Err(Error::location(
                     40245,
                     format!("Unrecognized option to $bucketAuto: {other}."),
                 ))
@@ -66,7 +62,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         }
     }
     let (Some(group_by), Some(buckets)) = (group_by, buckets) else {
-        return Err(err(
+        return Err(Error::location(
             40246,
             "$bucketAuto requires 'groupBy' and 'buckets' to be specified",
         ));
@@ -89,7 +85,7 @@ fn parse_group_by(v: &Bson, pcx: &ParseCtx) -> Result<Expression> {
         Bson::Document(d) if d.keys().next().is_some_and(|k| k.starts_with('$')) => {
             Expression::parse(v, &pcx.exprs)
         }
-        other => Err(err(
+        other => Err(Error::location(
             40239,
             format!(
                 "The $bucketAuto 'groupBy' field must be defined as a $-prefixed path or an expression object, but found: {}.",
@@ -101,7 +97,7 @@ fn parse_group_by(v: &Bson, pcx: &ParseCtx) -> Result<Expression> {
 
 fn parse_buckets(v: &Bson) -> Result<usize> {
     if !super::is_number(v) {
-        return Err(err(
+        return Err(Error::location(
             40241,
             format!(
                 "The 'buckets' field in $bucketAuto must be a numeric value, but found type: {}.",
@@ -112,7 +108,7 @@ fn parse_buckets(v: &Bson) -> Result<usize> {
     let n = super::exact_i64(v)
         .filter(|n| i32::try_from(*n).is_ok())
         .ok_or_else(|| {
-            err(
+            Error::location(
                 40242,
                 format!(
                     "The 'buckets' field in $bucketAuto must be representable as a 32-bit integer, but found {}.",
@@ -121,7 +117,7 @@ fn parse_buckets(v: &Bson) -> Result<usize> {
             )
         })?;
     if n <= 0 {
-        return Err(err(
+        return Err(Error::location(
             40243,
             format!("The 'buckets' field in $bucketAuto must be greater than 0, but found: {n}."),
         ));
@@ -131,7 +127,7 @@ fn parse_buckets(v: &Bson) -> Result<usize> {
 
 fn parse_output(v: &Bson, pcx: &ParseCtx) -> Result<Vec<(AccumulatorSpec, Bson)>> {
     let Bson::Document(d) = v else {
-        return Err(err(
+        return Err(Error::location(
             40244,
             format!(
                 "The 'output' field in $bucketAuto must be an object, but found type: {}.",
@@ -179,7 +175,7 @@ impl BucketAuto {
 /// With a `granularity`, MongoDB takes only non-negative numbers as `groupBy` values.
 fn check_granular_key(key: &Bson) -> Result<()> {
     if !super::is_number(key) {
-        return Err(err(
+        return Err(Error::location(
             40258,
             format!(
                 "$bucketAuto can specify a 'granularity' with numeric boundaries only, but found a value with type: {}",
@@ -189,13 +185,13 @@ fn check_granular_key(key: &Bson) -> Result<()> {
     }
     let x = nidus_expr::value::to_f64(key);
     if x.is_nan() {
-        return Err(err(
+        return Err(Error::location(
             40259,
             "$bucketAuto can specify a 'granularity' with numeric boundaries only, but found a value that is NaN",
         ));
     }
     if x < 0.0 {
-        return Err(err(
+        return Err(Error::location(
             40260,
             "$bucketAuto can specify a 'granularity' with non-negative numbers only, but found a negative value",
         ));

@@ -5,7 +5,7 @@ use super::context::{check_size, doc_bytes};
 use super::stream::Deferred;
 use super::{run, stage_document, DocumentSource, ExpCtx, ParseCtx, StageRef, Stream, VecStream};
 use bson::{Bson, Document};
-use nidus_common::{Error, ErrorCode, Result};
+use nidus_common::{Error, Result};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -24,15 +24,11 @@ pub struct Facet {
     pub facets: Vec<(String, Vec<StageRef>)>,
 }
 
-fn err(code: i32, msg: impl Into<String>) -> Error {
-    Error::new(ErrorCode::Location(code), msg)
-}
-
 pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     let spec = match arg {
         Bson::Document(d) if !d.is_empty() => d,
         _ => {
-            return Err(err(
+            return Err(Error::location(
                 40169,
                 format!(
                     "the $facet specification must be a non-empty object, but found: {}",
@@ -44,7 +40,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     let mut facets = Vec::new();
     for (name, v) in spec {
         if name.is_empty() || name.starts_with('$') || name.contains('.') {
-            return Err(err(
+            return Err(Error::location(
                 40174,
                 format!(
                     "$facet field names must not be empty, start with '$' or contain '.': {name}"
@@ -52,7 +48,7 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             ));
         }
         let Bson::Array(items) = v else {
-            return Err(err(
+            return Err(Error::location(
                 40170,
                 format!(
                     "arguments to $facet must be arrays, {name} is type {}",
@@ -61,14 +57,14 @@ pub fn parse(arg: &Bson, pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             ));
         };
         if items.is_empty() {
-            return Err(err(
+            return Err(Error::location(
                 40171,
                 format!("sub-pipeline in $facet stage cannot be empty: {name}"),
             ));
         }
         let stages = super::parse_pipeline(items, pcx)?;
         if let Some(bad) = stages.iter().find(|s| NOT_IN_FACET.contains(&s.name())) {
-            return Err(err(
+            return Err(Error::location(
                 40600,
                 format!(
                     "{} is not allowed to be used within a $facet stage",

@@ -28,10 +28,6 @@ pub struct GeoNear {
     key: Option<String>,
 }
 
-fn err(code: i32, msg: impl Into<String>) -> Error {
-    Error::new(ErrorCode::Location(code), msg)
-}
-
 fn non_negative(v: &Bson, name: &str) -> Result<f64> {
     match number(v) {
         Some(f) if f >= 0.0 => Ok(f),
@@ -52,7 +48,7 @@ fn string(v: &Bson, name: &str) -> Result<String> {
 
 pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     let Bson::Document(spec) = arg else {
-        return Err(err(
+        return Err(Error::location(
             10065,
             "invalid parameter: expected an object ($geoNear)",
         ));
@@ -89,10 +85,16 @@ pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
                 Bson::Document(q) => out.query = q.clone(),
                 _ => return Err(Error::type_mismatch("query must be an object")),
             },
-            other => return Err(err(16605, format!("Unknown argument to $geoNear: {other}"))),
+            other => {
+                return Err(Error::location(
+                    16605,
+                    format!("Unknown argument to $geoNear: {other}"),
+                ))
+            }
         }
     }
-    let near = near.ok_or_else(|| err(5860400, "$geoNear requires a 'near' argument"))?;
+    let near =
+        near.ok_or_else(|| Error::location(5860400, "$geoNear requires a 'near' argument"))?;
     out.geojson = matches!(&near, Bson::Document(d) if d.contains_key("type"));
     if !out.geojson && legacy_point(&near).is_none() {
         return Err(Error::bad_value(
@@ -101,7 +103,7 @@ pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     }
     out.near = near;
     out.distance_field = distance_field.ok_or_else(|| {
-        err(
+        Error::location(
             16606,
             "$geoNear requires a 'distanceField' option as a String",
         )

@@ -6,7 +6,7 @@
 //! Decimal128 values round in Decimal128; zero rounds to itself.
 
 use bson::{Bson, Decimal128, Document};
-use nidus_common::{Error, ErrorCode, Result};
+use nidus_common::{Error, Result};
 use nidus_expr::decimal;
 use std::cmp::Ordering;
 
@@ -94,15 +94,11 @@ pub enum Granularity {
     PowersOf2,
 }
 
-fn err(code: i32, msg: impl Into<String>) -> Error {
-    Error::new(ErrorCode::Location(code), msg)
-}
-
 impl Granularity {
     /// Parses `granularity` with MongoDB's errors.
     pub fn parse(v: &Bson) -> Result<Granularity> {
         let Bson::String(name) = v else {
-            return Err(err(
+            return Err(Error::location(
                 40261,
                 format!(
                     "$bucketAuto 'granularity' field must be a string, but found type: {}",
@@ -117,7 +113,7 @@ impl Granularity {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(n, s)| Granularity::Series(n, s))
-            .ok_or_else(|| err(40257, format!("Unknown rounding granularity '{name}'")))
+            .ok_or_else(|| Error::location(40257, format!("Unknown rounding granularity '{name}'")))
     }
 
     pub fn name(&self) -> &'static str {
@@ -134,7 +130,7 @@ impl Granularity {
             Granularity::PowersOf2 => (40265, 40266, 40267),
         };
         if !super::is_number(v) {
-            return Err(err(
+            return Err(Error::location(
                 not_number,
                 format!(
                     "A granularity rounder can only round numeric values, but found type: {}",
@@ -144,10 +140,13 @@ impl Granularity {
         }
         let x = nidus_expr::value::to_f64(v);
         if x.is_nan() {
-            return Err(err(nan, "A granularity rounder cannot round NaN"));
+            return Err(Error::location(
+                nan,
+                "A granularity rounder cannot round NaN",
+            ));
         }
         if x < 0.0 {
-            return Err(err(
+            return Err(Error::location(
                 negative,
                 "A granularity rounder can only round non-negative numbers",
             ));
@@ -320,6 +319,7 @@ fn pow2(exp: Exponent) -> Bson {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nidus_common::ErrorCode;
 
     #[test]
     fn series_rounding_as_mongodb_computes_it() {

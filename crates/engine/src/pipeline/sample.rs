@@ -5,7 +5,7 @@ use super::context::doc_bytes;
 use super::stream::Deferred;
 use super::{DocumentSource, ExpCtx, ParseCtx, StageRef, Stream, VecStream};
 use bson::{Bson, Document};
-use nidus_common::{Error, ErrorCode, Result};
+use nidus_common::{Error, Result};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -14,13 +14,9 @@ pub struct Sample {
     pub size: u64,
 }
 
-fn err(code: i32, msg: impl Into<String>) -> Error {
-    Error::new(ErrorCode::Location(code), msg)
-}
-
 pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     let Bson::Document(spec) = arg else {
-        return Err(err(
+        return Err(Error::location(
             28745,
             "the $sample stage specification must be an object",
         ));
@@ -28,10 +24,16 @@ pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
     let mut size = None;
     for (k, v) in spec {
         if k != "size" {
-            return Err(err(28748, format!("unrecognized option to $sample: {k}")));
+            return Err(Error::location(
+                28748,
+                format!("unrecognized option to $sample: {k}"),
+            ));
         }
         if !super::is_number(v) {
-            return Err(err(28746, "size argument to $sample must be a number"));
+            return Err(Error::location(
+                28746,
+                "size argument to $sample must be a number",
+            ));
         }
         let n = match (super::exact_i64(v), v) {
             (Some(n), _) => n,
@@ -39,11 +41,14 @@ pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
             _ => 0,
         };
         if n < 0 {
-            return Err(err(28747, "size argument to $sample must not be negative"));
+            return Err(Error::location(
+                28747,
+                "size argument to $sample must not be negative",
+            ));
         }
         size = Some(n as u64);
     }
-    let size = size.ok_or_else(|| err(28749, "$sample stage must specify a size"))?;
+    let size = size.ok_or_else(|| Error::location(28749, "$sample stage must specify a size"))?;
     Ok(vec![Arc::new(Sample { size })])
 }
 

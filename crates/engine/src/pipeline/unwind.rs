@@ -8,7 +8,7 @@
 
 use super::{DocStream, DocumentSource, ExpCtx, Modified, ParseCtx, StageRef, Stream};
 use bson::{Bson, Document};
-use nidus_common::{Error, ErrorCode, Result};
+use nidus_common::{Error, Result};
 use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -20,20 +20,16 @@ pub struct Unwind {
     pub preserve: bool,
 }
 
-fn err(code: i32, msg: impl Into<String>) -> Error {
-    Error::new(ErrorCode::Location(code), msg)
-}
-
 fn split_path(p: &str) -> Result<Vec<String>> {
     let parts: Vec<String> = p.split('.').map(str::to_string).collect();
     if parts.iter().any(|s| s.is_empty()) {
-        return Err(err(
+        return Err(Error::location(
             15998,
             "FieldPath field names may not be empty strings.",
         ));
     }
     if parts.iter().any(|s| s.starts_with('$')) {
-        return Err(err(
+        return Err(Error::location(
             16410,
             "FieldPath field names may not start with '$'. Consider using $getField or $setField.",
         ));
@@ -44,7 +40,7 @@ fn split_path(p: &str) -> Result<Vec<String>> {
 fn parse_path(p: &str) -> Result<Vec<String>> {
     match p.strip_prefix('$') {
         Some(rest) if !rest.is_empty() => split_path(rest),
-        _ => Err(err(
+        _ => Err(Error::location(
             28818,
             format!("path option to $unwind stage should be prefixed with a '$': {p}"),
         )),
@@ -60,7 +56,7 @@ pub fn parse(arg: &Bson, _pcx: &ParseCtx) -> Result<Vec<StageRef>> {
         },
         Bson::Document(spec) => parse_object(spec)?,
         other => {
-            return Err(err(
+            return Err(Error::location(
                 15981,
                 format!(
                 "expected either a string or an object as specification for $unwind stage, got {}",
@@ -80,7 +76,7 @@ fn parse_object(spec: &Document) -> Result<Unwind> {
         match (k.as_str(), v) {
             ("path", Bson::String(p)) => path = Some(parse_path(p)?),
             ("path", other) => {
-                return Err(err(
+                return Err(Error::location(
                     28808,
                     format!(
                         "expected a string as the path for $unwind stage, got {}",
@@ -90,7 +86,7 @@ fn parse_object(spec: &Document) -> Result<Unwind> {
             }
             ("includeArrayIndex", Bson::String(s)) if !s.is_empty() => {
                 if s.starts_with('$') {
-                    return Err(err(
+                    return Err(Error::location(
                         28822,
                         format!("includeArrayIndex option to $unwind stage should not be prefixed with a '$': {s}"),
                     ));
@@ -98,7 +94,7 @@ fn parse_object(spec: &Document) -> Result<Unwind> {
                 index = Some(split_path(s)?);
             }
             ("includeArrayIndex", other) => {
-                return Err(err(
+                return Err(Error::location(
                     28810,
                     format!(
                         "expected a non-empty string for the includeArrayIndex  option to $unwind stage, got {}",
@@ -108,7 +104,7 @@ fn parse_object(spec: &Document) -> Result<Unwind> {
             }
             ("preserveNullAndEmptyArrays", Bson::Boolean(b)) => preserve = *b,
             ("preserveNullAndEmptyArrays", other) => {
-                return Err(err(
+                return Err(Error::location(
                     28809,
                     format!(
                         "expected a boolean for the preserveNullAndEmptyArrays option to $unwind stage, got {}",
@@ -117,14 +113,14 @@ fn parse_object(spec: &Document) -> Result<Unwind> {
                 ))
             }
             (other, _) => {
-                return Err(err(
+                return Err(Error::location(
                     28811,
                     format!("unrecognized option to $unwind stage: {other}"),
                 ))
             }
         }
     }
-    let path = path.ok_or_else(|| err(28812, "No path specified to $unwind stage"))?;
+    let path = path.ok_or_else(|| Error::location(28812, "No path specified to $unwind stage"))?;
     Ok(Unwind {
         path,
         include_array_index: index,
