@@ -499,6 +499,112 @@ def test_a_retried_write_waits_for_its_write_concern_again(rs):
         assert list(c.test.c.find({"_id": "once"})) == [{"_id": "once"}]
 
 
+# Commands sent to the primary of a three-member set with both secondaries down: whether
+# each waits for a majority (the implicit default, MongoDB 5.0+'s for a set without arbiters)
+# and so ends in a write concern timeout, or is acknowledged at once. `wtimeout` without `w`
+# keeps the default's `w` (MongoDB's isExplicitWithoutWField).
+IMPLICIT_DEFAULT_CASES = [
+    ("insert naming none", {"insert": "d", "documents": [{"_id": 1}]}, True),
+    ("insert naming {}", {"insert": "d", "documents": [{"_id": 2}], "writeConcern": {}}, True),
+    ("insert naming only wtimeout", {"insert": "d", "documents": [{"_id": 3}], "writeConcern": {"wtimeout": 400}}, True),
+    ("insert naming only j", {"insert": "d", "documents": [{"_id": 4}], "writeConcern": {"j": True}}, True),
+    ("update naming none", {"update": "d", "updates": [{"q": {"_id": 1}, "u": {"$set": {"x": 1}}}]}, True),
+    ("delete naming none", {"delete": "d", "deletes": [{"q": {"_id": 2}, "limit": 1}]}, True),
+    ("findAndModify naming none", {"findAndModify": "d", "query": {"_id": 3}, "update": {"$set": {"y": 1}}}, True),
+    ("create naming none", {"create": "d2"}, True),
+    ("createIndexes naming none", {"createIndexes": "d", "indexes": [{"key": {"x": 1}, "name": "x_1"}]}, True),
+    ("$out naming none", {"aggregate": "d", "pipeline": [{"$out": "d3"}], "cursor": {}}, True),
+    ("insert naming w: 1", {"insert": "d", "documents": [{"_id": 5}], "writeConcern": {"w": 1}}, False),
+    ("insert naming w: 1, j", {"insert": "d", "documents": [{"_id": 6}], "writeConcern": {"w": 1, "j": True}}, False),
+    ("find", {"find": "d", "filter": {}}, False),
+    ("aggregate reading", {"aggregate": "d", "pipeline": [{"$match": {}}], "cursor": {}}, False),
+    ("count", {"count": "d"}, False),
+]
+
+
+def test_a_write_naming_no_write_concern_waits_for_a_majority(rs):
+    """Seed 000's lab: "The default write concern is 'majority'". A write that names none (or
+    `{}`, or no `w`) is acknowledged only once a majority holds it: with both secondaries
+    down it times out with MongoDB's errInfo naming the implicit default; `w: 1` writes and
+    reads are not held; a transaction's statements take no default, its commit does."""
+    import bson
+
+    rs.initiate(priorities=[3, 2, 1], settings={"electionTimeoutMillis": 60000, "heartbeatIntervalMillis": 500})
+    wait_until(lambda: (rs.hello(rs.members[0]) or {}).get("isWritablePrimary"), 60,
+               "the priority-3 member as primary")
+    primary = rs.members[0]
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY", 60)
+    for m in rs.members:
+        with m.client(directConnection=True) as c:
+            got = c.admin.command("getDefaultRWConcern")
+            assert got["defaultWriteConcern"] == {"w": "majority", "wtimeout": 0}, got
+            assert got["defaultReadConcern"] == {"level": "local"}, got
+            assert got["defaultWriteConcernSource"] == got["defaultReadConcernSource"] == "implicit", got
+    sock = wire.connect(primary.port)
+    try:
+        # With the set whole, the default is met at once.
+        r = wire.command(sock, {"insert": "d", "documents": [{"_id": 0}], "$db": "test"})
+        assert r["ok"] == 1 and r["n"] == 1 and "writeConcernError" not in r, r
+        for m in rs.members[1:]:
+            m.kill()
+        for label, body, waits in IMPLICIT_DEFAULT_CASES:
+            cmd = {**body, "$db": "test"}
+            if waits and "wtimeout" not in cmd.get("writeConcern", {}):
+                cmd["maxTimeMS"] = 400
+            started = time.monotonic()
+            r = wire.command(sock, cmd)
+            took = time.monotonic() - started
+            assert r["ok"] == 1, (label, r)
+            if waits:
+                wce = r.get("writeConcernError")
+                assert wce and wce["code"] in (50, 64), (label, r)
+                assert took >= 0.3, (label, took)
+                if wce["code"] == 64:
+                    assert wce["errInfo"]["writeConcern"]["w"] == "majority", (label, r)
+                    assert wce["errInfo"]["writeConcern"]["provenance"] == "implicitDefault", (label, r)
+            else:
+                assert "writeConcernError" not in r, (label, r)
+                assert took < 2, (label, took)
+        # A transaction: its statements are not held, its commit is.
+        lsid = {"id": bson.Binary(__import__("uuid").uuid4().bytes, 4)}
+        txn = {"lsid": lsid, "txnNumber": bson.Int64(1), "autocommit": False, "$db": "test"}
+        started = time.monotonic()
+        r = wire.command(sock, {"insert": "d", "documents": [{"_id": "t"}], "startTransaction": True, **txn})
+        assert r["ok"] == 1 and "writeConcernError" not in r and time.monotonic() - started < 2, r
+        r = wire.command(sock, {"commitTransaction": 1, "writeConcern": {"wtimeout": 400}, **{**txn, "$db": "admin"}})
+        assert r["ok"] == 1 and r.get("writeConcernError", {}).get("code") == 64, r
+        assert r["writeConcernError"]["errInfo"]["writeConcern"] == \
+            {"w": "majority", "wtimeout": 400, "provenance": "implicitDefault"}, r
+        # Everything was written all the same; once a secondary is back the default is met.
+        rs.members[1].restart()
+        rs.wait_for_state(rs.members[1], "SECONDARY", 60)
+        r = wire.command(sock, {"insert": "d", "documents": [{"_id": "after"}], "maxTimeMS": 20000, "$db": "test"})
+        assert r["ok"] == 1 and "writeConcernError" not in r, r
+        r = wire.command(sock, {"find": "d", "filter": {}, "sort": {"_id": 1}, "$db": "test"})
+        ids = [d["_id"] for d in r["cursor"]["firstBatch"]]
+        assert ids == [0, 1, 3, 4, 5, 6, "after", "t"], ids
+    finally:
+        sock.close()
+
+
+def test_get_default_rw_concern_without_an_initiated_set(client, rs_client):
+    """A standalone has no defaults to show (MongoDB's 51300); the implicit one-member set
+    acknowledges at w: 1 (a single server: nothing can roll its writes back), and says so;
+    the command runs on the admin database only."""
+    with pytest.raises(OperationFailure) as e:
+        client.admin.command("getDefaultRWConcern")
+    assert (e.value.code, e.value.details["errmsg"]) == (
+        51300, "'getDefaultRWConcern' is not supported on standalone nodes.")
+    got = rs_client.admin.command("getDefaultRWConcern", inMemory=True)
+    assert got["defaultWriteConcern"] == {"w": 1, "wtimeout": 0}, got
+    assert got["defaultReadConcern"] == {"level": "local"} and got["inMemory"] is True, got
+    with pytest.raises(OperationFailure) as e:
+        rs_client.test.command("getDefaultRWConcern")
+    assert (e.value.code, e.value.details["errmsg"]) == (
+        13, "getDefaultRWConcern may only be run against the admin database.")
+
+
 def test_secondaries_apply_the_last_write_soon_after_writes_stop(rs):
     """Raft's broadcast of each commit index is off: a secondary learns it from the next
     append, or, once writes stop, from one the primary sends a few milliseconds later; not

@@ -19,6 +19,9 @@ from nidus_harness import ReplicaSet, member_state
 from nidus_harness import wait_until as harness_wait_until
 
 ELECTION_TIMEOUT_MS = 2000
+# A write concern the tests name where they mean w: 1 for commands sent through
+# `Database.command` (which attaches none, so the set's implicit default, majority, applies).
+W1 = {"w": 1}
 SETTINGS = {"electionTimeoutMillis": ELECTION_TIMEOUT_MS, "heartbeatIntervalMillis": 500}
 
 
@@ -196,13 +199,13 @@ def test_rollback_undoes_ddl_no_majority_received(rs):
     c_.kill()
     with a.client() as ca:
         t = ca.get_database("test", write_concern=WriteConcern(w=1))
-        t.command("createIndexes", "c", indexes=[{"key": {"lost": 1}, "name": "lost_1"}])
-        t.command("dropIndexes", "c", index="gone_1")
-        t.command("collMod", "validated", validator={"n": {"$type": "string"}})
+        t.command("createIndexes", "c", indexes=[{"key": {"lost": 1}, "name": "lost_1"}], writeConcern=W1)
+        t.command("dropIndexes", "c", index="gone_1", writeConcern=W1)
+        t.command("collMod", "validated", validator={"n": {"$type": "string"}}, writeConcern=W1)
         t.old_name.rename("new_name")
         t.new_name.insert_one({"_id": "in-renamed"})
         t.dropped.drop()
-        t.command("collMod", "c", index={"name": "k_1", "hidden": True})
+        t.command("collMod", "c", index={"name": "k_1", "hidden": True}, writeConcern=W1)
         t.over.rename("target", dropTarget=True)
         t.c.insert_one({"_id": "w1", "k": -1})
         assert "lost_1" in t.c.index_information()
@@ -887,9 +890,10 @@ def random_w1_write(rnd, client) -> str:
         coll.drop_index(rnd.choice(["v_1", "s_1", "u_1", "t_1"]))
     elif op == "coll_mod":
         if rnd.random() < 0.5:
-            db.command("collMod", name, index={"name": "v_1", "hidden": rnd.random() < 0.5})
+            db.command("collMod", name, index={"name": "v_1", "hidden": rnd.random() < 0.5}, writeConcern=W1)
         else:
-            db.command("collMod", name, index={"name": "t_1", "expireAfterSeconds": rnd.randrange(60, 7200)})
+            db.command("collMod", name, index={"name": "t_1", "expireAfterSeconds": rnd.randrange(60, 7200)},
+                       writeConcern=W1)
     elif op == "create":
         db.create_collection(name)
     elif op == "drop":
@@ -899,9 +903,9 @@ def random_w1_write(rnd, client) -> str:
         pipeline = [{"$match": {"v": {"$gt": rnd.randrange(100)}}}]
         action = rnd.choice(["create", "collMod", "drop"])
         if action == "create":
-            db.command("create", view, viewOn=name, pipeline=pipeline)
+            db.command("create", view, viewOn=name, pipeline=pipeline, writeConcern=W1)
         elif action == "collMod":
-            db.command("collMod", view, viewOn=name, pipeline=pipeline)
+            db.command("collMod", view, viewOn=name, pipeline=pipeline, writeConcern=W1)
         else:
             db.drop_collection(view)
     elif op == "rename":

@@ -486,6 +486,11 @@ impl Coordinator {
         self.started.elapsed().as_secs() as i64
     }
 
+    /// The writable primary of an initiated set (not the implicit one-member set).
+    pub fn initiated_primary(&self) -> bool {
+        !self.implicit() && self.view.read().writable
+    }
+
     /// Writes are accepted (the primary, or the implicit one-member set).
     pub fn writable(&self) -> bool {
         self.implicit() || self.view.read().writable

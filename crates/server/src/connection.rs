@@ -740,7 +740,7 @@ fn runs_inline(state: &ServerState, msg: &nidus_wire::OpMsg) -> bool {
                 Bson::Document(_) | Bson::Array(_) | Bson::RegularExpression(_)
                 | Bson::JavaScriptCode(_) | Bson::JavaScriptCodeWithScope(_)))
     };
-    let write_waits = || match commands::WriteConcern::parse(body) {
+    let write_waits = || match commands::WriteConcern::for_command(state, name, body) {
         Ok(wc) => wc.journal || wc.majority || wc.mode.is_some() || wc.nodes.is_some_and(|n| n > 1),
         Err(_) => true,
     };

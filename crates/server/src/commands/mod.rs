@@ -164,6 +164,11 @@ static COMMANDS: &[Command] = &[
         cluster(&["replSetGetConfig"]),
     ),
     cmd(
+        "getDefaultRWConcern",
+        repl_set::get_default_rw_concern,
+        cluster(&["getDefaultRWConcern"]),
+    ),
+    cmd(
         "replSetGetStatus",
         repl_set::get_status,
         cluster(&["replSetGetStatus"]),
@@ -830,7 +835,7 @@ fn run_handler(
     if let (Some(repl), Some(rc)) = (&state.repl, &read_concern) {
         repl.wait_for_read_concern(rc, deadline)?;
     }
-    let write_concern = WriteConcern::parse(&req.body)?;
+    let write_concern = WriteConcern::for_command(state, name, &req.body)?;
     write_concern.check_mode(state)?;
     // This thread's last logged write belongs to an earlier command until the handler runs.
     let _ = nidus_engine::oplog::take_last_write_ts();
@@ -918,6 +923,16 @@ fn run_handler(
         state.auth.invalidate();
     }
     Ok((body, ctx.batch))
+}
+
+/// Whether a command that names no `w` takes the replica set's implicit default (see
+/// [`WriteConcern::for_command`]).
+fn takes_implicit_default(state: &ServerState, name: &str, body: &Document) -> bool {
+    let in_transaction = body.contains_key("autocommit")
+        && !matches!(name, "commitTransaction" | "abortTransaction");
+    !in_transaction
+        && repl_set::supports_write_concern(name, body)
+        && state.repl.as_ref().is_some_and(|r| r.initiated_primary())
 }
 
 /// Commands that write nothing, which MongoDB refuses a `writeConcern` for (its
@@ -1069,7 +1084,8 @@ pub struct WriteConcern {
     pub mode: Option<String>,
     /// `wtimeout` in milliseconds (0 or absent: no limit).
     pub wtimeout_ms: Option<i64>,
-    /// The `writeConcern` document as the client gave it (for `errInfo`).
+    /// The `writeConcern` document as the client gave it, or the default the command took
+    /// (with its `provenance`, for `errInfo`).
     pub spec: Option<Document>,
 }
 
@@ -1155,6 +1171,34 @@ impl WriteConcern {
             wtimeout_ms,
             spec: Some(wc.clone()),
         })
+    }
+
+    /// The write concern a command waits for: the one it names, or, on the writable primary
+    /// of an initiated replica set, the implicit default `w: "majority"` (MongoDB 5.0+'s for
+    /// a set without arbiters; majority writes are journaled) for a command that supports a
+    /// write concern and names none, names `{}`, or names one without `w` (whose `j` and
+    /// `wtimeout` it keeps). Statements of a multi-document transaction take none (their
+    /// transaction's commit does), reads none (MongoDB refuses them one), and neither do the
+    /// members' own commands. The implicit one-member set (`--replSet` never initiated) keeps
+    /// `w: 1`: it is a single server that nothing can roll back.
+    pub fn for_command(state: &ServerState, name: &str, body: &Document) -> Result<WriteConcern> {
+        let mut wc = WriteConcern::parse(body)?;
+        let names_w = wc.spec.as_ref().is_some_and(|s| s.contains_key("w"));
+        if names_w || !takes_implicit_default(state, name, body) {
+            return Ok(wc);
+        }
+        let mut spec = bson::doc! {
+            "w": "majority",
+            "wtimeout": wc.wtimeout_ms.unwrap_or(0),
+        };
+        if let Some(j) = wc.spec.as_ref().and_then(|s| s.get("j")) {
+            spec.insert("j", j.clone());
+        }
+        spec.insert("provenance", "implicitDefault");
+        wc.majority = true;
+        wc.journal = true;
+        wc.spec = Some(spec);
+        Ok(wc)
     }
 
     /// MongoDB's `validateWriteConcern` of a custom mode, before the command runs: a

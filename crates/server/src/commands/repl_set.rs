@@ -79,6 +79,42 @@ pub fn get_config(ctx: &mut Ctx) -> Result<Document> {
     Ok(out)
 }
 
+/// `getDefaultRWConcern` (admin database): the read and write concerns this member applies
+/// to a command naming none. No cluster-wide default can be set (`setDefaultRWConcern` does
+/// not exist), so they are MongoDB's implicit ones: `local` reads, and `w: "majority"` writes
+/// in an initiated set (no arbiters exist), `w: 1` in the implicit one-member set (see
+/// `WriteConcern::for_command`).
+pub fn get_default_rw_concern(ctx: &mut Ctx) -> Result<Document> {
+    if ctx.db != "admin" {
+        return Err(Error::new(
+            ErrorCode::Unauthorized,
+            "getDefaultRWConcern may only be run against the admin database.",
+        ));
+    }
+    let Some(repl) = ctx.state.repl.as_ref() else {
+        return Err(Error::new(
+            ErrorCode::Location(51300),
+            "'getDefaultRWConcern' is not supported on standalone nodes.",
+        ));
+    };
+    let w = if repl.implicit() {
+        Bson::Int32(1)
+    } else {
+        Bson::String("majority".into())
+    };
+    let mut out = bson::doc! {
+        "defaultReadConcern": { "level": "local" },
+        "defaultWriteConcern": { "w": w, "wtimeout": 0 },
+        "defaultWriteConcernSource": "implicit",
+        "defaultReadConcernSource": "implicit",
+        "localUpdateWallClockTime": bson::DateTime::now(),
+    };
+    if matches!(ctx.body.get("inMemory"), Some(Bson::Boolean(true))) {
+        out.insert("inMemory", true);
+    }
+    Ok(out)
+}
+
 pub fn get_status(ctx: &mut Ctx) -> Result<Document> {
     coordinator(ctx)?.status()
 }
@@ -156,6 +192,18 @@ pub fn backup(ctx: &mut Ctx) -> Result<Document> {
 /// Commands a secondary refuses with `NotWritablePrimary`.
 fn is_write(name: &str, body: &Document) -> bool {
     match name {
+        // A secondary runs `$out`/`$merge` when the read preference allows it (its writes go
+        // to the primary), as MongoDB 5.0+.
+        "aggregate" => pipeline_writes(body) && !secondary_ok(body),
+        "abortTransaction" => false,
+        _ => supports_write_concern(name, body),
+    }
+}
+
+/// Commands that write, which MongoDB's `supportsWriteConcern` is true for: they wait for a
+/// write concern, the one named or the implicit default.
+pub fn supports_write_concern(name: &str, body: &Document) -> bool {
+    match name {
         "insert"
         | "update"
         | "delete"
@@ -178,10 +226,9 @@ fn is_write(name: &str, body: &Document) -> bool {
         | "revokeRolesFromUser"
         | "createRole"
         | "dropRole"
-        | "commitTransaction" => true,
-        // A secondary runs `$out`/`$merge` when the read preference allows it (its writes go
-        // to the primary), as MongoDB 5.0+.
-        "aggregate" => pipeline_writes(body) && !secondary_ok(body),
+        | "commitTransaction"
+        | "abortTransaction" => true,
+        "aggregate" => pipeline_writes(body),
         _ => false,
     }
 }
@@ -314,7 +361,9 @@ pub fn wait_for_write_concern(
         nidus_repl::ReplicationWait::Alone => WriteConcernWait::NotWaited,
         nidus_repl::ReplicationWait::TimedOut => {
             let mut spec = wc.spec.clone().unwrap_or_default();
-            spec.insert("provenance", "clientSupplied");
+            if !spec.contains_key("provenance") {
+                spec.insert("provenance", "clientSupplied");
+            }
             WriteConcernWait::Failed(bson::doc! {
                 "code": ErrorCode::WriteConcernTimeout.code(),
                 "codeName": "WriteConcernTimeout",
