@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Replicated writes: a three-member set (priorities 2, 1, 1) on free loopback ports, one
-client loading N documents with `w: "majority"` (pymongo `insert_many` of `--batch`
-documents, a `k` index, as `scale.py`'s load), then `--singles` `insert_one` calls with
-`w: "majority"`. Reports the client's rate and each member's server CPU per document (user +
+client loading N documents with `w: "majority"` (or `--w`: a number of members) (pymongo
+`insert_many` of `--batch` documents, a `k` index, as `scale.py`'s load), then `--singles`
+`insert_one` calls with the same write concern. Reports the client's rate and each member's server CPU per document (user +
 system, from /proc), the secondaries' separately: a secondary applies every entry, so its CPU
 bounds how fast a set takes writes on two shared cores.
 
     bench/.venv/bin/python bench/replset_writes.py [N] --nidus BIN [--nidus BIN2 ...] \
-        [--rounds R] [--batch B] [--singles S] [--perf-secondary OUT.data]
+        [--rounds R] [--batch B] [--singles S] [--w W] [--perf-secondary OUT.data]
 
 With several binaries the rounds alternate between them (A B A B ...), so drift on a
 shared machine falls on both. `--perf-secondary` records one secondary with `perf record
@@ -32,7 +32,7 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_round(binary, n, batch, singles, perf_out):
+def one_round(binary, n, batch, singles, perf_out, w="majority"):
     os.environ["NIDUS_BIN"] = binary
     rs = ReplicaSet(3).start()
     try:
@@ -41,7 +41,7 @@ def one_round(binary, n, batch, singles, perf_out):
         secondaries = [m for m in rs.members if m is not primary]
         for m in secondaries:
             rs.wait_for_state(m, "SECONDARY", 60)
-        with MongoClient(rs.uri(w="majority")) as client:
+        with MongoClient(rs.uri(w=w)) as client:
             coll = client.bench.load
             coll.create_index("k")
             perf = None
@@ -95,17 +95,19 @@ def main():
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--singles", type=int, default=5000)
     ap.add_argument("--perf-secondary")
+    ap.add_argument("--w", default="majority", help='"majority" or a number of members')
     args = ap.parse_args()
+    w = int(args.w) if args.w.isdigit() else args.w
     results = {b: [] for b in args.nidus}
     for r in range(args.rounds):
         for i, b in enumerate(args.nidus):
             last = r == args.rounds - 1 and i == len(args.nidus) - 1
-            res = one_round(b, args.n, args.batch, args.singles, args.perf_secondary if last else None)
+            res = one_round(b, args.n, args.batch, args.singles, args.perf_secondary if last else None, w)
             results[b].append(res)
             print(f"round {r} {b}: {res}", flush=True)
     print()
     print(f"{args.n} documents (`insert_many` of {args.batch}), {args.singles} `insert_one`, "
-          f'`w: "majority"`, {args.rounds} rounds, medians')
+          f"`w: {w!r}`, {args.rounds} rounds, medians")
     print()
     print("| binary | phase | docs/s | primary µs/doc | secondaries µs/doc |")
     print("|---|---|---:|---:|---:|")

@@ -414,6 +414,40 @@ def test_writes_replicate_to_every_member(rs):
         maj.insert_one({"_id": "after-kill"})
 
 
+def test_a_write_acknowledged_by_every_member_is_read_there_at_once(rs):
+    """`w: N` counts a member once it applied the write (MongoDB's members acknowledge with
+    their last applied optime), not once its log holds it: right after a `w: 3` insert (or
+    update, or delete) is acknowledged, a read on either secondary sees it. pymongo's
+    test_read_preferences.py relies on it (its setUp writes with `w` = the members, then
+    reads on a secondary directly)."""
+    from pymongo import WriteConcern
+
+    primary = initiated(rs)
+    secondaries = rs.members[1:]
+    for m in secondaries:
+        rs.wait_for_state(m, "SECONDARY")
+    readers = [m.client(directConnection=True, readPreference="secondaryPreferred") for m in secondaries]
+    try:
+        with primary.client() as c:
+            w3 = c.test.get_collection("c", write_concern=WriteConcern(w=3, wtimeout=20000))
+            missed = []
+            for i in range(40):
+                w3.insert_one({"_id": i, "v": 0})
+                w3.update_one({"_id": i}, {"$set": {"v": 1}})
+                for m, r in zip(secondaries, readers):
+                    if r.test.c.find_one({"_id": i}) != {"_id": i, "v": 1}:
+                        missed.append((rs.host(m), i))
+                if i % 2:
+                    w3.delete_one({"_id": i})
+                    for m, r in zip(secondaries, readers):
+                        if r.test.c.find_one({"_id": i}) is not None:
+                            missed.append((rs.host(m), -i))
+            assert missed == [], missed
+    finally:
+        for r in readers:
+            r.close()
+
+
 # Catalog changes taken on the primary, in order: after each, every member holds what the
 # primary holds (names, UUIDs, options, index specs, documents, views).
 CATALOG_STEPS = [
@@ -584,6 +618,73 @@ def test_a_write_naming_no_write_concern_waits_for_a_majority(rs):
         r = wire.command(sock, {"find": "d", "filter": {}, "sort": {"_id": 1}, "$db": "test"})
         ids = [d["_id"] for d in r["cursor"]["firstBatch"]]
         assert ids == [0, 1, 3, 4, 5, 6, "after", "t"], ids
+    finally:
+        sock.close()
+
+
+def test_global_default_read_and_write_concerns_replace_the_implicit_ones(rs):
+    """`setDefaultRWConcern` on the primary is replicated (every member reports it) and
+    taken by commands naming no concern: a write waits for the default's `w` (errInfo
+    provenance `customDefault`; a write concern without `w` takes the default's), a read
+    waits for the default read concern (`majority`: nothing uncommitted is visible, so with
+    the secondaries down it waits); `w: 1` as the default makes writes naming none
+    acknowledged at once again."""
+    rs.initiate(priorities=[3, 2, 1], settings={"electionTimeoutMillis": 60000, "heartbeatIntervalMillis": 500})
+    wait_until(lambda: (rs.hello(rs.members[0]) or {}).get("isWritablePrimary"), 60,
+               "the priority-3 member as primary")
+    primary = rs.members[0]
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY", 60)
+    with primary.client() as c:
+        with pytest.raises(NotPrimaryError):
+            with rs.members[1].client(directConnection=True) as sc:
+                sc.admin.command({"setDefaultRWConcern": 1, "defaultWriteConcern": {"w": 1}})
+        c.admin.command({"setDefaultRWConcern": 1, "defaultWriteConcern": {"w": 3, "wtimeout": 300},
+                         "defaultReadConcern": {"level": "majority"}, "writeConcern": {"w": 3}})
+    for m in rs.members:
+        def defaults(m=m):
+            with m.client(directConnection=True) as mc:
+                got = mc.admin.command("getDefaultRWConcern")
+            return got if got["defaultWriteConcernSource"] == "global" else None
+        got = wait_until(defaults, 20, f"{rs.host(m)} has the global defaults")
+        assert got["defaultWriteConcern"] == {"w": 3, "wtimeout": 300}, got
+        assert got["defaultReadConcern"] == {"level": "majority"}, got
+    sock = wire.connect(primary.port)
+    try:
+        r = wire.command(sock, {"insert": "g", "documents": [{"_id": 0}], "$db": "test"})
+        assert r["ok"] == 1 and "writeConcernError" not in r, r
+        rs.members[2].kill()
+        cases = [
+            ({}, {"w": 3, "wtimeout": 300, "provenance": "customDefault"}),
+            ({"writeConcern": {}}, {"w": 3, "wtimeout": 300, "provenance": "customDefault"}),
+            ({"writeConcern": {"wtimeout": 200}}, {"w": 3, "wtimeout": 200, "provenance": "customDefault"}),
+        ]
+        for i, (extra, shown) in enumerate(cases, start=1):
+            r = wire.command(sock, {"insert": "g", "documents": [{"_id": i}], **extra, "$db": "test"})
+            wce = r.get("writeConcernError", {})
+            assert r["ok"] == 1 and wce.get("code") == 64, (extra, r)
+            assert wce["errInfo"]["writeConcern"] == shown, (extra, r)
+        r = wire.command(sock, {"insert": "g", "documents": [{"_id": "w1"}], "writeConcern": {"w": 1}, "$db": "test"})
+        assert r["ok"] == 1 and "writeConcernError" not in r, r
+        # With only the primary left, nothing more commits: a read naming no read concern
+        # (the default, majority) waits; a local one does not.
+        rs.members[1].kill()
+        r = wire.command(sock, {"insert": "g", "documents": [{"_id": "uncommitted"}], "writeConcern": {"w": 1},
+                                "$db": "test"})
+        assert r["ok"] == 1, r
+        for cmd in ({"find": "g", "filter": {"_id": "w1"}}, {"count": "g"},
+                    {"aggregate": "g", "pipeline": [], "cursor": {}}):
+            r = wire.command(sock, {**cmd, "maxTimeMS": 500, "$db": "test"})
+            assert r["ok"] == 0 and r["code"] == 50, (cmd, r)
+        r = wire.command(sock, {"find": "g", "filter": {"_id": "uncommitted"}, "readConcern": {"level": "local"},
+                                "$db": "test"})
+        assert r["ok"] == 1 and r["cursor"]["firstBatch"] == [{"_id": "uncommitted"}], r
+        # `w: 1` as the default: writes naming none are acknowledged at once.
+        r = wire.command(sock, {"setDefaultRWConcern": 1, "defaultWriteConcern": {"w": 1},
+                                "writeConcern": {"w": 1}, "$db": "admin"})
+        assert r["ok"] == 1 and r["defaultWriteConcern"] == {"w": 1, "wtimeout": 0}, r
+        r = wire.command(sock, {"insert": "g", "documents": [{"_id": "after"}], "$db": "test"})
+        assert r["ok"] == 1 and "writeConcernError" not in r, r
     finally:
         sock.close()
 

@@ -142,6 +142,7 @@ pub(crate) fn spawn(
         sent_commit: Default::default(),
         commit_forward_at: None,
         commit_to_save: None,
+        noted_applied: 0,
     };
     coord.observe_timestamp(driver.applied.ts);
     coord.observe_timestamp(driver.durable.ts);
@@ -247,6 +248,9 @@ struct Driver {
     /// A newer commit index from the `Ready` being handled, not saved yet: `apply_now` writes
     /// it with the applied index, else `on_ready` alone at its end.
     commit_to_save: Option<u64>,
+    /// The applied `ts` (as u64) last handed to the coordinator ahead of the pass's view
+    /// (`report_applied`).
+    noted_applied: u64,
 }
 
 struct LeaderGone {
@@ -804,6 +808,8 @@ impl Driver {
             }
         }
         if !ready.persisted_messages().is_empty() {
+            // The acknowledgement carries the entries just applied (see `report_applied`).
+            self.report_applied(coord);
             self.send(coord, ready.take_persisted_messages());
         }
         let mut light = self.raw.advance(ready);
@@ -818,7 +824,28 @@ impl Driver {
             // Nothing was applied with it (entries held, delayed, or applied already).
             self.store.set_commit(commit)?;
         }
+        // Entries applied after this pass's messages left: no message of this member's says
+        // so until Raft's next round, so a status-only request tells the primary now.
+        let leader = self.raw.raft.leader_id;
+        if self.report_applied(coord) && self.raw.raft.state == StateRole::Follower && leader != 0 {
+            coord.push_status(leader);
+        }
         Ok(())
+    }
+
+    /// Hands this member's applied optime to the coordinator when it moved, ahead of the
+    /// view published at the end of the pass, so the status its messages carry says it: the
+    /// primary counts a member for `w: N` once it applied the write (MongoDB's members
+    /// acknowledge with their last applied optime), so a read on a member that acknowledged
+    /// a write sees it. Whether it moved.
+    fn report_applied(&mut self, coord: &Coordinator) -> bool {
+        let ts = nidus_engine::oplog::ts_to_u64(self.applied.ts);
+        if ts == self.noted_applied {
+            return false;
+        }
+        self.noted_applied = ts;
+        coord.publish_applied(self.applied, self.durable.max_by_ts(self.applied));
+        true
     }
 
     /// Tells Raft how far entries are applied (never backwards).

@@ -396,8 +396,23 @@ impl Coordinator {
         let target = ((ts.time as u64) << 32) | ts.increment as u64;
         loop {
             let seen = *self.progress.lock();
+            // Another member counts once it applied the write, as MongoDB's `w: N` waits for
+            // members' last applied optimes (a read there after the acknowledgement sees
+            // it); holding it in its Raft log is not enough.
+            let applied: BTreeMap<u64, u64> = self
+                .peers
+                .read()
+                .iter()
+                .map(|(id, p)| (*id, nidus_engine::oplog::ts_to_u64(p.applied.ts)))
+                .collect();
             {
                 let v = self.view.read();
+                let holds = |id: u64| {
+                    v.member_ts.get(&id).is_some_and(|t| {
+                        *t >= target
+                            && (id == v.id || applied.get(&id).is_some_and(|a| *a >= target))
+                    })
+                };
                 if v.state != MemberState::Primary {
                     return ReplicationWait::NotPrimary;
                 }
@@ -406,7 +421,7 @@ impl Coordinator {
                 let majority_ok = !majority || committed >= target;
                 let held = match acknowledgers {
                     Acknowledgers::Count(nodes) => {
-                        v.member_ts.values().filter(|t| **t >= target).count() as i64 >= nodes
+                        v.member_ts.keys().filter(|id| holds(**id)).count() as i64 >= nodes
                     }
                     Acknowledgers::Mode(name) => {
                         let Some(config) = v.config.as_ref() else {
@@ -421,9 +436,7 @@ impl Coordinator {
                                 "Not enough nodes match write concern mode \"{name}\""
                             ));
                         }
-                        config.satisfies(mode, |id| {
-                            v.member_ts.get(&id).is_some_and(|t| *t >= target)
-                        })
+                        config.satisfies(mode, holds)
                     }
                 };
                 if majority_ok && held {
@@ -484,11 +497,6 @@ impl Coordinator {
 
     pub fn uptime_secs(&self) -> i64 {
         self.started.elapsed().as_secs() as i64
-    }
-
-    /// The writable primary of an initiated set (not the implicit one-member set).
-    pub fn initiated_primary(&self) -> bool {
-        !self.implicit() && self.view.read().writable
     }
 
     /// Writes are accepted (the primary, or the implicit one-member set).
@@ -734,6 +742,7 @@ impl Coordinator {
         }
         p.state = MemberState::from_code(status.get_i32("state").unwrap_or(6));
         p.term = status.get_i64("term").unwrap_or(-1);
+        let applied_before = p.applied.ts;
         p.applied = OpTime::from_document(
             status
                 .get_document("appliedOpTime")
@@ -764,6 +773,13 @@ impl Coordinator {
                 p.ping_ms = ping.as_millis() as i64;
             }
             None => p.last_heartbeat_recv = Some(now),
+        }
+        let applied_moved = p.applied.ts != applied_before;
+        drop(peers);
+        if applied_moved {
+            // A write waiting for `w: N` counts the members that applied it.
+            *self.progress.lock() += 1;
+            self.progress_changed.notify_all();
         }
     }
 
@@ -810,6 +826,23 @@ impl Coordinator {
             self.host_of(v.leader).unwrap_or_default()
         } else {
             String::new()
+        }
+    }
+
+    /// This member's applied and durable optimes as of now, ahead of the driver's next view
+    /// (see `Driver::report_applied`).
+    pub(crate) fn publish_applied(&self, applied: OpTime, durable: OpTime) {
+        let mut v = self.view.write();
+        v.applied = applied;
+        v.committed = applied;
+        v.durable = durable;
+    }
+
+    /// Sends this member's status to `to` now (a request without Raft messages, as a
+    /// heartbeat).
+    pub(crate) fn push_status(&self, to: u64) {
+        if let Some(link) = self.links.lock().get(&to) {
+            link.send(self, Vec::new());
         }
     }
 

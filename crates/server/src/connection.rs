@@ -721,6 +721,18 @@ fn runs_inline(state: &ServerState, msg: &nidus_wire::OpMsg) -> bool {
     };
     let transaction = body.contains_key("autocommit") || body.contains_key("startTransaction");
     let read_concern_waits = match body.get("readConcern") {
+        // A global default read concern (`setDefaultRWConcern`) other than `local` may wait.
+        None if name == "find" => {
+            commands::read_concern_for_command(state, name, body).map_or(true, |rc| {
+                rc.is_some_and(|rc| {
+                    !matches!(
+                        rc.level,
+                        nidus_repl::read_concern::Level::Local
+                            | nidus_repl::read_concern::Level::Available
+                    )
+                })
+            })
+        }
         None => false,
         Some(Bson::Document(rc)) => rc.iter().any(|(k, v)| match k.as_str() {
             "level" => !matches!(v, Bson::String(l) if l == "local" || l == "available"),

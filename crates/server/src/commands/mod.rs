@@ -22,6 +22,7 @@ mod oplog;
 mod plan_cache;
 mod profile;
 mod repl_set;
+mod rw_concern_defaults;
 mod stats;
 mod timeseries;
 mod transaction;
@@ -165,8 +166,13 @@ static COMMANDS: &[Command] = &[
     ),
     cmd(
         "getDefaultRWConcern",
-        repl_set::get_default_rw_concern,
+        rw_concern_defaults::get,
         cluster(&["getDefaultRWConcern"]),
+    ),
+    cmd(
+        "setDefaultRWConcern",
+        rw_concern_defaults::set,
+        cluster(&["setDefaultRWConcern"]),
     ),
     cmd(
         "replSetGetStatus",
@@ -819,7 +825,7 @@ fn run_handler(
         ));
     }
     // Causal, majority and linearizable reads wait here until this member may answer.
-    let read_concern = nidus_repl::read_concern::parse(&req.body)?;
+    let read_concern = read_concern_for_command(state, name, &req.body)?;
     if name == "aggregate"
         && read_concern
             .as_ref()
@@ -925,14 +931,37 @@ fn run_handler(
     Ok((body, ctx.batch))
 }
 
-/// Whether a command that names no `w` takes the replica set's implicit default (see
-/// [`WriteConcern::for_command`]).
-fn takes_implicit_default(state: &ServerState, name: &str, body: &Document) -> bool {
+/// Whether a command that names no `w` takes the default write concern (see
+/// [`WriteConcern::for_command`]): one that supports a write concern, outside a transaction
+/// (its commit or abort excepted), on a member that takes writes.
+fn takes_default_write_concern(state: &ServerState, name: &str, body: &Document) -> bool {
     let in_transaction = body.contains_key("autocommit")
         && !matches!(name, "commitTransaction" | "abortTransaction");
     !in_transaction
         && repl_set::supports_write_concern(name, body)
-        && state.repl.as_ref().is_some_and(|r| r.initiated_primary())
+        && state.repl.as_ref().is_some_and(|r| r.writable())
+}
+
+/// The read concern a command waits for: the one it names, or, for a read naming none on a
+/// replica set member outside a transaction, the global default (`setDefaultRWConcern`'s
+/// `defaultReadConcern`; none set: `local`, which waits for nothing).
+pub fn read_concern_for_command(
+    state: &ServerState,
+    name: &str,
+    body: &Document,
+) -> Result<Option<nidus_repl::read_concern::ReadConcern>> {
+    let named = nidus_repl::read_concern::parse(body)?;
+    if named.is_some()
+        || state.repl.is_none()
+        || body.contains_key("autocommit")
+        || !matches!(name, "find" | "aggregate" | "count" | "distinct")
+    {
+        return Ok(named);
+    }
+    match rw_concern_defaults::read_concern(&state.engine)? {
+        Some(rc) => nidus_repl::read_concern::parse(&bson::doc! { "readConcern": rc }),
+        None => Ok(None),
+    }
 }
 
 /// Commands that write nothing, which MongoDB refuses a `writeConcern` for (its
@@ -1173,32 +1202,48 @@ impl WriteConcern {
         })
     }
 
-    /// The write concern a command waits for: the one it names, or, on the writable primary
-    /// of an initiated replica set, the implicit default `w: "majority"` (MongoDB 5.0+'s for
-    /// a set without arbiters; majority writes are journaled) for a command that supports a
-    /// write concern and names none, names `{}`, or names one without `w` (whose `j` and
-    /// `wtimeout` it keeps). Statements of a multi-document transaction take none (their
-    /// transaction's commit does), reads none (MongoDB refuses them one), and neither do the
-    /// members' own commands. The implicit one-member set (`--replSet` never initiated) keeps
-    /// `w: 1`: it is a single server that nothing can roll back.
+    /// The write concern a command waits for: the one it names, or, on a writable member,
+    /// the default for a command that supports a write concern and names none, names `{}`,
+    /// or names one without `w` (which takes the default's `w`, and its `j` unless it named
+    /// one). The default is the set's global one (`setDefaultRWConcern`), else, on an
+    /// initiated set, the implicit `w: "majority"` (MongoDB 5.0+'s for a set without
+    /// arbiters; majority writes are journaled); the implicit one-member set (`--replSet`
+    /// never initiated) has none: it is a single server that nothing can roll back.
+    /// Statements of a multi-document transaction take none (their transaction's commit
+    /// does), reads none (MongoDB refuses them one), and neither do the members' own
+    /// commands.
     pub fn for_command(state: &ServerState, name: &str, body: &Document) -> Result<WriteConcern> {
-        let mut wc = WriteConcern::parse(body)?;
+        let wc = WriteConcern::parse(body)?;
         let names_w = wc.spec.as_ref().is_some_and(|s| s.contains_key("w"));
-        if names_w || !takes_implicit_default(state, name, body) {
+        if names_w || !takes_default_write_concern(state, name, body) {
             return Ok(wc);
         }
-        let mut spec = bson::doc! {
-            "w": "majority",
-            "wtimeout": wc.wtimeout_ms.unwrap_or(0),
+        let (default, provenance) = match rw_concern_defaults::write_concern(&state.engine)? {
+            Some(global) => (global, "customDefault"),
+            None if state.repl.as_ref().is_some_and(|r| !r.implicit()) => (
+                bson::doc! { "w": "majority", "wtimeout": 0 },
+                "implicitDefault",
+            ),
+            None => return Ok(wc),
         };
-        if let Some(j) = wc.spec.as_ref().and_then(|s| s.get("j")) {
-            spec.insert("j", j.clone());
-        }
-        spec.insert("provenance", "implicitDefault");
-        wc.majority = true;
-        wc.journal = true;
-        wc.spec = Some(spec);
-        Ok(wc)
+        let spec = match wc.spec.as_ref().filter(|s| !s.is_empty()) {
+            None => default,
+            Some(named) => {
+                let mut spec =
+                    bson::doc! { "w": default.get("w").cloned().unwrap_or(Bson::Int32(1)) };
+                if let Some(j) = named.get("j").or_else(|| default.get("j")) {
+                    spec.insert("j", j.clone());
+                }
+                let wtimeout = wc.wtimeout_ms.unwrap_or(0).clamp(0, i32::MAX as i64) as i32;
+                spec.insert("wtimeout", wtimeout);
+                spec
+            }
+        };
+        let mut out = WriteConcern::parse(&bson::doc! { "writeConcern": spec.clone() })?;
+        let mut shown = spec;
+        shown.insert("provenance", provenance);
+        out.spec = Some(shown);
+        Ok(out)
     }
 
     /// MongoDB's `validateWriteConcern` of a custom mode, before the command runs: a

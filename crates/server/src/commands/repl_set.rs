@@ -79,42 +79,6 @@ pub fn get_config(ctx: &mut Ctx) -> Result<Document> {
     Ok(out)
 }
 
-/// `getDefaultRWConcern` (admin database): the read and write concerns this member applies
-/// to a command naming none. No cluster-wide default can be set (`setDefaultRWConcern` does
-/// not exist), so they are MongoDB's implicit ones: `local` reads, and `w: "majority"` writes
-/// in an initiated set (no arbiters exist), `w: 1` in the implicit one-member set (see
-/// `WriteConcern::for_command`).
-pub fn get_default_rw_concern(ctx: &mut Ctx) -> Result<Document> {
-    if ctx.db != "admin" {
-        return Err(Error::new(
-            ErrorCode::Unauthorized,
-            "getDefaultRWConcern may only be run against the admin database.",
-        ));
-    }
-    let Some(repl) = ctx.state.repl.as_ref() else {
-        return Err(Error::new(
-            ErrorCode::Location(51300),
-            "'getDefaultRWConcern' is not supported on standalone nodes.",
-        ));
-    };
-    let w = if repl.implicit() {
-        Bson::Int32(1)
-    } else {
-        Bson::String("majority".into())
-    };
-    let mut out = bson::doc! {
-        "defaultReadConcern": { "level": "local" },
-        "defaultWriteConcern": { "w": w, "wtimeout": 0 },
-        "defaultWriteConcernSource": "implicit",
-        "defaultReadConcernSource": "implicit",
-        "localUpdateWallClockTime": bson::DateTime::now(),
-    };
-    if matches!(ctx.body.get("inMemory"), Some(Bson::Boolean(true))) {
-        out.insert("inMemory", true);
-    }
-    Ok(out)
-}
-
 pub fn get_status(ctx: &mut Ctx) -> Result<Document> {
     coordinator(ctx)?.status()
 }
@@ -227,7 +191,8 @@ pub fn supports_write_concern(name: &str, body: &Document) -> bool {
         | "createRole"
         | "dropRole"
         | "commitTransaction"
-        | "abortTransaction" => true,
+        | "abortTransaction"
+        | "setDefaultRWConcern" => true,
         "aggregate" => pipeline_writes(body),
         _ => false,
     }
