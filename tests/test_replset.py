@@ -689,6 +689,31 @@ def test_global_default_read_and_write_concerns_replace_the_implicit_ones(rs):
         sock.close()
 
 
+def test_a_transaction_larger_than_a_bson_document_replicates(rs):
+    """A transaction's oplog entry is one Raft entry, which can be far past the 16 MiB a
+    request between members may hold (pymongo's test_transaction_starts_with_batched_write
+    commits 48 MiB): it travels in fragments, every member applies it, and the set keeps
+    replicating after it (before, such an entry was refused by every secondary forever,
+    and nothing after it replicated)."""
+    from pymongo import WriteConcern
+
+    primary = initiated(rs)
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY")
+    big = "\0" * (1024 * 1024)
+    with MongoClient(rs.uri(serverSelectionTimeoutMS=15000)) as c:
+        coll = c.test.big
+        coll.insert_one({"_id": "before"})
+        with c.start_session() as s:
+            with s.start_transaction(write_concern=WriteConcern(w=3, wtimeout=60000)):
+                coll.insert_many([{"_id": i, "a": big} for i in range(24)], session=s)
+        coll.with_options(write_concern=WriteConcern(w=3, wtimeout=30000)).insert_one({"_id": "after"})
+    for m in rs.members[1:]:
+        with m.client(directConnection=True, readPreference="secondaryPreferred") as mc:
+            ids = [d["_id"] for d in mc.test.big.find({}, {"_id": 1})]
+            assert sorted(ids, key=str) == sorted([*range(24), "before", "after"], key=str), (rs.host(m), ids)
+
+
 def test_get_default_rw_concern_without_an_initiated_set(client, rs_client):
     """A standalone has no defaults to show (MongoDB's 51300); the implicit one-member set
     acknowledges at w: 1 (a single server: nothing can roll its writes back), and says so;

@@ -215,6 +215,8 @@ pub struct Coordinator {
     progress_changed: Condvar,
     inbox: Mutex<Option<mpsc::Sender<Input>>>,
     links: Mutex<HashMap<u64, transport::Link>>,
+    /// Raft messages arriving in pieces (see `transport::FRAGMENT_BYTES`).
+    fragments: transport::Fragments,
     peers: RwLock<HashMap<u64, PeerInfo>>,
     /// Hosts of members this one heard from before it knew the configuration.
     known_hosts: RwLock<HashMap<u64, String>>,
@@ -256,6 +258,7 @@ impl Coordinator {
             progress_changed: Condvar::new(),
             inbox: Mutex::new(None),
             links: Mutex::new(HashMap::new()),
+            fragments: transport::Fragments::default(),
             peers: RwLock::new(HashMap::new()),
             known_hosts: RwLock::new(HashMap::new()),
             stopping: AtomicBool::new(false),
@@ -670,10 +673,13 @@ impl Coordinator {
                 self.known_hosts.write().insert(from, host.to_string());
             }
         }
-        let msgs = match body.get_array("messages") {
+        let mut msgs = match body.get_array("messages") {
             Ok(a) => transport::decode_messages(a).map_err(Error::bad_value)?,
             Err(_) => Vec::new(),
         };
+        if let Some(joined) = self.fragments.take(from, body).map_err(Error::bad_value)? {
+            msgs.push(joined);
+        }
         if from != 0 {
             if let Ok(status) = body.get_document("status") {
                 self.note_peer_status(from, status, None);

@@ -48,16 +48,121 @@ const GONE_AFTER: Duration = Duration::from_millis(100);
 /// age, `IO_TIMEOUT`).
 const READ_POLL: Duration = Duration::from_millis(1000);
 
+/// The largest piece of one serialized Raft message a request carries. A request is a BSON
+/// document, which a member refuses past 16 MiB (`MAX_INTERNAL_OBJECT_SIZE`), and one Raft
+/// entry can be larger (a large transaction's oplog entry): such a message goes as several
+/// requests of `fragment`s, in order on the link's connection, which the receiver joins
+/// ([`Fragments`]) before it hands the message to Raft.
+pub const FRAGMENT_BYTES: usize = 8 << 20;
+
 pub fn encode_messages(msgs: &[Message]) -> Vec<Bson> {
     msgs.iter()
         .filter_map(|m| m.write_to_bytes().ok())
-        .map(|bytes| {
-            Bson::Binary(Binary {
-                subtype: BinarySubtype::Generic,
-                bytes,
-            })
-        })
+        .map(binary)
         .collect()
+}
+
+fn binary(bytes: Vec<u8>) -> Bson {
+    Bson::Binary(Binary {
+        subtype: BinarySubtype::Generic,
+        bytes,
+    })
+}
+
+/// A batch as the requests that carry it: the serialized messages grouped while they fit in
+/// `FRAGMENT_BYTES`, a larger message alone as its `fragment`s (`(fields, messages)` per
+/// request; `fields` are added to the command). One request (no fields) in the usual case.
+fn requests(msgs: &[Message]) -> Vec<(Document, Vec<Bson>)> {
+    let encoded: Vec<Vec<u8>> = msgs
+        .iter()
+        .filter_map(|m| m.write_to_bytes().ok())
+        .collect();
+    if encoded.iter().map(Vec::len).sum::<usize>() <= FRAGMENT_BYTES {
+        return vec![(Document::new(), encoded.into_iter().map(binary).collect())];
+    }
+    let mut out = Vec::new();
+    let mut group: Vec<Bson> = Vec::new();
+    let mut group_bytes = 0;
+    for bytes in encoded {
+        if bytes.len() > FRAGMENT_BYTES {
+            if !group.is_empty() {
+                out.push((Document::new(), std::mem::take(&mut group)));
+                group_bytes = 0;
+            }
+            let id = next_request_id() as i64;
+            let parts = bytes.len().div_ceil(FRAGMENT_BYTES);
+            for (i, part) in bytes.chunks(FRAGMENT_BYTES).enumerate() {
+                out.push((
+                    doc! {
+                        "fragmentId": id,
+                        "fragmentIndex": i as i32,
+                        "fragmentLast": i + 1 == parts,
+                        "fragment": binary(part.to_vec()),
+                    },
+                    Vec::new(),
+                ));
+            }
+            continue;
+        }
+        if group_bytes + bytes.len() > FRAGMENT_BYTES && !group.is_empty() {
+            out.push((Document::new(), std::mem::take(&mut group)));
+            group_bytes = 0;
+        }
+        group_bytes += bytes.len();
+        group.push(binary(bytes));
+    }
+    if !group.is_empty() {
+        out.push((Document::new(), group));
+    }
+    out
+}
+
+/// Most bytes of one message a receiver joins from fragments (a message past it is dropped:
+/// Raft sends it again, and it fails again, as it would without fragments).
+const MAX_JOINED_BYTES: usize = 512 << 20;
+
+/// A message being joined: its fragment id, the next fragment's index, the bytes so far.
+type Joining = (i64, i32, Vec<u8>);
+
+/// The receiving side of `fragment` requests, per sending member: the message being joined.
+#[derive(Default)]
+pub struct Fragments {
+    joining: parking_lot::Mutex<std::collections::HashMap<u64, Joining>>,
+}
+
+impl Fragments {
+    /// Takes a request's fragment, if it has one; the whole message once its last fragment
+    /// arrived. A fragment out of order (a connection lost midway) drops what was joined.
+    pub fn take(&self, from: u64, body: &Document) -> Result<Option<Message>, String> {
+        let Some(Bson::Binary(part)) = body.get("fragment") else {
+            return Ok(None);
+        };
+        let id = body.get_i64("fragmentId").map_err(|e| e.to_string())?;
+        let index = body.get_i32("fragmentIndex").map_err(|e| e.to_string())?;
+        let last = body.get_bool("fragmentLast").map_err(|e| e.to_string())?;
+        let mut joining = self.joining.lock();
+        if index == 0 {
+            joining.insert(from, (id, 0, Vec::new()));
+        }
+        let Some((jid, next, bytes)) = joining.get_mut(&from) else {
+            return Ok(None);
+        };
+        if *jid != id || *next != index || bytes.len() + part.bytes.len() > MAX_JOINED_BYTES {
+            joining.remove(&from);
+            return Ok(None);
+        }
+        bytes.extend_from_slice(&part.bytes);
+        *next += 1;
+        if !last {
+            return Ok(None);
+        }
+        let Some((_, _, bytes)) = joining.remove(&from) else {
+            return Ok(None);
+        };
+        Message::parse_from_bytes(&bytes)
+            .map(Some)
+            .map_err(|e| e.to_string())
+    }
 }
 
 pub fn decode_messages(arr: &[Bson]) -> Result<Vec<Message>, String> {
@@ -265,9 +370,27 @@ impl Conn {
     ) -> Sent {
         let had_snapshot = has_snapshot(msgs);
         let reply = needs_reply(msgs) || self.answered_sent.is_none_or(|t| t.elapsed() >= interval);
-        let cmd = o.outgoing(id, encode_messages(msgs));
-        let flags = if reply { 0 } else { nidus_wire::MORE_TO_COME };
-        let bytes = nidus_wire::encode_msg(next_request_id(), 0, flags, &cmd, None);
+        // One request in the usual case; several for a batch past `FRAGMENT_BYTES`, all but
+        // the last without a reply (the last one's reply answers for them).
+        let requests = requests(msgs);
+        let count = requests.len();
+        let mut bytes = Vec::new();
+        for (i, (fields, messages)) in requests.into_iter().enumerate() {
+            let mut cmd = o.outgoing(id, messages);
+            cmd.extend(fields);
+            let flags = if reply && i + 1 == count {
+                0
+            } else {
+                nidus_wire::MORE_TO_COME
+            };
+            bytes.extend(nidus_wire::encode_msg(
+                next_request_id(),
+                0,
+                flags,
+                &cmd,
+                None,
+            ));
+        }
         // The request is pending before it is written: its reply can arrive (and the reader
         // look for it) before the write returns here.
         {
@@ -844,6 +967,55 @@ mod tests {
         if us > 0 {
             std::thread::sleep(Duration::from_micros(us));
         }
+    }
+
+    fn append_of(to: u64, index: u64, data_len: usize) -> Message {
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgAppend);
+        m.to = to;
+        let e = raft::eraftpb::Entry {
+            index,
+            data: vec![7u8; data_len].into(),
+            ..Default::default()
+        };
+        m.entries = vec![e].into();
+        m
+    }
+
+    /// A batch past `FRAGMENT_BYTES` goes as several requests, each under the document limit,
+    /// and the receiver gets back every message, in order; a fragment out of order drops the
+    /// message being joined instead of corrupting it.
+    #[test]
+    fn large_messages_go_in_fragments_and_join_in_order() {
+        let msgs = vec![
+            append_of(2, 1, 10),
+            append_of(2, 2, 3 * FRAGMENT_BYTES + 5),
+            append_of(2, 3, 20),
+            append_of(2, 4, FRAGMENT_BYTES - 100),
+            append_of(2, 5, 200),
+        ];
+        let reqs = requests(&msgs);
+        assert!(reqs.len() >= 6, "{}", reqs.len());
+        let fragments = Fragments::default();
+        let mut got = Vec::new();
+        for (fields, messages) in &reqs {
+            let mut body = doc! { "replSetRaftMessages": 1, "messages": messages.clone() };
+            body.extend(fields.clone());
+            assert!(bson::to_vec(&body).unwrap().len() < nidus_wire::MAX_INTERNAL_OBJECT_SIZE);
+            got.extend(decode_messages(messages).unwrap());
+            got.extend(fragments.take(1, &body).unwrap());
+        }
+        let indexes: Vec<u64> = got.iter().map(|m| m.entries[0].index).collect();
+        assert_eq!(indexes, vec![1, 2, 3, 4, 5]);
+        assert_eq!(got[1].entries[0].data.len(), 3 * FRAGMENT_BYTES + 5);
+        assert_eq!(requests(&msgs[..1]).len(), 1);
+
+        // The second fragment of a message lost: the third does not join the first.
+        let frags: Vec<Document> = requests(&msgs[1..2]).into_iter().map(|(f, _)| f).collect();
+        assert_eq!(frags.len(), 4);
+        assert!(fragments.take(1, &frags[0]).unwrap().is_none());
+        assert!(fragments.take(1, &frags[2]).unwrap().is_none());
+        assert!(fragments.take(1, &frags[3]).unwrap().is_none());
     }
 
     #[derive(Default)]
