@@ -30,6 +30,18 @@ def initiated(rs: ReplicaSet, via: int = 0):
     return rs.members[0]
 
 
+def initiated_with_a_long_lease(rs: ReplicaSet):
+    """Initiates with priorities [3, 2, 1] and a 60 s election timeout, so a primary that
+    lost both secondaries stays primary through a test's write concern timeouts; returns it
+    once both secondaries are SECONDARY."""
+    rs.initiate(priorities=[3, 2, 1], settings={"electionTimeoutMillis": 60000, "heartbeatIntervalMillis": 500})
+    wait_until(lambda: (rs.hello(rs.members[0]) or {}).get("isWritablePrimary"), 60,
+               "the priority-3 member as primary")
+    for m in rs.members[1:]:
+        rs.wait_for_state(m, "SECONDARY", 60)
+    return rs.members[0]
+
+
 def status(m) -> dict:
     with m.client(serverSelectionTimeoutMS=2000) as c:
         return c.admin.command("replSetGetStatus")
@@ -563,12 +575,7 @@ def test_a_write_naming_no_write_concern_waits_for_a_majority(rs):
     reads are not held; a transaction's statements take no default, its commit does."""
     import bson
 
-    rs.initiate(priorities=[3, 2, 1], settings={"electionTimeoutMillis": 60000, "heartbeatIntervalMillis": 500})
-    wait_until(lambda: (rs.hello(rs.members[0]) or {}).get("isWritablePrimary"), 60,
-               "the priority-3 member as primary")
-    primary = rs.members[0]
-    for m in rs.members[1:]:
-        rs.wait_for_state(m, "SECONDARY", 60)
+    primary = initiated_with_a_long_lease(rs)
     for m in rs.members:
         with m.client(directConnection=True) as c:
             got = c.admin.command("getDefaultRWConcern")
@@ -629,12 +636,7 @@ def test_global_default_read_and_write_concerns_replace_the_implicit_ones(rs):
     waits for the default read concern (`majority`: nothing uncommitted is visible, so with
     the secondaries down it waits); `w: 1` as the default makes writes naming none
     acknowledged at once again."""
-    rs.initiate(priorities=[3, 2, 1], settings={"electionTimeoutMillis": 60000, "heartbeatIntervalMillis": 500})
-    wait_until(lambda: (rs.hello(rs.members[0]) or {}).get("isWritablePrimary"), 60,
-               "the priority-3 member as primary")
-    primary = rs.members[0]
-    for m in rs.members[1:]:
-        rs.wait_for_state(m, "SECONDARY", 60)
+    primary = initiated_with_a_long_lease(rs)
     with primary.client() as c:
         with pytest.raises(NotPrimaryError):
             with rs.members[1].client(directConnection=True) as sc:
