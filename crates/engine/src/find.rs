@@ -228,6 +228,9 @@ impl Engine {
     }
 
     fn plan_read(&self, coll: Option<&CollectionRef>, spec: &FindSpec) -> Result<Executor> {
+        if let Some(exec) = self.express_read(coll, spec) {
+            return Ok(exec);
+        }
         if let Some(exec) = crate::text::plan_text(self, coll, spec)? {
             return Ok(exec);
         }
@@ -363,6 +366,59 @@ impl Engine {
             e.index_filter_set = index_filter.is_some();
             e
         })
+    }
+
+    /// The `_id` point lookup decided from the request's shape, before the filter is parsed
+    /// (MongoDB's express path is chosen so too): for `{_id: v}` and nothing else asked of
+    /// the planner, the plan [`Engine::plan_indexed`] would build, the same stages and
+    /// counters. None: plan in full (any option this does not look at declines it, so the
+    /// full planner still answers every other request and every error).
+    fn express_read(&self, coll: Option<&CollectionRef>, spec: &FindSpec) -> Option<Executor> {
+        let coll = coll?;
+        let nothing_else = spec.sort.as_ref().is_none_or(Document::is_empty)
+            && spec.projection.as_ref().is_none_or(Document::is_empty)
+            && spec.hint.is_none()
+            && spec.let_vars.is_none()
+            && spec.collation.is_none()
+            && spec.min.is_none()
+            && spec.max.is_none()
+            && !spec.count
+            && !spec.return_key
+            && !spec.tailable;
+        // An index filter set for the shape shows in explain (`indexFilterSet`): planned.
+        if !nothing_else || coll.plan_cache.has_filters() {
+            return None;
+        }
+        let id = Matcher::id_equality_of(&spec.filter)?;
+        let index = {
+            let meta = coll.meta.read();
+            // A clustered collection's `_id` is its records' key, read by CLUSTERED_IXSCAN.
+            if crate::clustered::is_clustered(&meta.options) {
+                return None;
+            }
+            meta.indexes
+                .iter()
+                .find(|ix| ix.is_id() && ix.collation.is_none())?
+                .clone()
+        };
+        let mut lookup = ExpressIxscan::new(
+            self.read_source(spec.source.as_ref()),
+            coll.records,
+            index,
+            id,
+        );
+        if spec.record_ids_only {
+            lookup = lookup.record_ids_only();
+        }
+        // `Parsed::finish` of this stage without sort, projection or count.
+        let mut stage = Stage::new(lookup);
+        if spec.skip > 0 {
+            stage = Stage::new(Skip::new(stage, spec.skip));
+        }
+        if spec.limit > 0 {
+            stage = Stage::new(Limit::new(stage, spec.limit));
+        }
+        Some(Executor::new(stage, spec.deadline))
     }
 
     /// Plans over `indexes` (all of the collection's, or those an index filter allows).

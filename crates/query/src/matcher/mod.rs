@@ -293,10 +293,16 @@ impl Matcher {
     /// The `_id` value when the filter is exactly `{_id: v}` or `{_id: {$eq: v}}` with `v` a
     /// scalar that is neither a regex, a document nor an array: the `_id` point-lookup path.
     pub fn id_equality(&self) -> Option<Bson> {
-        if self.filter.len() != 1 {
+        Matcher::id_equality_of(&self.filter)
+    }
+
+    /// [`Matcher::id_equality`] of an unparsed filter: every filter it names a value for
+    /// parses (a planner may take the point lookup before parsing).
+    pub fn id_equality_of(filter: &Document) -> Option<Bson> {
+        if filter.len() != 1 {
             return None;
         }
-        let v = self.filter.get("_id")?;
+        let v = filter.get("_id")?;
         let v = match v {
             Bson::Document(d) if d.len() == 1 => d.get("$eq")?,
             other => other,
