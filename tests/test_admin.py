@@ -311,6 +311,36 @@ def test_validation_error_details_for_any_validator(db):
 
 # ------------------------------------------------------------------ admin commands
 
+# Commands that run on the admin database only, each with arguments it would accept there:
+# sent to another database, MongoDB refuses them before looking at anything else.
+ADMIN_ONLY = [
+    {"killOp": 1, "op": 1},
+    {"configureFailPoint": "failCommand", "mode": "off"},
+    {"renameCollection": "x.a", "to": "x.b"},
+    {"replSetResizeOplog": 1, "size": 990},
+    {"bulkWrite": 1, "ops": [{"insert": 0, "document": {}}], "nsInfo": [{"ns": "x.a"}]},
+    {"top": 1},
+    {"logRotate": 1},
+    {"abortTransaction": 1},
+    {"commitTransaction": 1},
+    {"replSetGetStatus": 1},
+    {"replSetGetConfig": 1},
+    {"getClusterParameter": "changeStreamOptions"},
+    {"setClusterParameter": {"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": 10}}}},
+    {"getDefaultRWConcern": 1},
+    {"setDefaultRWConcern": 1, "defaultReadConcern": {"level": "local"}},
+]
+
+
+@pytest.mark.parametrize("command", ADMIN_ONLY, ids=lambda c: next(iter(c)))
+def test_admin_only_commands_elsewhere(db, command):
+    name = next(iter(command))
+    with pytest.raises(OperationFailure) as e:
+        db.command(command)
+    assert (e.value.code, e.value.details.get("codeName"), e.value.details.get("errmsg")) == (
+        13, "Unauthorized", f"{name} may only be run against the admin database.")
+
+
 def test_coll_stats_stage_and_index_stats(db, client):
     db.c.insert_many([{"_id": i, "a": i} for i in range(20)])
     db.c.create_index("a")

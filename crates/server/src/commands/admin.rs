@@ -16,12 +16,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 pub fn top(ctx: &mut Ctx) -> Result<Document> {
-    if ctx.db != "admin" {
-        return Err(Error::new(
-            ErrorCode::Unauthorized,
-            "top may only be run against the admin database.",
-        ));
-    }
+    ctx.require_admin("top")?;
     Ok(doc! { "totals": ctx.state.top.totals() })
 }
 
@@ -201,12 +196,7 @@ pub fn conn_pool_stats(_ctx: &mut Ctx) -> Result<Document> {
 }
 
 pub fn log_rotate(ctx: &mut Ctx) -> Result<Document> {
-    if ctx.db != "admin" {
-        return Err(Error::new(
-            ErrorCode::Unauthorized,
-            "logRotate may only be run against the admin database.",
-        ));
-    }
+    ctx.require_admin("logRotate")?;
     crate::log::rotate().map_err(|e| Error::new(ErrorCode::FileRenameFailed, e))?;
     Ok(Document::new())
 }

@@ -164,12 +164,7 @@ fn run_op(
 }
 
 pub fn bulk_write(ctx: &mut Ctx) -> Result<Document> {
-    if ctx.db != "admin" {
-        return Err(Error::new(
-            ErrorCode::Unauthorized,
-            "bulkWrite may only be run against the admin database.",
-        ));
-    }
+    ctx.require_admin("bulkWrite")?;
     let nss = namespaces(ctx)?;
     let ops = ctx.documents("ops")?;
     if ops.is_empty() || ops.len() > nidus_wire::MAX_WRITE_BATCH_SIZE {

@@ -22,19 +22,6 @@ fn parameters_ns() -> Namespace {
     Namespace::new("config", "clusterParameters")
 }
 
-fn admin_only(ctx: &Ctx) -> Result<()> {
-    if ctx.db != "admin" {
-        return Err(Error::new(
-            ErrorCode::Unauthorized,
-            format!(
-                "{} may only be run against the admin database.",
-                ctx.command_name()
-            ),
-        ));
-    }
-    Ok(())
-}
-
 fn unknown(name: &str) -> Error {
     Error::new(
         ErrorCode::NoSuchKey,
@@ -151,7 +138,7 @@ fn validate_change_stream_options(value: &Bson) -> Result<Document> {
 }
 
 pub fn set(ctx: &mut Ctx) -> Result<Document> {
-    admin_only(ctx)?;
+    ctx.require_admin(&ctx.command_name())?;
     if ctx.state.repl.is_none() {
         return Err(Error::new(
             ErrorCode::IllegalOperation,
@@ -194,7 +181,7 @@ pub fn set(ctx: &mut Ctx) -> Result<Document> {
 }
 
 pub fn get(ctx: &mut Ctx) -> Result<Document> {
-    admin_only(ctx)?;
+    ctx.require_admin(&ctx.command_name())?;
     let names: Vec<String> = match ctx.body.get("getClusterParameter") {
         Some(Bson::String(s)) if s == "*" => vec![CHANGE_STREAM_OPTIONS.to_string()],
         Some(Bson::String(s)) => vec![s.clone()],

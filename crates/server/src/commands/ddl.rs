@@ -766,12 +766,7 @@ pub fn drop_database(ctx: &mut Ctx) -> Result<Document> {
 }
 
 pub fn rename_collection(ctx: &mut Ctx) -> Result<Document> {
-    if ctx.db != "admin" {
-        return Err(Error::new(
-            ErrorCode::Unauthorized,
-            "renameCollection may only be run against the admin database.",
-        ));
-    }
+    ctx.require_admin("renameCollection")?;
     let from = match ctx.body.get("renameCollection") {
         Some(Bson::String(s)) => Namespace::parse(s)?,
         Some(other) => {

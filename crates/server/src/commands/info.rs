@@ -238,12 +238,7 @@ pub fn features(_ctx: &mut Ctx) -> Result<Document> {
 }
 
 pub fn configure_fail_point(ctx: &mut Ctx) -> Result<Document> {
-    if ctx.db != "admin" {
-        return Err(Error::new(
-            ErrorCode::Unauthorized,
-            "configureFailPoint may only be run against the admin database.",
-        ));
-    }
+    ctx.require_admin("configureFailPoint")?;
     let count = ctx.state.fail_points.configure(&ctx.body)?;
     Ok(doc! { "count": count })
 }

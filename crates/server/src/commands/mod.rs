@@ -1499,6 +1499,18 @@ impl Ctx<'_> {
         self.body.keys().next().cloned().unwrap_or_default()
     }
 
+    /// MongoDB's refusal of a command that runs only on the `admin` database, sent to
+    /// another (`command`: the name its message shows).
+    pub fn require_admin(&self, command: &str) -> Result<()> {
+        if self.db != "admin" {
+            return Err(Error::new(
+                ErrorCode::Unauthorized,
+                format!("{command} may only be run against the admin database."),
+            ));
+        }
+        Ok(())
+    }
+
     pub fn opt_document(&self, field: &str) -> Result<Option<Document>> {
         match self.body.get(field) {
             None | Some(Bson::Null) => Ok(None),

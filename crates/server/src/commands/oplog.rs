@@ -16,12 +16,7 @@ fn number(v: &Bson) -> Option<f64> {
 }
 
 pub fn repl_set_resize_oplog(ctx: &mut Ctx) -> Result<Document> {
-    if ctx.db != "admin" {
-        return Err(Error::new(
-            ErrorCode::Unauthorized,
-            "replSetResizeOplog may only be run against the admin database.",
-        ));
-    }
+    ctx.require_admin("replSetResizeOplog")?;
     if ctx.state.engine.oplog().is_none() {
         return Err(Error::new(
             ErrorCode::NoReplicationEnabled,

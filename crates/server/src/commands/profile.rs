@@ -184,12 +184,7 @@ pub fn current_op(ctx: &mut Ctx) -> Result<Document> {
 /// `killOp: 1, op: <opid>`: interrupts the operation (it fails with Interrupted at its next
 /// check: a plan's scan, a pipeline, the write-conflict retry loop).
 pub fn kill_op(ctx: &mut Ctx) -> Result<Document> {
-    if ctx.db != "admin" {
-        return Err(Error::new(
-            ErrorCode::Unauthorized,
-            "killOp may only be run against the admin database.",
-        ));
-    }
+    ctx.require_admin("killOp")?;
     let opid = match ctx.body.get("op") {
         None => return Err(Error::bad_value("Did not provide \"op\" field")),
         Some(v) => match number(v) {

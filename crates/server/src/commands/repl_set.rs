@@ -10,13 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn coordinator(ctx: &Ctx) -> Result<Arc<nidus_repl::Coordinator>> {
-    let name = ctx.command_name();
-    if ctx.db != "admin" {
-        return Err(Error::new(
-            ErrorCode::Unauthorized,
-            format!("{name} may only be run against the admin database."),
-        ));
-    }
+    ctx.require_admin(&ctx.command_name())?;
     ctx.state.repl.clone().ok_or_else(|| {
         Error::new(
             ErrorCode::NoReplicationEnabled,

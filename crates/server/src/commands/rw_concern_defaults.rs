@@ -64,12 +64,7 @@ pub fn read_concern(engine: &Engine) -> Result<Option<Document>> {
 
 fn admin_only_replica_set(ctx: &Ctx) -> Result<()> {
     let name = ctx.command_name();
-    if ctx.db != "admin" {
-        return Err(Error::new(
-            ErrorCode::Unauthorized,
-            format!("{name} may only be run against the admin database."),
-        ));
-    }
+    ctx.require_admin(&name)?;
     if ctx.state.repl.is_none() {
         return Err(Error::new(
             ErrorCode::Location(51300),

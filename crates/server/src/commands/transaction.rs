@@ -21,12 +21,7 @@ pub fn abort_transaction(ctx: &mut Ctx) -> Result<Document> {
 }
 
 fn transaction_binding<'c>(ctx: &'c Ctx, command: &str) -> Result<&'c Binding> {
-    if ctx.db != "admin" {
-        return Err(Error::new(
-            ErrorCode::Unauthorized,
-            format!("{command} may only be run against the admin database."),
-        ));
-    }
+    ctx.require_admin(command)?;
     ctx.session
         .as_ref()
         .filter(|s| s.in_transaction)
