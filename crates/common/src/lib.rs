@@ -1,6 +1,7 @@
 //! Shared vocabulary of every layer: MongoDB's error codes and the one error type.
 
 mod codes;
+pub mod encode;
 mod error;
 pub mod repeated;
 pub mod shell;

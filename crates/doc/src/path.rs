@@ -407,7 +407,7 @@ mod tests {
             "re": bson::Regex { pattern: "x".into(), options: "".into() },
             "last": "z",
         };
-        let raw = RawDocumentBuf::from_document(&d).unwrap();
+        let raw = nidus_common::encode::document_to_raw(&d).unwrap();
         let mut answered = 0;
         for k in d.keys().map(String::as_str).chain(["missing", "", "x"]) {
             let expected = raw.get(k).unwrap();

@@ -341,7 +341,7 @@ impl OplogEntry {
         prev: Option<OpTime>,
     ) -> Result<RawDocumentBuf> {
         let built = |d: &Document| {
-            RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))
+            nidus_common::encode::document_to_raw(d).map_err(|e| Error::internal(e.to_string()))
         };
         let mut w = EntryWriter::new();
         if let Some(s) = &self.session {
@@ -1389,8 +1389,8 @@ mod tests {
     use nidus_storage_rocks::RocksEngine;
 
     fn insert(engine: &Engine, coll: &CollectionRef, d: Document) {
-        let doc =
-            prepare_insert(&RawDocumentBuf::from_document(&d).expect("doc")).expect("prepare");
+        let doc = prepare_insert(&nidus_common::encode::document_to_raw(&d).expect("doc"))
+            .expect("prepare");
         engine
             .insert_one(coll, &doc, &WriteOpts::default())
             .expect("insert");
@@ -1426,7 +1426,7 @@ mod tests {
             None,
         )
         .expect("update");
-        let old_raw = RawDocumentBuf::from_document(&old).expect("raw");
+        let old_raw = nidus_common::encode::document_to_raw(&old).expect("raw");
         let mut retryable = OplogEntry::insert(&ns, ui, &old_raw).expect("insert");
         retryable.session = Some(SessionInfo::new(&[7u8; 16], 42));
         retryable.stmt_id = Some(3);
@@ -1456,7 +1456,8 @@ mod tests {
         let wall = bson::DateTime::from_millis(1_700_000_000_123);
         for e in &entries {
             for p in [None, Some(prev)] {
-                let want = RawDocumentBuf::from_document(&e.to_document(at, wall, p)).expect("raw");
+                let want = nidus_common::encode::document_to_raw(&e.to_document(at, wall, p))
+                    .expect("raw");
                 assert_eq!(
                     e.to_raw(at, wall, p).expect("raw").as_bytes(),
                     want.as_bytes(),
@@ -1475,7 +1476,7 @@ mod tests {
             bson::DateTime::now(),
             None,
         );
-        let raw = RawDocumentBuf::from_document(&entry).expect("raw");
+        let raw = nidus_common::encode::document_to_raw(&entry).expect("raw");
         let mut txn = engine.kv().begin();
         oplog.append_replicated(txn.as_mut(), &raw).expect("append");
         txn.commit().expect("commit");
@@ -1650,7 +1651,7 @@ mod tests {
             let ts = u64_to_ts((1 << 32) + i);
             let entry = OplogEntry::command("t", None, doc! { "create": "c", "pad": &pad })
                 .to_document(OpTime { ts, t: 1 }, bson::DateTime::now(), None);
-            let raw = RawDocumentBuf::from_document(&entry).expect("raw");
+            let raw = nidus_common::encode::document_to_raw(&entry).expect("raw");
             let mut txn = engine.kv().begin();
             oplog.append_replicated(txn.as_mut(), &raw).expect("append");
             txn.commit().expect("commit");

@@ -14,7 +14,7 @@ use crate::index;
 use crate::namespace::Namespace;
 use crate::oplog::{ts_to_u64, OplogEntry};
 use crate::Engine;
-use bson::{doc, Document, RawDocumentBuf, Timestamp};
+use bson::{doc, Document, Timestamp};
 use nidus_common::{Error, Result};
 use nidus_storage::{KvTxn, Space};
 
@@ -86,8 +86,8 @@ impl Engine {
                 "operationTime": wall,
                 "preImage": pre.clone(),
             };
-            let raw =
-                RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?;
+            let raw = nidus_common::encode::document_to_raw(&doc)
+                .map_err(|e| Error::internal(e.to_string()))?;
             let meta = coll.meta.read();
             let rid = coll.allocate_record_id();
             for ix in meta.write_indexes() {

@@ -147,7 +147,7 @@ pub enum Executed {
 impl Executed {
     fn encode(&self, txn_number: i64) -> Result<Vec<u8>> {
         let internal = |e: bson::raw::Error| Error::internal(e.to_string());
-        let image = |d: &Document| RawDocumentBuf::from_document(d).map_err(internal);
+        let image = |d: &Document| nidus_common::encode::document_to_raw(d).map_err(internal);
         let mut d = RawDocumentBuf::new();
         match self {
             Executed::Inserted { id, doc, entry_ts } => {

@@ -141,7 +141,7 @@ fn fast_walk(doc: &[u8]) -> Option<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bson::{doc, Bson, Document, RawDocumentBuf};
+    use bson::{doc, Bson, Document};
     use proptest::prelude::*;
 
     fn nested(levels: usize, empty_inside: bool) -> Document {
@@ -166,7 +166,8 @@ mod tests {
     fn depth_limit_as_the_iterator_walk() {
         for levels in [0, 1, 2, 177, 178, 179, 180, 181, 200] {
             for empty_inside in [false, true] {
-                let raw = RawDocumentBuf::from_document(&nested(levels, empty_inside)).unwrap();
+                let raw =
+                    nidus_common::encode::document_to_raw(&nested(levels, empty_inside)).unwrap();
                 let slow = iterated_walk(&raw, true).is_ok();
                 assert_eq!(
                     fast_walk(raw.as_bytes()).is_some(),
@@ -182,9 +183,10 @@ mod tests {
     /// refuses is refused by the fast walk too.
     #[test]
     fn corruptions_the_iterator_refuses_are_refused() {
-        let base = RawDocumentBuf::from_document(&doc! {"k": "ab", "b": true, "d": {"x": 1}})
-            .unwrap()
-            .into_bytes();
+        let base =
+            nidus_common::encode::document_to_raw(&doc! {"k": "ab", "b": true, "d": {"x": 1}})
+                .unwrap()
+                .into_bytes();
         let find = |needle: &[u8]| {
             base.windows(needle.len())
                 .position(|w| w == needle)
@@ -264,7 +266,7 @@ mod tests {
             kv in proptest::collection::vec(("[a-z]{1,3}", value()), 0..6)
         ) {
             let d: Document = kv.into_iter().collect();
-            let raw = RawDocumentBuf::from_document(&d).unwrap();
+            let raw = nidus_common::encode::document_to_raw(&d).unwrap();
             prop_assert_eq!(fast_walk(raw.as_bytes()).is_some(), iterated_walk(&raw, true).is_ok());
         }
 
@@ -275,7 +277,7 @@ mod tests {
             flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4)
         ) {
             let d: Document = kv.into_iter().collect();
-            let mut bytes = RawDocumentBuf::from_document(&d).unwrap().into_bytes();
+            let mut bytes = nidus_common::encode::document_to_raw(&d).unwrap().into_bytes();
             for (at, b) in flips {
                 let i = at.index(bytes.len());
                 bytes[i] = b;

@@ -252,7 +252,8 @@ fn strip_marks(v: RawBsonRef) -> Result<RawBson> {
 /// A document as stored: names repeated in the request (`nidus_common::repeated`) under the
 /// name they were sent with.
 fn to_raw(doc: &Document) -> Result<RawDocumentBuf> {
-    let raw = RawDocumentBuf::from_document(doc).map_err(|e| Error::internal(e.to_string()))?;
+    let raw =
+        nidus_common::encode::document_to_raw(doc).map_err(|e| Error::internal(e.to_string()))?;
     if !contains_mark(raw.as_bytes()) {
         return Ok(raw);
     }

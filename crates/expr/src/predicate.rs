@@ -50,12 +50,12 @@ impl ExprPredicate {
 #[cfg(test)]
 mod tests {
     use super::ExprPredicate;
-    use bson::{bson, doc, RawDocumentBuf};
+    use bson::{bson, doc};
 
     #[test]
     fn truthiness() {
-        let d =
-            RawDocumentBuf::from_document(&doc! {"a": 5, "b": 3, "z": 0, "s": ""}).expect("raw");
+        let d = nidus_common::encode::document_to_raw(&doc! {"a": 5, "b": 3, "z": 0, "s": ""})
+            .expect("raw");
         let cases = [
             (bson!({"$gt": ["$a", "$b"]}), true),
             (bson!({"$lt": ["$a", "$b"]}), false),

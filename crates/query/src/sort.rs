@@ -172,7 +172,7 @@ mod tests {
         let p = SortPattern::parse(&spec).expect("parse");
         let mut raws: Vec<RawDocumentBuf> = docs
             .iter()
-            .map(|d| RawDocumentBuf::from_document(d).expect("doc"))
+            .map(|d| nidus_common::encode::document_to_raw(d).expect("doc"))
             .collect();
         raws.sort_by(|a, b| p.compare(a, b));
         let by_doc: Vec<i32> = raws

@@ -588,7 +588,7 @@ mod tests {
     }
 
     fn raw(d: Document) -> RawDocumentBuf {
-        prepare_insert(&RawDocumentBuf::from_document(&d).expect("doc")).expect("prepare")
+        prepare_insert(&nidus_common::encode::document_to_raw(&d).expect("doc")).expect("prepare")
     }
 
     fn insert(engine: &Engine, c: &str, docs: Vec<Document>, opts: &[WriteOpts]) {

@@ -19,7 +19,7 @@
 use crate::state::OpTime;
 use crate::sync_source::{SyncSource, BATCH};
 use crate::{Coordinator, Input};
-use bson::{doc, Bson, Document, RawDocumentBuf, Timestamp};
+use bson::{doc, Bson, Document, Timestamp};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::namespace::Namespace;
 use nidus_engine::write::WriteOpts;
@@ -549,7 +549,9 @@ fn clone_collection(
         stopped(coord)?;
         let raws = docs
             .iter()
-            .map(|d| RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string())))
+            .map(|d| {
+                nidus_common::encode::document_to_raw(d).map_err(|e| Error::internal(e.to_string()))
+            })
             .collect::<Result<Vec<_>>>()?;
         let batch: Vec<(&bson::RawDocument, &WriteOpts)> =
             raws.iter().map(|r| (r.as_ref(), &opts)).collect();
@@ -611,7 +613,7 @@ fn apply_oplog(
     src.each_batch(&cmd, "local", |entries| {
         stopped(coord)?;
         for entry in entries {
-            let raw = RawDocumentBuf::from_document(&entry)
+            let raw = nidus_common::encode::document_to_raw(&entry)
                 .map_err(|e| Error::internal(e.to_string()))?;
             let ts = entry
                 .get_timestamp("ts")

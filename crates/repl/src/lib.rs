@@ -617,7 +617,7 @@ impl Coordinator {
         let opts = WriteOpts::default();
         self.engine
             .delete(&coll, &Document::new(), true, None, &opts)?;
-        let raw = bson::RawDocumentBuf::from_document(&config.to_document())
+        let raw = nidus_common::encode::document_to_raw(&config.to_document())
             .map_err(|e| Error::internal(e.to_string()))?;
         self.engine.insert_one(&coll, &raw, &opts)
     }

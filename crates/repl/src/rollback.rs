@@ -23,7 +23,7 @@
 //! so a member that stops mid-rollback resumes it at start.
 
 use crate::sync_source::SyncSource;
-use bson::{doc, Bson, Document, RawDocumentBuf, Timestamp};
+use bson::{doc, Bson, Document, Timestamp};
 use nidus_common::{Error, Result};
 use nidus_engine::namespace::Namespace;
 use nidus_engine::write::{UpdateSpec, WriteOpts};
@@ -285,7 +285,8 @@ fn save_removed(dir: &std::path::Path, time: &str, docs: &[Document]) -> Result<
         .open(&path)
         .map_err(io)?;
     for d in docs {
-        let raw = RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))?;
+        let raw =
+            nidus_common::encode::document_to_raw(d).map_err(|e| Error::internal(e.to_string()))?;
         f.write_all(raw.as_bytes()).map_err(io)?;
     }
     f.sync_all().map_err(io)
@@ -638,7 +639,7 @@ fn restore_collection(
             let copied = source
                 .each_batch(&cmd, &want.db, |docs| {
                     for d in docs {
-                        let raw = RawDocumentBuf::from_document(&d)
+                        let raw = nidus_common::encode::document_to_raw(&d)
                             .map_err(|e| Error::internal(e.to_string()))?;
                         engine.insert_one(&coll, &raw, &opts)?;
                     }

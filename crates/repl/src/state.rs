@@ -170,7 +170,7 @@ mod tests {
             (doc! { "ts": ts, "t": 5 }, None),
         ];
         for (entry, want) in cases {
-            let raw = bson::RawDocumentBuf::from_document(&entry).expect("raw");
+            let raw = nidus_common::encode::document_to_raw(&entry).expect("raw");
             let got = OpTime::of_raw(&raw).map(|o| {
                 assert_eq!(o.ts, ts, "{entry}");
                 (o.term, o.wall)

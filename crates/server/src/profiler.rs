@@ -8,7 +8,7 @@
 
 use crate::curop::ActiveOp;
 use crate::state::ServerState;
-use bson::{doc, Bson, Document, RawDocumentBuf};
+use bson::{doc, Bson, Document};
 use nidus_common::{Error, Result};
 use nidus_engine::namespace::Namespace;
 use nidus_engine::opctx::OpStats;
@@ -39,7 +39,7 @@ impl ProfileFilter {
     }
 
     fn matches(&self, doc: &Document) -> bool {
-        RawDocumentBuf::from_document(doc)
+        nidus_common::encode::document_to_raw(doc)
             .ok()
             .and_then(|raw| self.matcher.matches(&raw).ok())
             .unwrap_or(false)
@@ -328,7 +328,8 @@ fn write_profile(state: &ServerState, db: &str, doc: Document) -> Result<()> {
             Err(e) => engine.collection(&ns).ok_or(e)?,
         },
     };
-    let raw = RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?;
+    let raw =
+        nidus_common::encode::document_to_raw(&doc).map_err(|e| Error::internal(e.to_string()))?;
     let raw = prepare_insert(&raw)?;
     engine.insert_one(&coll, &raw, &WriteOpts::default())
 }

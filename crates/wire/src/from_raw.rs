@@ -508,7 +508,7 @@ mod tests {
             }
             d.into_bytes()
         };
-        let ct_raw = || RawBson::Document(RawDocumentBuf::from_document(&ct).unwrap());
+        let ct_raw = || RawBson::Document(nidus_common::encode::document_to_raw(&ct).unwrap());
         let cases: Vec<(Vec<u8>, bool)> = vec![
             // (body, whether the fast path sets `$clusterTime` aside)
             (

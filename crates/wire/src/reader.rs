@@ -483,7 +483,7 @@ mod tests {
             .map(|i| {
                 let mut d = all.clone();
                 d.insert("i", i);
-                RawDocumentBuf::from_document(&d).unwrap()
+                nidus_common::encode::document_to_raw(&d).unwrap()
             })
             .collect();
         for field in ["firstBatch", "nextBatch"] {
@@ -523,7 +523,8 @@ mod tests {
         "operationTime": bson::Timestamp { time: 7, increment: 3 } };
         let whole = bson::to_vec(&appended).unwrap();
         let trailer = &whole[4..whole.len() - 1];
-        let batch = vec![RawDocumentBuf::from_document(&doc! { "_id": 1, "s": "x" }).unwrap()];
+        let batch =
+            vec![nidus_common::encode::document_to_raw(&doc! { "_id": 1, "s": "x" }).unwrap()];
         let replies = [
             (doc! { "ok": 1.0 }, vec![]),
             (doc! {}, vec![]),

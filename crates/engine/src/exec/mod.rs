@@ -157,7 +157,7 @@ impl Member {
     pub fn doc_or_key(&self) -> Result<Cow<'_, RawDocumentBuf>> {
         match (&self.doc, &self.key) {
             (Some(d), _) => Ok(Cow::Borrowed(d)),
-            (None, Some(k)) => RawDocumentBuf::from_document(&k.to_document())
+            (None, Some(k)) => nidus_common::encode::document_to_raw(&k.to_document())
                 .map(Cow::Owned)
                 .map_err(|e| Error::internal(e.to_string())),
             (None, None) => self.doc().map(Cow::Borrowed),
@@ -493,7 +493,8 @@ impl Executor {
                 .to_document()
                 .map_err(|e| Error::internal(e.to_string()))?;
             d.insert("$recordId", rid as i64);
-            doc = RawDocumentBuf::from_document(&d).map_err(|e| Error::internal(e.to_string()))?;
+            doc = nidus_common::encode::document_to_raw(&d)
+                .map_err(|e| Error::internal(e.to_string()))?;
         }
         Ok(Some(doc))
     }

@@ -1,5 +1,5 @@
 use super::{Member, Stage, StageImpl, StageState};
-use bson::{Document, RawDocumentBuf};
+use bson::Document;
 use nidus_common::{Error, Result};
 use nidus_query::projection::Projection;
 use std::sync::Arc;
@@ -31,7 +31,7 @@ impl StageImpl for ProjectionCovered {
         match self.child.work()? {
             StageState::Advanced(m) => {
                 let projected = self.projection.apply(&m.doc_or_key()?)?;
-                let doc = RawDocumentBuf::from_document(&projected)
+                let doc = nidus_common::encode::document_to_raw(&projected)
                     .map_err(|e| Error::internal(e.to_string()))?;
                 Ok(StageState::Advanced(Member::with_doc(m.rid, doc)))
             }

@@ -1,5 +1,5 @@
 use super::{Member, Stage, StageImpl, StageState};
-use bson::{Document, RawDocumentBuf};
+use bson::Document;
 use nidus_common::{Error, Result};
 
 /// `RETURN_KEY` (`find`'s `returnKey`): each result becomes the index key it was found by,
@@ -34,8 +34,8 @@ impl StageImpl for ReturnKey {
                 key.insert(path.clone(), v.clone());
             }
         }
-        let doc =
-            RawDocumentBuf::from_document(&key).map_err(|e| Error::internal(e.to_string()))?;
+        let doc = nidus_common::encode::document_to_raw(&key)
+            .map_err(|e| Error::internal(e.to_string()))?;
         Ok(StageState::Advanced(Member::with_doc(None, doc)))
     }
 

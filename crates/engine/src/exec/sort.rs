@@ -618,7 +618,8 @@ mod tests {
         let opts = WriteOpts::default();
         let prepared: Vec<RawDocumentBuf> = docs
             .map(|d| {
-                prepare_insert(&RawDocumentBuf::from_document(&d).expect("raw")).expect("prepare")
+                prepare_insert(&nidus_common::encode::document_to_raw(&d).expect("raw"))
+                    .expect("prepare")
             })
             .collect();
         for chunk in prepared.chunks(1000) {
@@ -703,7 +704,7 @@ mod tests {
                 let s = ["x", "X", "y", "ä"][(r >> 50) as usize % 4];
                 d.insert("c", doc! {"d": value(r >> 40), "s": s});
             }
-            let raw = RawDocumentBuf::from_document(&d).expect("raw");
+            let raw = nidus_common::encode::document_to_raw(&d).expect("raw");
             total_bytes += raw.as_bytes().len();
             e.insert_one(
                 &coll,
@@ -810,7 +811,7 @@ mod tests {
             docs.push(d);
         }
         for d in &docs {
-            let raw = RawDocumentBuf::from_document(d).expect("raw");
+            let raw = nidus_common::encode::document_to_raw(d).expect("raw");
             e.insert_one(
                 &coll,
                 &prepare_insert(&raw).expect("prepare"),
@@ -828,7 +829,7 @@ mod tests {
             let mut expected: Vec<(Vec<Bson>, i32)> = docs
                 .iter()
                 .map(|d| {
-                    let raw = RawDocumentBuf::from_document(d).expect("raw");
+                    let raw = nidus_common::encode::document_to_raw(d).expect("raw");
                     (pattern.sort_key(&raw), d.get_i32("_id").expect("_id"))
                 })
                 .collect();

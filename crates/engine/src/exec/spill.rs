@@ -179,8 +179,8 @@ impl SpilledRuns {
         let mut w = SpillWriter::create(dir)?;
         let mut n = 0u64;
         for d in docs {
-            let raw =
-                RawDocumentBuf::from_document(&d?).map_err(|e| Error::internal(e.to_string()))?;
+            let raw = nidus_common::encode::document_to_raw(&d?)
+                .map_err(|e| Error::internal(e.to_string()))?;
             w.append(None, &raw)?;
             n += 1;
         }

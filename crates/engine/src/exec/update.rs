@@ -61,7 +61,7 @@ impl UpdateAction {
 }
 
 fn to_raw(d: &Document) -> Result<RawDocumentBuf> {
-    RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))
+    nidus_common::encode::document_to_raw(d).map_err(|e| Error::internal(e.to_string()))
 }
 
 /// `UPDATE` as explain runs it: updates each document its child returns (one unless

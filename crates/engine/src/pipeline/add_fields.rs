@@ -4,7 +4,7 @@
 //! streams documents through it with the pipeline's variables.
 
 use super::{DocStream, DocumentSource, ExpCtx, Modified, ParseCtx, StageRef, Stream};
-use bson::{Bson, Document, RawDocumentBuf};
+use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_query::projection::add_fields::AddFields as Spec;
 use std::any::Any;
@@ -44,7 +44,8 @@ impl AddFields {
 
     /// Sets the computed fields on `doc`.
     pub fn apply(&self, doc: &Document, ctx: &ExpCtx) -> Result<Document> {
-        let raw = RawDocumentBuf::from_document(doc).map_err(|e| Error::internal(e.to_string()))?;
+        let raw = nidus_common::encode::document_to_raw(doc)
+            .map_err(|e| Error::internal(e.to_string()))?;
         self.spec.apply_bound(&raw, ctx)
     }
 }

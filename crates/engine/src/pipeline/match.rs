@@ -7,7 +7,7 @@
 
 use super::context::Binding;
 use super::{DocStream, DocumentSource, ExpCtx, ParseCtx, StageRef, Stream};
-use bson::{Bson, Document, RawDocumentBuf};
+use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_query::matcher::Matcher;
 use std::any::Any;
@@ -123,8 +123,8 @@ impl DocStream for MatchStream {
     fn next(&mut self) -> Result<Option<Document>> {
         while let Some(d) = self.input.next()? {
             self.ctx.check_interrupt()?;
-            let raw =
-                RawDocumentBuf::from_document(&d).map_err(|e| Error::internal(e.to_string()))?;
+            let raw = nidus_common::encode::document_to_raw(&d)
+                .map_err(|e| Error::internal(e.to_string()))?;
             if self.matcher.matches(&raw)? {
                 return Ok(Some(d));
             }

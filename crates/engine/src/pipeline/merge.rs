@@ -16,7 +16,7 @@ use super::stream::{collect, Deferred, Empty};
 use super::{DocumentSource, ExpCtx, ParseCtx, Position, PrimaryWrites, StageRef, Stream};
 use crate::namespace::Namespace;
 use crate::write::{prepare_insert, UpdateSpec, WriteOpts};
-use bson::{Bson, Document, RawDocumentBuf};
+use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_query::update::Update;
 use std::any::Any;
@@ -320,7 +320,7 @@ impl Merge {
         for d in docs {
             ctx.check_interrupt()?;
             if self.inserts_only() {
-                let raw = RawDocumentBuf::from_document(&d)
+                let raw = nidus_common::encode::document_to_raw(&d)
                     .map_err(|e| Error::internal(e.to_string()))?;
                 ctx.engine
                     .insert_one(&coll, &prepare_insert(&raw)?, &opts)?;
@@ -379,8 +379,8 @@ impl Merge {
             WhenNotMatched::Discard => Ok(()),
             WhenNotMatched::Fail => Err(no_match()),
             WhenNotMatched::Insert => {
-                let raw =
-                    RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))?;
+                let raw = nidus_common::encode::document_to_raw(d)
+                    .map_err(|e| Error::internal(e.to_string()))?;
                 match ctx.engine.insert_one(coll, &prepare_insert(&raw)?, opts) {
                     // Inserted by another writer since the update looked: it is matched now.
                     Err(e) if e.code == ErrorCode::DuplicateKey => {
@@ -533,7 +533,7 @@ impl Merge {
         let mut filter = Document::new();
         for f in &self.on {
             let v = nidus_doc::path::get_path_raw(
-                &RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))?,
+                &nidus_common::encode::document_to_raw(d).map_err(|e| Error::internal(e.to_string()))?,
                 f,
             )
             .and_then(|r| Bson::try_from(r.to_raw_bson()).ok())

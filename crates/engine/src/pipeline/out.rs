@@ -10,7 +10,7 @@ use super::stream::{Deferred, Empty};
 use super::{DocumentSource, ExpCtx, ParseCtx, Position, PrimaryWrites, StageRef, Stream};
 use crate::namespace::Namespace;
 use crate::write::{prepare_insert, WriteOpts};
-use bson::{Bson, Document, RawDocumentBuf};
+use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use std::any::Any;
 use std::sync::Arc;
@@ -110,7 +110,7 @@ impl Out {
             };
             while let Some(d) = input.next()? {
                 ctx.check_interrupt()?;
-                let raw = RawDocumentBuf::from_document(&d)
+                let raw = nidus_common::encode::document_to_raw(&d)
                     .map_err(|e| Error::internal(e.to_string()))?;
                 let prepared = prepare_insert(&raw)?;
                 engine.insert_one(&coll, &prepared, &opts)?;
@@ -173,7 +173,7 @@ impl Out {
             };
             while let Some(d) = input.next()? {
                 ctx.check_interrupt()?;
-                let raw = RawDocumentBuf::from_document(&d)
+                let raw = nidus_common::encode::document_to_raw(&d)
                     .map_err(|e| Error::internal(e.to_string()))?;
                 if !batch.is_empty()
                     && (batch.len() >= REMOTE_BATCH_DOCS

@@ -5,7 +5,7 @@
 //! paths nested, constants as `$const`) and what the optimizer needs to know.
 
 use super::{DocStream, DocumentSource, ExpCtx, Modified, ParseCtx, StageRef, Stream};
-use bson::{Bson, Document, RawDocumentBuf};
+use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_expr::ParseContext;
 use nidus_query::projection::{Policy, Projection};
@@ -123,7 +123,8 @@ impl DocStream for ProjectStream {
         let Some(d) = self.input.next()? else {
             return Ok(None);
         };
-        let raw = RawDocumentBuf::from_document(&d).map_err(|e| Error::internal(e.to_string()))?;
+        let raw = nidus_common::encode::document_to_raw(&d)
+            .map_err(|e| Error::internal(e.to_string()))?;
         Ok(Some(self.projection.apply_bound(&raw, None, &self.ctx)?))
     }
 }

@@ -3,7 +3,7 @@
 //! `nidus_query::projection::replace_root` (shared with pipeline-style updates).
 
 use super::{DocStream, DocumentSource, ExpCtx, ParseCtx, StageRef, Stream};
-use bson::{Bson, Document, RawDocumentBuf};
+use bson::{Bson, Document};
 use nidus_common::{Error, Result};
 use nidus_query::projection::replace_root::ReplaceRoot as Spec;
 use std::any::Any;
@@ -61,7 +61,8 @@ impl DocStream for ReplaceRootStream {
         let Some(d) = self.input.next()? else {
             return Ok(None);
         };
-        let raw = RawDocumentBuf::from_document(&d).map_err(|e| Error::internal(e.to_string()))?;
+        let raw = nidus_common::encode::document_to_raw(&d)
+            .map_err(|e| Error::internal(e.to_string()))?;
         Ok(Some(self.spec.apply_bound(&raw, &self.ctx)?))
     }
 }

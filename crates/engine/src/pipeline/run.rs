@@ -6,7 +6,7 @@ use super::{optimize, DocStream, ExpCtx, StageRef, Stream};
 use crate::exec::{Executor, Member, Stage, StageImpl, StageState};
 use crate::find::FindSpec;
 use crate::namespace::Namespace;
-use bson::{Document, RawDocumentBuf};
+use bson::Document;
 use nidus_common::{Error, Result};
 use parking_lot::Mutex;
 use std::sync::atomic::AtomicU64;
@@ -310,7 +310,7 @@ impl StageImpl for PipelineOutput {
     fn work(&mut self) -> Result<StageState> {
         match self.stream.next()? {
             Some(d) => {
-                let raw = RawDocumentBuf::from_document(&d)
+                let raw = nidus_common::encode::document_to_raw(&d)
                     .map_err(|e| Error::internal(e.to_string()))?;
                 Ok(StageState::Advanced(Member::with_doc(None, raw)))
             }

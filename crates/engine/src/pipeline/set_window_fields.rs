@@ -18,7 +18,7 @@ use super::context::{check_size, doc_bytes};
 use super::window::{Inputs, SortInfo, WindowOutput};
 use super::{DocStream, DocumentSource, ExpCtx, ParseCtx, Sort, StageRef, Stream};
 use crate::exec::spill::{SpillRun, SpillWriter};
-use bson::{Bson, Document, RawDocumentBuf};
+use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_doc::compare::cmp_bson;
 use nidus_expr::{Expression, Value};
@@ -353,8 +353,8 @@ impl WindowStream {
         };
         let before = file.bytes;
         for d in std::mem::take(&mut buf.docs) {
-            let raw =
-                RawDocumentBuf::from_document(&d).map_err(|e| Error::internal(e.to_string()))?;
+            let raw = nidus_common::encode::document_to_raw(&d)
+                .map_err(|e| Error::internal(e.to_string()))?;
             file.append(None, &raw)?;
             self.spilled_records += 1;
         }

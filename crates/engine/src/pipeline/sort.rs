@@ -113,7 +113,8 @@ fn sort_key_of(pattern: &SortPattern, d: &Document) -> Result<Vec<Bson>> {
             }
         }
     }
-    let raw = RawDocumentBuf::from_document(&sub).map_err(|e| Error::internal(e.to_string()))?;
+    let raw =
+        nidus_common::encode::document_to_raw(&sub).map_err(|e| Error::internal(e.to_string()))?;
     Ok(pattern.sort_key(&raw))
 }
 

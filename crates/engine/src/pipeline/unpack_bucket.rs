@@ -4,7 +4,7 @@
 //! the pipeline of every time-series view.
 
 use super::{DocStream, DocumentSource, ExpCtx, ParseCtx, StageRef, Stream};
-use bson::{doc, Bson, Document, RawDocumentBuf};
+use bson::{doc, Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_query::matcher::Matcher;
 use std::any::Any;
@@ -133,7 +133,7 @@ impl DocStream for UnpackStream {
             while let Some(m) = self.ready.pop_front() {
                 let keep = match &self.stage.event_filter {
                     Some((_, matcher)) => {
-                        let raw = RawDocumentBuf::from_document(&m)
+                        let raw = nidus_common::encode::document_to_raw(&m)
                             .map_err(|e| Error::internal(e.to_string()))?;
                         matcher.matches(&raw)?
                     }

@@ -2,7 +2,7 @@
 //! score TEXT_OR gave each document.
 
 use crate::exec::{Member, Stage, StageImpl, StageState};
-use bson::{Document, RawDocumentBuf};
+use bson::Document;
 use nidus_common::{Error, Result};
 use nidus_query::projection::Projection;
 use std::sync::Arc;
@@ -40,7 +40,7 @@ impl StageImpl for TextProjection {
                     Some(score) => self.projection.apply_with_text_score(doc, score)?,
                     None => self.projection.apply(doc)?,
                 };
-                let doc = RawDocumentBuf::from_document(&projected)
+                let doc = nidus_common::encode::document_to_raw(&projected)
                     .map_err(|e| Error::internal(e.to_string()))?;
                 let mut out = Member::with_doc(m.rid, doc);
                 out.text_score = m.text_score;

@@ -24,7 +24,7 @@ use crate::namespace::Namespace;
 use crate::view::ViewDef;
 use crate::write::{prepare_insert, UpdateSpec, WriteOpts};
 use crate::Engine;
-use bson::{doc, Bson, Document, RawDocumentBuf};
+use bson::{doc, Bson, Document};
 pub use bucket::object_id_at;
 use bucket::Bucket;
 use nidus_common::{Error, ErrorCode, Result};
@@ -370,7 +370,8 @@ impl Engine {
             Some(Bson::DateTime(t)) => t.timestamp_millis(),
             _ => return Err(time_error(&opt.time_field)),
         };
-        let raw = RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))?;
+        let raw =
+            nidus_common::encode::document_to_raw(d).map_err(|e| Error::internal(e.to_string()))?;
         crate::write::check_storage_depth(&raw, true)?;
         let mut m = d.clone();
         if !m.contains_key("_id") {
@@ -398,8 +399,8 @@ impl Engine {
         let opts = WriteOpts::default();
         let doc = b.to_document();
         if !stored {
-            let raw =
-                RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?;
+            let raw = nidus_common::encode::document_to_raw(&doc)
+                .map_err(|e| Error::internal(e.to_string()))?;
             return self.insert_one(&ts.buckets, &prepare_insert(&raw)?, &opts);
         }
         let set = doc! {
@@ -427,7 +428,7 @@ impl Engine {
         let key = meta_key(&b.meta);
         open.by_meta.remove(&key);
         for nb in &fresh {
-            let raw = RawDocumentBuf::from_document(&nb.to_document())
+            let raw = nidus_common::encode::document_to_raw(&nb.to_document())
                 .map_err(|e| Error::internal(e.to_string()))?;
             self.insert_one(&ts.buckets, &prepare_insert(&raw)?, &opts)?;
         }
@@ -629,7 +630,8 @@ impl Engine {
 }
 
 fn matches(matcher: &Matcher, d: &Document) -> Result<bool> {
-    let raw = RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))?;
+    let raw =
+        nidus_common::encode::document_to_raw(d).map_err(|e| Error::internal(e.to_string()))?;
     matcher.matches(&raw)
 }
 

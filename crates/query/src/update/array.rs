@@ -4,7 +4,7 @@
 use super::leaf::{Env, Op};
 use super::util::{as_integer, elem, identical, is_number, type_name};
 use crate::matcher::Matcher;
-use bson::{doc, Bson, Document, RawDocumentBuf};
+use bson::{doc, Bson, Document};
 use nidus_common::{Error, Result};
 use nidus_doc::compare::{cmp_bson, values_equal_bson};
 use std::cmp::Ordering;
@@ -341,7 +341,7 @@ pub fn parse_pull(arg: &Bson) -> Result<PullCond> {
 }
 
 fn raw_matches(m: &Matcher, d: &Document) -> Result<bool> {
-    match RawDocumentBuf::from_document(d) {
+    match nidus_common::encode::document_to_raw(d) {
         Ok(raw) => m.matches(&raw),
         Err(_) => Ok(false),
     }

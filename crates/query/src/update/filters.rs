@@ -1,7 +1,7 @@
 //! `arrayFilters`: one filter per identifier, applied to an array element as `{id: element}`.
 
 use crate::matcher::Matcher;
-use bson::{Bson, Document, RawDocumentBuf};
+use bson::{Bson, Document};
 use nidus_common::{Error, Result};
 use std::collections::HashMap;
 
@@ -40,7 +40,7 @@ impl ArrayFilters {
         };
         let mut d = Document::new();
         d.insert(id, element.clone());
-        match RawDocumentBuf::from_document(&d) {
+        match nidus_common::encode::document_to_raw(&d) {
             Ok(raw) => m.matches(&raw),
             Err(_) => Ok(false),
         }

@@ -5,7 +5,7 @@
 use crate::projection::add_fields::AddFields;
 use crate::projection::replace_root::ReplaceRoot;
 use crate::projection::{unset_spec, Policy, Projection};
-use bson::{Bson, Document, RawDocumentBuf};
+use bson::{Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_expr::LetScope;
 
@@ -74,7 +74,7 @@ impl UpdatePipeline {
     pub fn transform(&self, doc: &Document) -> Result<Document> {
         let mut current = doc.clone();
         for stage in &self.stages {
-            let raw = RawDocumentBuf::from_document(&current)
+            let raw = nidus_common::encode::document_to_raw(&current)
                 .map_err(|e| Error::new(ErrorCode::BSONObjectTooLarge, e.to_string()))?;
             current = match stage {
                 Stage::AddFields(a) => a.apply(&raw)?,

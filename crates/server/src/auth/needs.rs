@@ -450,7 +450,8 @@ mod tests {
         let seq = vec![(
             "updates".to_string(),
             vec![
-                RawDocumentBuf::from_document(&doc! { "q": {}, "u": {}, "upsert": true }).unwrap(),
+                nidus_common::encode::document_to_raw(&doc! { "q": {}, "u": {}, "upsert": true })
+                    .unwrap(),
             ],
         )];
         let upsert = update("d", &doc! { "update": "c" }, &seq);

@@ -59,7 +59,8 @@ pub fn any_user(engine: &Engine) -> bool {
 
 pub fn insert(engine: &Engine, ns: &Namespace, d: &Document) -> Result<()> {
     let coll = engine.ensure_collection(ns)?;
-    let raw = bson::RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))?;
+    let raw =
+        nidus_common::encode::document_to_raw(d).map_err(|e| Error::internal(e.to_string()))?;
     let raw = prepare_insert(&raw)?;
     engine.insert_one(&coll, &raw, &WriteOpts::default())
 }

@@ -90,7 +90,7 @@ fn run_op(
                 .clone();
             fill_empty_timestamps(&mut d, empty_ts);
             ctx.state.opcounters.insert.fetch_add(1, Ordering::Relaxed);
-            let raw = bson::RawDocumentBuf::from_document(&d)
+            let raw = nidus_common::encode::document_to_raw(&d)
                 .map_err(|e| Error::internal(e.to_string()))?;
             let coll = ctx.ensure_collection(&ns)?;
             engine.insert_one(&coll, &prepare_insert(&raw)?, &wopts)?;

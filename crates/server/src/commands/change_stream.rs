@@ -548,8 +548,9 @@ fn split_event(
             continue;
         }
         let mut frag = RawDocumentBuf::new();
-        let id = RawDocumentBuf::from_document(&token.with_fragment(i as u16).to_document())
-            .map_err(|e| Error::internal(e.to_string()))?;
+        let id =
+            nidus_common::encode::document_to_raw(&token.with_fragment(i as u16).to_document())
+                .map_err(|e| Error::internal(e.to_string()))?;
         frag.append("_id", id);
         let mut split_doc = RawDocumentBuf::new();
         split_doc.append("fragment", i as i32 + 1);

@@ -1,7 +1,7 @@
 //! Catalog commands: databases, collections and indexes.
 
 use super::{wrong_type, Ctx};
-use bson::{doc, Bson, Document, RawDocumentBuf};
+use bson::{doc, Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::capped::{option_number, CappedLimits};
 use nidus_engine::namespace::Namespace;
@@ -72,7 +72,7 @@ pub fn list_databases(ctx: &mut Ctx) -> Result<Document> {
             doc! { "name": name, "sizeOnDisk": size, "empty": false }
         };
         if let Some(m) = &filter {
-            let raw = RawDocumentBuf::from_document(&entry)
+            let raw = nidus_common::encode::document_to_raw(&entry)
                 .map_err(|e| Error::internal(e.to_string()))?;
             if !m.matches(&raw)? {
                 continue;
@@ -121,7 +121,7 @@ pub fn list_collections(ctx: &mut Ctx) -> Result<Document> {
             entry
         };
         if let Some(m) = &filter {
-            let raw = RawDocumentBuf::from_document(&entry)
+            let raw = nidus_common::encode::document_to_raw(&entry)
                 .map_err(|e| Error::internal(e.to_string()))?;
             if !m.matches(&raw)? {
                 continue;
@@ -147,7 +147,7 @@ pub fn list_collections(ctx: &mut Ctx) -> Result<Document> {
             }
         };
         if let Some(m) = &filter {
-            let raw = RawDocumentBuf::from_document(&entry)
+            let raw = nidus_common::encode::document_to_raw(&entry)
                 .map_err(|e| Error::internal(e.to_string()))?;
             if !m.matches(&raw)? {
                 continue;

@@ -196,15 +196,14 @@ pub(super) fn queued_cursor(ctx: &mut Ctx, ns: Namespace, docs: Vec<Bson>) -> Re
             format!("BSON field 'batchSize' value must be >= 0, actual value '{n}'"),
         ));
     }
-    let raw = docs
-        .iter()
-        .map(|d| match d {
-            Bson::Document(d) => {
-                RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()))
-            }
-            _ => Err(Error::internal("a queued cursor holds documents only")),
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let raw =
+        docs.iter()
+            .map(|d| match d {
+                Bson::Document(d) => nidus_common::encode::document_to_raw(d)
+                    .map_err(|e| Error::internal(e.to_string())),
+                _ => Err(Error::internal("a queued cursor holds documents only")),
+            })
+            .collect::<Result<Vec<_>>>()?;
     let root = nidus_engine::exec::Stage::new(nidus_engine::exec::QueuedData::new(raw));
     let mut cursor = Cursor::new(ns.clone(), nidus_engine::exec::Executor::new(root, None));
     let (batch, done) = cursor.next_batch(batch_size.map(|n| n as u64))?;
@@ -600,8 +599,8 @@ pub fn distinct(ctx: &mut Ctx) -> Result<Document> {
         let opened = super::views::open(ctx, &ns, super::views::distinct_pipeline(&spec), None)?;
         let mut stream = opened.stream;
         while let Some(d) = stream.next()? {
-            let raw =
-                RawDocumentBuf::from_document(&d).map_err(|e| Error::internal(e.to_string()))?;
+            let raw = nidus_common::encode::document_to_raw(&d)
+                .map_err(|e| Error::internal(e.to_string()))?;
             distinct_values(&raw, &path, &mut values)?;
         }
     } else {

@@ -2,7 +2,7 @@
 
 use super::find::check_fields;
 use super::{wrong_type, Ctx};
-use bson::{doc, Bson, Document, RawDocumentBuf};
+use bson::{doc, Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_engine::find::FindSpec;
 use nidus_engine::stmt_record::Executed;
@@ -108,8 +108,8 @@ fn project(fields: &Option<Projection>, doc: Document) -> Result<Bson> {
     match fields {
         None => Ok(Bson::Document(doc)),
         Some(p) => {
-            let raw =
-                RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?;
+            let raw = nidus_common::encode::document_to_raw(&doc)
+                .map_err(|e| Error::internal(e.to_string()))?;
             Ok(Bson::Document(p.apply(&raw)?))
         }
     }
@@ -229,7 +229,8 @@ pub fn find_and_modify(ctx: &mut Ctx) -> Result<Document> {
         if let (true, Some(update)) = (req.upsert, &req.update) {
             let doc = engine.upsert_document(&req.filter, update)?;
             let raw = prepare_insert(
-                &RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?,
+                &nidus_common::encode::document_to_raw(&doc)
+                    .map_err(|e| Error::internal(e.to_string()))?,
             )?;
             engine.insert_one(coll, &raw, &opts)?;
             let inserted = raw

@@ -1471,7 +1471,7 @@ impl Ctx<'_> {
             Some(Bson::Array(items)) => items
                 .iter()
                 .map(|b| match b {
-                    Bson::Document(d) => RawDocumentBuf::from_document(d)
+                    Bson::Document(d) => nidus_common::encode::document_to_raw(d)
                         .map_err(|e| Error::new(ErrorCode::InvalidBSON, e.to_string())),
                     other => Err(Error::type_mismatch(format!(
                         "BSON field '{}.{field}' is the wrong type '{}', expected type 'object'",

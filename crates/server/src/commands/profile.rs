@@ -3,7 +3,7 @@
 use super::find::check_fields;
 use super::{wrong_type, Ctx};
 use crate::profiler::ProfileFilter;
-use bson::{doc, Bson, Document, RawDocumentBuf};
+use bson::{doc, Bson, Document};
 use nidus_common::{Error, ErrorCode, Result};
 use nidus_query::matcher::Matcher;
 use std::time::Duration;
@@ -173,7 +173,8 @@ pub fn current_op(ctx: &mut Ctx) -> Result<Document> {
     let matcher = Matcher::parse(&filter)?;
     let mut inprog = Vec::new();
     for d in current_op_documents(ctx, idle_sessions) {
-        let raw = RawDocumentBuf::from_document(&d).map_err(|e| Error::internal(e.to_string()))?;
+        let raw = nidus_common::encode::document_to_raw(&d)
+            .map_err(|e| Error::internal(e.to_string()))?;
         if matcher.matches(&raw)? {
             inprog.push(Bson::Document(d));
         }
